@@ -1,0 +1,12 @@
+//! One file per op family, each implementing its kernel trait from
+//! `forma_core::ops` for [`crate::Cpu`].
+
+mod binary;
+mod cmp;
+mod conv;
+mod index;
+mod matmul;
+mod pool;
+mod reduce;
+mod softmax;
+mod unary;

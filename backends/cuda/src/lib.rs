@@ -1,0 +1,1 @@
+//! Forma's CUDA backend.

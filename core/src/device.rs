@@ -1,0 +1,90 @@
+//! The backend abstraction. A backend (CPU, CUDA) is a device handle type that
+//! implements [`Backend`] (storage, copies, casts) and one kernel trait per op
+//! family; each kernel trait is declared beside its op in [`crate::ops`].
+//! Kernels take storages and erased [`Layout`]s, never typed shapes, so they
+//! are compiled once per dtype whatever shapes a program uses.
+
+use crate::dtype::Dtype;
+use crate::error::Result;
+use crate::layout::Layout;
+use std::fmt::Debug;
+
+/// A compute device: where storages live and kernels run.
+pub trait Backend: Clone + Debug + PartialEq + Send + Sync + 'static {
+    /// A buffer of `E` on this device.
+    type Storage<E: Dtype>: Send + Sync + 'static;
+
+    /// Human name, as PyTorch prints it: `cpu`, `cuda:0`.
+    fn name(&self) -> String;
+
+    /// Moves host values into a new storage.
+    fn from_vec<E: Dtype>(&self, data: Vec<E>) -> Result<Self::Storage<E>>;
+
+    /// A storage of `len` copies of `value`.
+    fn full<E: Dtype>(&self, len: usize, value: E) -> Result<Self::Storage<E>>;
+
+    /// The elements of a strided view, in row-major order, on the host.
+    fn to_vec<E: Dtype>(&self, src: &Self::Storage<E>, layout: &Layout) -> Result<Vec<E>>;
+
+    /// A new row-major storage with the elements of a strided view.
+    fn contiguous<E: Dtype>(
+        &self,
+        src: &Self::Storage<E>,
+        layout: &Layout,
+    ) -> Result<Self::Storage<E>>;
+
+    /// Copies the elements of `src` (viewed by `src_layout`) into the view
+    /// `dst_layout` of `dst`. Both views have the same sizes.
+    fn copy_strided<E: Dtype>(
+        &self,
+        src: &Self::Storage<E>,
+        src_layout: &Layout,
+        dst: &mut Self::Storage<E>,
+        dst_layout: &Layout,
+    ) -> Result<()>;
+
+    /// Converts a strided view to another dtype, into a new row-major storage,
+    /// with `torch.Tensor.to`'s rounding rules.
+    fn cast<E: Dtype, F: Dtype>(
+        &self,
+        src: &Self::Storage<E>,
+        layout: &Layout,
+    ) -> Result<Self::Storage<F>>;
+}
+
+/// A backend with a default instance, used by constructors that take no device
+/// (`Tensor::zeros()`); the CPU has one, CUDA needs an explicit device.
+pub trait DefaultDevice: Backend {
+    /// The default instance.
+    fn default_device() -> Self;
+}
+
+/// Every kernel a float dtype needs on a backend: the bound generic model code
+/// writes (`D: Device<E>`). Blanket-implemented; a new kernel trait is added here.
+pub trait Device<E: crate::Float>:
+    Backend
+    + crate::ops::unary::UnaryKernel<E>
+    + crate::ops::binary::BinaryKernel<E>
+    + crate::ops::cmp::CmpKernel<E>
+    + crate::ops::reduce::ReduceKernel<E>
+    + crate::ops::softmax::SoftmaxKernel<E>
+    + crate::ops::matmul::MatmulKernel<E>
+    + crate::ops::index::IndexKernel<E>
+    + crate::ops::conv::ConvKernel<E>
+    + crate::ops::pool::PoolKernel<E>
+{
+}
+
+impl<E: crate::Float, D> Device<E> for D where
+    D: Backend
+        + crate::ops::unary::UnaryKernel<E>
+        + crate::ops::binary::BinaryKernel<E>
+        + crate::ops::cmp::CmpKernel<E>
+        + crate::ops::reduce::ReduceKernel<E>
+        + crate::ops::softmax::SoftmaxKernel<E>
+        + crate::ops::matmul::MatmulKernel<E>
+        + crate::ops::index::IndexKernel<E>
+        + crate::ops::conv::ConvKernel<E>
+        + crate::ops::pool::PoolKernel<E>
+{
+}

@@ -1,0 +1,164 @@
+//! The binary op table: one row per op, each with a method, a `try_` method
+//! and (for the four arithmetic ops) the `std::ops` operator.
+
+use super::{BinaryKernel, BinaryOp};
+use crate::device::Backend;
+use crate::dtype::{Float, Real};
+use crate::error::Result;
+use crate::ops::unary::{Neg, UnaryKernel};
+use crate::shape::{BroadcastShape, Shape};
+use crate::tensor::{ok, Tensor};
+
+macro_rules! binary_table {
+    ($(
+        $(#[$doc:meta])*
+        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr;
+    )*) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq)]
+        pub struct $op;
+
+        impl BinaryOp for $op {
+            const NAME: &'static str = stringify!($method);
+            #[inline(always)]
+            fn f<R: Real>(&self, $a: R, $b: R) -> R {
+                $body
+            }
+        }
+
+        impl<S: Shape, E: Float, D: BinaryKernel<E>> Tensor<S, E, D> {
+            $(#[$doc])*
+            ///
+            /// # Panics
+            /// If `Dyn` sizes do not broadcast at run time (see the `try_` form).
+            pub fn $method<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, E, D>
+            where
+                S: BroadcastShape<S2>,
+            {
+                ok(self.try_zip($op, rhs))
+            }
+
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A [`crate::ShapeError`] when `Dyn` sizes do not broadcast.
+            pub fn $try_method<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, E, D>>
+            where
+                S: BroadcastShape<S2>,
+            {
+                self.try_zip($op, rhs)
+            }
+        }
+    )*};
+}
+
+binary_table! {
+    /// Elementwise `a + b` with broadcasting.
+    add, try_add => Add : |a, b| a + b;
+    /// Elementwise `a - b` with broadcasting.
+    sub, try_sub => Sub : |a, b| a - b;
+    /// Elementwise `a * b` with broadcasting.
+    mul, try_mul => Mul : |a, b| a * b;
+    /// Elementwise `a / b` with broadcasting.
+    div, try_div => Div : |a, b| a / b;
+    /// Elementwise `a ^ b` with broadcasting, like `torch.pow`.
+    pow, try_pow => Pow : |a, b| a.powf(b);
+    /// Elementwise maximum with broadcasting; NaN wins, like `torch.maximum`.
+    maximum, try_maximum => Maximum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a > b { a } else { b };
+    /// Elementwise minimum with broadcasting; NaN wins, like `torch.minimum`.
+    minimum, try_minimum => Minimum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a < b { a } else { b };
+}
+
+macro_rules! std_op {
+    ($tr:ident, $f:ident, $op:ident) => {
+        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<&Tensor<S2, E, D>>
+            for &Tensor<S, E, D>
+        where
+            S: BroadcastShape<S2>,
+        {
+            type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            fn $f(self, rhs: &Tensor<S2, E, D>) -> Self::Output {
+                ok(self.try_zip($op, rhs))
+            }
+        }
+        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<Tensor<S2, E, D>>
+            for Tensor<S, E, D>
+        where
+            S: BroadcastShape<S2>,
+        {
+            type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            fn $f(self, rhs: Tensor<S2, E, D>) -> Self::Output {
+                ok(self.try_zip($op, &rhs))
+            }
+        }
+        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<&Tensor<S2, E, D>>
+            for Tensor<S, E, D>
+        where
+            S: BroadcastShape<S2>,
+        {
+            type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            fn $f(self, rhs: &Tensor<S2, E, D>) -> Self::Output {
+                ok(self.try_zip($op, rhs))
+            }
+        }
+        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<Tensor<S2, E, D>>
+            for &Tensor<S, E, D>
+        where
+            S: BroadcastShape<S2>,
+        {
+            type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            fn $f(self, rhs: Tensor<S2, E, D>) -> Self::Output {
+                ok(self.try_zip($op, &rhs))
+            }
+        }
+    };
+}
+
+std_op!(Add, add, Add);
+std_op!(Sub, sub, Sub);
+std_op!(Mul, mul, Mul);
+std_op!(Div, div, Div);
+
+macro_rules! scalar_op {
+    ($t:ty, $tr:ident, $f:ident, |$x:ident, $v:ident| $body:expr) => {
+        impl<S: Shape, D: Backend + UnaryKernel<$t>> std::ops::$tr<$t> for &Tensor<S, $t, D> {
+            type Output = Tensor<S, $t, D>;
+            fn $f(self, $v: $t) -> Self::Output {
+                let $x = self;
+                $body
+            }
+        }
+        impl<S: Shape, D: Backend + UnaryKernel<$t>> std::ops::$tr<$t> for Tensor<S, $t, D> {
+            type Output = Tensor<S, $t, D>;
+            fn $f(self, $v: $t) -> Self::Output {
+                let $x = &self;
+                $body
+            }
+        }
+    };
+}
+
+macro_rules! scalar_ops {
+    ($($t:ty),*) => {$(
+        scalar_op!($t, Add, add, |x, v| x.add_scalar(v as f64));
+        scalar_op!($t, Sub, sub, |x, v| x.add_scalar(-(v as f64)));
+        scalar_op!($t, Mul, mul, |x, v| x.mul_scalar(v as f64));
+        scalar_op!($t, Div, div, |x, v| x.div_scalar(v as f64));
+    )*};
+}
+
+scalar_ops!(f32, f64);
+
+impl<S: Shape, E: Float, D: UnaryKernel<E>> std::ops::Neg for &Tensor<S, E, D> {
+    type Output = Tensor<S, E, D>;
+    fn neg(self) -> Self::Output {
+        self.map_unary(Neg {})
+    }
+}
+
+impl<S: Shape, E: Float, D: UnaryKernel<E>> std::ops::Neg for Tensor<S, E, D> {
+    type Output = Tensor<S, E, D>;
+    fn neg(self) -> Self::Output {
+        self.map_unary(Neg {})
+    }
+}

@@ -1,0 +1,204 @@
+//! Comparisons (to `bool` masks), `where` and `masked_fill`, with broadcasting.
+//! Comparisons are not differentiable: their results are `bool` tensors, which
+//! have no float ops, so a gradient cannot flow through them by mistake.
+
+use crate::device::Backend;
+use crate::dtype::Float;
+use crate::error::{fmt_dims, Error, Result};
+use crate::layout::{broadcast_dims, Layout};
+use crate::ops::binary::broadcast_layouts;
+use crate::shape::{BroadcastShape, ExpandTo, Shape};
+use crate::tensor::{ok, Tensor};
+
+/// A comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+/// Backend support for comparisons and selection.
+pub trait CmpKernel<E: Float>: Backend {
+    /// Compares pairwise; `la` and `lb` have the output's sizes. NaN compares
+    /// unequal to everything, as in IEEE arithmetic.
+    fn cmp(
+        &self,
+        op: CmpOp,
+        a: &Self::Storage<E>,
+        la: &Layout,
+        b: &Self::Storage<E>,
+        lb: &Layout,
+    ) -> Result<Self::Storage<bool>>;
+    /// Picks `a` where `cond` holds and `b` elsewhere; all three layouts have
+    /// the output's sizes.
+    fn where_cond(
+        &self,
+        cond: &Self::Storage<bool>,
+        lc: &Layout,
+        a: &Self::Storage<E>,
+        la: &Layout,
+        b: &Self::Storage<E>,
+        lb: &Layout,
+    ) -> Result<Self::Storage<E>>;
+}
+
+macro_rules! cmp_methods {
+    ($($(#[$doc:meta])* $m:ident, $try_m:ident => $op:ident;)*) => {
+        impl<S: Shape, E: Float, D: CmpKernel<E>> Tensor<S, E, D> {$(
+            $(#[$doc])*
+            ///
+            /// # Panics
+            /// If `Dyn` sizes do not broadcast (see the `try_` form).
+            pub fn $m<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, bool, D>
+            where
+                S: BroadcastShape<S2>,
+            {
+                ok(self.$try_m(rhs))
+            }
+
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A [`crate::ShapeError`] when `Dyn` sizes do not broadcast.
+            pub fn $try_m<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, bool, D>>
+            where
+                S: BroadcastShape<S2>,
+            {
+                self.try_compare(CmpOp::$op, rhs)
+            }
+        )*}
+    };
+}
+
+cmp_methods! {
+    /// Elementwise `a == b` as a `bool` mask, like `torch.eq`.
+    eq, try_eq => Eq;
+    /// Elementwise `a != b`.
+    ne, try_ne => Ne;
+    /// Elementwise `a < b`.
+    lt, try_lt => Lt;
+    /// Elementwise `a <= b`.
+    le, try_le => Le;
+    /// Elementwise `a > b`.
+    gt, try_gt => Gt;
+    /// Elementwise `a >= b`.
+    ge, try_ge => Ge;
+}
+
+/// The layout `l` stretched to `dims`, or a shape error when it does not
+/// broadcast to exactly `dims`.
+pub(crate) fn expand_layout(op: &'static str, l: &Layout, dims: &[usize]) -> Result<Layout> {
+    match broadcast_dims(dims, &l.dims) {
+        Some(d) if &*d == dims => Ok(l.broadcast_to(dims)),
+        _ => Err(Error::shape(
+            op,
+            format!("a shape that broadcasts to {}", fmt_dims(dims)),
+            &l.dims,
+        )),
+    }
+}
+
+impl<S: Shape, E: Float, D: CmpKernel<E>> Tensor<S, E, D> {
+    fn try_compare<S2: Shape>(
+        &self,
+        op: CmpOp,
+        rhs: &Tensor<S2, E, D>,
+    ) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, bool, D>>
+    where
+        S: BroadcastShape<S2>,
+    {
+        self.same_device("compare", rhs)?;
+        let (out, la, lb) = broadcast_layouts("compare", &self.layout, &rhs.layout)?;
+        let s = self
+            .device
+            .cmp(op, &self.storage(), &la, &rhs.storage(), &lb)?;
+        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+    }
+
+    /// Replaces the elements where `mask` is true by `value`, like
+    /// `x.masked_fill(mask, value)`. The mask broadcasts to `self`'s shape.
+    ///
+    /// # Panics
+    /// If a `Dyn` size of the mask does not broadcast (see [`Tensor::try_masked_fill`]).
+    pub fn masked_fill<Sm: Shape>(&self, mask: &Tensor<Sm, bool, D>, value: f64) -> Self
+    where
+        Sm: ExpandTo<S>,
+    {
+        ok(self.try_masked_fill(mask, value))
+    }
+
+    /// Fallible [`Tensor::masked_fill`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the mask does not broadcast to `self`.
+    pub fn try_masked_fill<Sm: Shape>(&self, mask: &Tensor<Sm, bool, D>, value: f64) -> Result<Self>
+    where
+        Sm: ExpandTo<S>,
+    {
+        self.same_device("masked_fill", mask)?;
+        let dims = self.layout.dims;
+        let lm = expand_layout("masked_fill", &mask.layout, &dims)?;
+        let fill = self.device.full(1, E::from_f64(value))?;
+        let lf = Layout::contiguous(&[]).broadcast_to(&dims);
+        let s = self.device.where_cond(
+            &mask.storage(),
+            &lm,
+            &fill,
+            &lf,
+            &self.storage(),
+            &self.layout,
+        )?;
+        Ok(Self::from_storage(s, &dims, self.device.clone()))
+    }
+}
+
+/// Elementwise selection, like `torch.where(cond, a, b)`: `a` where `cond`
+/// holds, else `b`. `a` and `b` broadcast together and `cond` broadcasts to
+/// their shape.
+///
+/// # Panics
+/// If `Dyn` sizes do not broadcast (see [`try_where_cond`]).
+pub fn where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: CmpKernel<E>>(
+    cond: &Tensor<Sc, bool, D>,
+    a: &Tensor<Sa, E, D>,
+    b: &Tensor<Sb, E, D>,
+) -> Tensor<<Sa as BroadcastShape<Sb>>::Output, E, D>
+where
+    Sa: BroadcastShape<Sb>,
+    Sc: ExpandTo<<Sa as BroadcastShape<Sb>>::Output>,
+{
+    ok(try_where_cond(cond, a, b))
+}
+
+/// Fallible [`where_cond`].
+///
+/// # Errors
+/// A [`crate::ShapeError`] when sizes do not broadcast.
+pub fn try_where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: CmpKernel<E>>(
+    cond: &Tensor<Sc, bool, D>,
+    a: &Tensor<Sa, E, D>,
+    b: &Tensor<Sb, E, D>,
+) -> Result<Tensor<<Sa as BroadcastShape<Sb>>::Output, E, D>>
+where
+    Sa: BroadcastShape<Sb>,
+    Sc: ExpandTo<<Sa as BroadcastShape<Sb>>::Output>,
+{
+    a.same_device("where", b)?;
+    a.same_device("where", cond)?;
+    let (out, la, lb) = broadcast_layouts("where", &a.layout, &b.layout)?;
+    let lc = expand_layout("where", &cond.layout, &out)?;
+    let s = a
+        .device
+        .where_cond(&cond.storage(), &lc, &a.storage(), &la, &b.storage(), &lb)?;
+    Ok(Tensor::from_storage(s, &out, a.device.clone()))
+}

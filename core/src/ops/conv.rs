@@ -1,0 +1,209 @@
+//! Convolutions (`conv1d`, `conv2d`) with stride, padding, dilation and groups,
+//! as kernels the nn layers wrap. The output's spatial sizes depend on runtime
+//! options here, so they are `Dyn`; typed layers pin them.
+
+use crate::device::Backend;
+use crate::dtype::Float;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::ops::binary::BinaryKernel;
+use crate::shape::{Dim, Dyn, Shape};
+use crate::tensor::{ok, Tensor};
+
+/// Options of a 2-d convolution, in PyTorch's order and defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dParams {
+    /// Step between windows, `[h, w]`.
+    pub stride: [usize; 2],
+    /// Zero padding on each side, `[h, w]`.
+    pub padding: [usize; 2],
+    /// Spacing of the kernel taps, `[h, w]`.
+    pub dilation: [usize; 2],
+    /// Channel groups (input and output channels must divide by it).
+    pub groups: usize,
+}
+
+impl Default for Conv2dParams {
+    fn default() -> Self {
+        Conv2dParams {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Output size of one spatial dim: `(in + 2p - d(k - 1) - 1) / s + 1`, or
+/// `None` when the window does not fit.
+pub fn conv_out_size(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> Option<usize> {
+    let span = dilation * (kernel.checked_sub(1)?) + 1;
+    let padded = input + 2 * padding;
+    (stride > 0 && padded >= span).then(|| (padded - span) / stride + 1)
+}
+
+/// Backend support for convolution.
+pub trait ConvKernel<E: Float>: Backend {
+    /// `x` is `[n, c_in, h, w]`, `w` is `[c_out, c_in / groups, kh, kw]`; the
+    /// caller has validated sizes. The result is row-major `[n, c_out, oh, ow]`.
+    fn conv2d(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        w: &Self::Storage<E>,
+        lw: &Layout,
+        p: &Conv2dParams,
+    ) -> Result<Self::Storage<E>>;
+}
+
+fn check_conv(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<[usize; 4]> {
+    let op = "conv2d";
+    let g = p.groups;
+    if g == 0 || x[1] % g != 0 || w[0] % g != 0 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{} input and {} output channels do not divide into {g} groups",
+                x[1], w[0]
+            ),
+        ));
+    }
+    if w[1] * g != x[1] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "[_, {}, _, _] (weight expects {} channels per group)",
+                w[1] * g,
+                w[1]
+            ),
+            x,
+        ));
+    }
+    let oh = conv_out_size(x[2], w[2], p.stride[0], p.padding[0], p.dilation[0]);
+    let ow = conv_out_size(x[3], w[3], p.stride[1], p.padding[1], p.dilation[1]);
+    match (oh, ow) {
+        (Some(oh), Some(ow)) if p.dilation.iter().all(|&d| d > 0) => Ok([x[0], w[0], oh, ow]),
+        _ => Err(Error::invalid(
+            op,
+            format!(
+                "a {}x{} kernel does not fit a padded {}x{} input with {p:?}",
+                w[2], w[3], x[2], x[3]
+            ),
+        )),
+    }
+}
+
+impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: ConvKernel<E>> Tensor<(N, Ci, H, W), E, D> {
+    /// 2-d convolution of `[n, c_in, h, w]` by `[c_out, c_in / groups, kh, kw]`,
+    /// like `F.conv2d(x, weight, stride, padding, dilation, groups)`.
+    ///
+    /// # Errors
+    /// When channels do not match the weight or the groups, or the kernel does
+    /// not fit the padded input.
+    pub fn try_conv2d<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        p: Conv2dParams,
+    ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
+        self.same_device("conv2d", weight)?;
+        let out = check_conv(&self.layout.dims, &weight.layout.dims, &p)?;
+        let s = self.device.conv2d(
+            &self.storage(),
+            &self.layout,
+            &weight.storage(),
+            &weight.layout,
+            &p,
+        )?;
+        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+    }
+
+    /// [`Tensor::try_conv2d`] that panics on bad sizes.
+    pub fn conv2d<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        p: Conv2dParams,
+    ) -> Tensor<(N, Co, Dyn, Dyn), E, D> {
+        ok(self.try_conv2d(weight, p))
+    }
+}
+
+impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: ConvKernel<E>> Tensor<(N, Ci, L), E, D> {
+    /// 1-d convolution of `[n, c_in, l]` by `[c_out, c_in / groups, k]`, like
+    /// `F.conv1d`; computed as a 2-d convolution of height 1.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_conv2d`].
+    pub fn try_conv1d<Co: Dim, Cg: Dim, K: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, K), E, D>,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Result<Tensor<(N, Co, Dyn), E, D>> {
+        let x = self.unsqueeze::<2>();
+        let w = weight.unsqueeze::<2>();
+        let p = Conv2dParams {
+            stride: [1, stride],
+            padding: [0, padding],
+            dilation: [1, dilation],
+            groups,
+        };
+        let y = x.try_conv2d(&w, p)?;
+        let dims = y.layout.dims;
+        y.try_reshape_to((
+            N::from_size(dims[0]).expect("batch kept"),
+            Co::from_size(dims[1]).expect("channels kept"),
+            Dyn(dims[3]),
+        ))
+    }
+
+    /// [`Tensor::try_conv1d`] that panics on bad sizes.
+    pub fn conv1d<Co: Dim, Cg: Dim, K: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, K), E, D>,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Tensor<(N, Co, Dyn), E, D> {
+        ok(self.try_conv1d(weight, stride, padding, dilation, groups))
+    }
+}
+
+/// Adds a per-channel bias `[c]` to a `[n, c, ...]` tensor (axis 1).
+///
+/// # Panics
+/// If the bias length differs from the channel count.
+pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: BinaryKernel<E>>(
+    x: &Tensor<S, E, D>,
+    bias: &Tensor<(C,), E, D>,
+) -> Tensor<S, E, D> {
+    let mut dims = vec![1; S::RANK];
+    dims[1] = bias.numel();
+    let mut lb = Layout::contiguous(&dims);
+    lb.strides[1] = bias.layout.strides[0];
+    lb.offset = bias.layout.offset;
+    let lb = lb.broadcast_to(&x.layout.dims);
+    assert_eq!(
+        x.layout.dims[1],
+        bias.numel(),
+        "add_channel_bias: {} channels but {} biases",
+        x.layout.dims[1],
+        bias.numel()
+    );
+    let s = ok(x.device.binary(
+        crate::ops::binary::Add,
+        &x.storage(),
+        &x.layout,
+        &bias.storage(),
+        &lb,
+    ));
+    Tensor::from_storage(s, &x.layout.dims, x.device.clone())
+}

@@ -1,0 +1,262 @@
+//! Indexing with `i64` index tensors: `index_select`, `gather`, `scatter_add`,
+//! `embedding` (a lookup of rows) and `one_hot`. Indices are checked against
+//! the indexed size; an out-of-range index is an error, never a wild read.
+
+use crate::device::Backend;
+use crate::dtype::{Dtype, Float};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::shape::{AppendDim, Dim, Dyn, HasAxis, Shape, C};
+use crate::tensor::{ok, Tensor};
+
+/// Backend support for index ops.
+pub trait IndexKernel<E: Float>: Backend {
+    /// Picks entries of `axis` by a rank-1 index; the result is row-major with
+    /// that axis resized to the number of indices.
+    fn index_select(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        axis: usize,
+        idx: &Self::Storage<i64>,
+        li: &Layout,
+    ) -> Result<Self::Storage<E>>;
+    /// `out[i][j][k] = x[idx[i][j][k]][j][k]` (for axis 0); the result has the
+    /// index's sizes, which must not exceed `x`'s on the other axes.
+    fn gather(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        axis: usize,
+        idx: &Self::Storage<i64>,
+        li: &Layout,
+    ) -> Result<Self::Storage<E>>;
+    /// A copy of `x` with `out[idx[i][j]][j] += src[i][j]` (for axis 0); `idx`
+    /// and `src` have the same sizes.
+    fn scatter_add(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        axis: usize,
+        idx: &Self::Storage<i64>,
+        li: &Layout,
+        src: &Self::Storage<E>,
+        ls: &Layout,
+    ) -> Result<Self::Storage<E>>;
+}
+
+impl<S: Shape, E: Float, D: IndexKernel<E>> Tensor<S, E, D> {
+    /// Selects entries along `AX` by index, like `x.index_select(ax, idx)`.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an index outside the axis.
+    pub fn try_index_select<const AX: usize, L: Dim>(
+        &self,
+        idx: &Tensor<(L,), i64, D>,
+    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        self.same_device("index_select", idx)?;
+        let s = self.device.index_select(
+            &self.storage(),
+            &self.layout,
+            AX,
+            &idx.storage(),
+            &idx.layout,
+        )?;
+        let mut dims = self.layout.dims;
+        dims[AX] = idx.numel();
+        Ok(Tensor::from_storage(s, &dims, self.device.clone()))
+    }
+
+    /// [`Tensor::try_index_select`] that panics on a bad index.
+    pub fn index_select<const AX: usize, L: Dim>(
+        &self,
+        idx: &Tensor<(L,), i64, D>,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>
+    where
+        S: HasAxis<AX>,
+    {
+        ok(self.try_index_select::<AX, L>(idx))
+    }
+
+    /// Gathers along `AX`, like `torch.gather(x, ax, idx)`; the result has the
+    /// index's shape.
+    ///
+    /// # Errors
+    /// An out-of-range index, or an index larger than `x` on another axis.
+    pub fn try_gather<const AX: usize, Si: Shape>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+    ) -> Result<Tensor<Si, E, D>>
+    where
+        S: HasAxis<AX>,
+        Si: HasAxis<AX>,
+    {
+        self.same_device("gather", idx)?;
+        if Si::RANK != S::RANK
+            || (0..S::RANK).any(|i| i != AX && idx.layout.dims[i] > self.layout.dims[i])
+        {
+            return Err(Error::shape(
+                "gather",
+                format!(
+                    "an index no larger than {} outside axis {AX}",
+                    crate::error::fmt_dims(&self.layout.dims)
+                ),
+                &idx.layout.dims,
+            ));
+        }
+        let s = self.device.gather(
+            &self.storage(),
+            &self.layout,
+            AX,
+            &idx.storage(),
+            &idx.layout,
+        )?;
+        Ok(Tensor::from_storage(
+            s,
+            &idx.layout.dims,
+            self.device.clone(),
+        ))
+    }
+
+    /// [`Tensor::try_gather`] that panics on a bad index.
+    pub fn gather<const AX: usize, Si: Shape>(&self, idx: &Tensor<Si, i64, D>) -> Tensor<Si, E, D>
+    where
+        S: HasAxis<AX>,
+        Si: HasAxis<AX>,
+    {
+        ok(self.try_gather::<AX, Si>(idx))
+    }
+
+    /// Adds `src` into a copy of `self` at the positions `idx` names along `AX`,
+    /// like `x.scatter_add(ax, idx, src)`.
+    ///
+    /// # Errors
+    /// An out-of-range index, or `idx` and `src` of different sizes.
+    pub fn try_scatter_add<const AX: usize, Si: Shape>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+        src: &Tensor<Si, E, D>,
+    ) -> Result<Self>
+    where
+        S: HasAxis<AX>,
+        Si: HasAxis<AX>,
+    {
+        self.same_device("scatter_add", idx)?;
+        if idx.layout.dims != src.layout.dims {
+            return Err(Error::shape(
+                "scatter_add",
+                crate::error::fmt_dims(&idx.layout.dims),
+                &src.layout.dims,
+            ));
+        }
+        if (0..S::RANK).any(|i| i != AX && idx.layout.dims[i] > self.layout.dims[i]) {
+            return Err(Error::shape(
+                "scatter_add",
+                format!(
+                    "an index no larger than {} outside axis {AX}",
+                    crate::error::fmt_dims(&self.layout.dims)
+                ),
+                &idx.layout.dims,
+            ));
+        }
+        let s = self.device.scatter_add(
+            &self.storage(),
+            &self.layout,
+            AX,
+            &idx.storage(),
+            &idx.layout,
+            &src.storage(),
+            &src.layout,
+        )?;
+        Ok(Self::from_storage(
+            s,
+            &self.layout.dims,
+            self.device.clone(),
+        ))
+    }
+
+    /// [`Tensor::try_scatter_add`] that panics on a bad index.
+    pub fn scatter_add<const AX: usize, Si: Shape>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+        src: &Tensor<Si, E, D>,
+    ) -> Self
+    where
+        S: HasAxis<AX>,
+        Si: HasAxis<AX>,
+    {
+        ok(self.try_scatter_add::<AX, Si>(idx, src))
+    }
+}
+
+impl<V: Dim, Dm: Dim, E: Float, D: IndexKernel<E>> Tensor<(V, Dm), E, D> {
+    /// Looks up rows of this `[vocab, dim]` table for every index, like
+    /// `F.embedding(idx, weight)`: the result has the index's shape plus `dim`.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an index outside the vocabulary.
+    pub fn try_embedding<Si: AppendDim>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+    ) -> Result<Tensor<<Si as AppendDim>::Appended<Dm>, E, D>> {
+        let flat = idx.flatten_all();
+        let rows = self.try_index_select::<0, Dyn>(&flat)?;
+        let mut dims = idx.layout.dims.to_vec();
+        dims.push(self.layout.dims[1]);
+        let shape = <Si as AppendDim>::Appended::<Dm>::from_dims(&dims)
+            .expect("the dims were built from the index and the table");
+        rows.try_reshape_to(shape)
+    }
+
+    /// [`Tensor::try_embedding`] that panics on a bad index.
+    pub fn embedding<Si: AppendDim>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+    ) -> Tensor<<Si as AppendDim>::Appended<Dm>, E, D> {
+        ok(self.try_embedding(idx))
+    }
+}
+
+impl<S: Shape, D: Backend> Tensor<S, i64, D> {
+    /// One-hot encodes class indices into `N` classes, like
+    /// `F.one_hot(idx, N)`, as a float tensor with a new last axis.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an index outside `0..N`.
+    pub fn try_one_hot<const N: usize, F: Dtype>(
+        &self,
+    ) -> Result<Tensor<<S as AppendDim>::Appended<C<N>>, F, D>>
+    where
+        S: AppendDim,
+    {
+        let idx = self.try_to_vec()?;
+        let mut data = vec![F::from_f64(0.0); idx.len() * N];
+        for (row, &i) in idx.iter().enumerate() {
+            if i < 0 || i as usize >= N {
+                return Err(Error::IndexOutOfRange {
+                    op: "one_hot",
+                    index: i,
+                    size: N,
+                });
+            }
+            data[row * N + i as usize] = F::from_f64(1.0);
+        }
+        let mut dims = self.layout.dims.to_vec();
+        dims.push(N);
+        let s = self.device.from_vec(data)?;
+        Ok(Tensor::from_storage(s, &dims, self.device.clone()))
+    }
+
+    /// [`Tensor::try_one_hot`] that panics on a bad index.
+    pub fn one_hot<const N: usize, F: Dtype>(
+        &self,
+    ) -> Tensor<<S as AppendDim>::Appended<C<N>>, F, D>
+    where
+        S: AppendDim,
+    {
+        ok(self.try_one_hot::<N, F>())
+    }
+}

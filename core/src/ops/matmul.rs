@@ -1,0 +1,112 @@
+//! Matrix products with PyTorch's `matmul` rules: a vector operand is promoted
+//! to a matrix and the added dim removed afterwards; batch dims broadcast. The
+//! inner dimensions are checked at compile time when static ([`MatmulShape`]).
+
+use crate::device::Backend;
+use crate::dtype::Float;
+use crate::error::{fmt_dims, Error, Result};
+use crate::layout::{broadcast_dims, Layout};
+use crate::shape::{MatmulShape, Shape};
+use crate::tensor::{ok, Tensor};
+
+/// Backend support for (batched) matrix products.
+pub trait MatmulKernel<E: Float>: Backend {
+    /// `a` is `[batch.., m, k]` and `b` is `[batch.., k, n]` with the same batch
+    /// sizes (broadcast batch dims have stride 0); any strides are allowed. The
+    /// result is row-major `[batch.., m, n]`.
+    fn matmul(
+        &self,
+        a: &Self::Storage<E>,
+        la: &Layout,
+        b: &Self::Storage<E>,
+        lb: &Layout,
+    ) -> Result<Self::Storage<E>>;
+}
+
+impl<S: Shape, E: Float, D: MatmulKernel<E>> Tensor<S, E, D> {
+    /// Matrix product, like `a @ b`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let a = Tensor::<(C<2>, C<3>)>::ones();
+    /// let b = Tensor::<(C<3>, C<4>)>::ones();
+    /// let c: Tensor<(C<2>, C<4>)> = a.matmul(&b);
+    /// assert_eq!(c.to_vec(), vec![3.0; 8]);
+    /// ```
+    ///
+    /// # Panics
+    /// If `Dyn` sizes disagree at run time (see [`Tensor::try_matmul`]).
+    pub fn matmul<S2: Shape>(
+        &self,
+        rhs: &Tensor<S2, E, D>,
+    ) -> Tensor<<S as MatmulShape<S2>>::Output, E, D>
+    where
+        S: MatmulShape<S2>,
+    {
+        ok(self.try_matmul(rhs))
+    }
+
+    /// Fallible [`Tensor::matmul`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the inner sizes or the batch sizes disagree.
+    pub fn try_matmul<S2: Shape>(
+        &self,
+        rhs: &Tensor<S2, E, D>,
+    ) -> Result<Tensor<<S as MatmulShape<S2>>::Output, E, D>>
+    where
+        S: MatmulShape<S2>,
+    {
+        self.same_device("matmul", rhs)?;
+        // Promote vectors: [k] -> [1, k] on the left, [k] -> [k, 1] on the right.
+        let la = if S::RANK == 1 {
+            self.layout.insert_axis(0)
+        } else {
+            self.layout
+        };
+        let lb = if S2::RANK == 1 {
+            rhs.layout.insert_axis(1)
+        } else {
+            rhs.layout
+        };
+        let (ra, rb) = (la.rank(), lb.rank());
+        let (m, k) = (la.dims[ra - 2], la.dims[ra - 1]);
+        let (k2, n) = (lb.dims[rb - 2], lb.dims[rb - 1]);
+        if k != k2 {
+            return Err(Error::shape(
+                "matmul",
+                format!(
+                    "[.., {k}, _] (the left operand is {})",
+                    fmt_dims(&self.layout.dims)
+                ),
+                &rhs.layout.dims,
+            ));
+        }
+        let batch = broadcast_dims(&la.dims[..ra - 2], &lb.dims[..rb - 2]).ok_or_else(|| {
+            Error::shape(
+                "matmul",
+                format!(
+                    "batch dims that broadcast with {}",
+                    fmt_dims(&la.dims[..ra - 2])
+                ),
+                &lb.dims[..rb - 2],
+            )
+        })?;
+        let full =
+            |extra: [usize; 2]| -> Vec<usize> { batch.iter().copied().chain(extra).collect() };
+        let la = la.broadcast_to(&full([m, k]));
+        let lb = lb.broadcast_to(&full([k, n]));
+        let s = self
+            .device
+            .matmul(&self.storage(), &la, &rhs.storage(), &lb)?;
+        let mut out = full([m, n]);
+        // Drop the promoted dims again.
+        if S2::RANK == 1 {
+            out.pop();
+        }
+        if S::RANK == 1 {
+            out.remove(out.len() - if S2::RANK == 1 { 1 } else { 2 });
+        }
+        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+    }
+}

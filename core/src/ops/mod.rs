@@ -1,0 +1,15 @@
+//! Op definitions. Each op (or table of elementwise ops) owns a module here
+//! with its shape rule (as bounds from [`crate::shape`]), its kernel trait, its
+//! public methods and docs; backends implement the kernel traits in their own
+//! `ops/` folders. See `README.md` in this folder for how to add an op.
+
+pub mod binary;
+pub mod cat;
+pub mod cmp;
+pub mod conv;
+pub mod index;
+pub mod matmul;
+pub mod pool;
+pub mod reduce;
+pub mod softmax;
+pub mod unary;

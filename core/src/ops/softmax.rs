@@ -1,0 +1,52 @@
+//! Softmax and log-softmax along a typed axis, stable on extreme inputs (the
+//! maximum is subtracted first; an all `-inf` row gives NaN, as in PyTorch).
+
+use crate::device::Backend;
+use crate::dtype::Float;
+use crate::error::Result;
+use crate::layout::Layout;
+use crate::shape::{HasAxis, Shape};
+use crate::tensor::{ok, Tensor};
+
+/// Backend support for softmax.
+pub trait SoftmaxKernel<E: Float>: Backend {
+    /// Softmax (or log-softmax when `log`) along `axis`; the result is row-major.
+    fn softmax(
+        &self,
+        x: &Self::Storage<E>,
+        layout: &Layout,
+        axis: usize,
+        log: bool,
+    ) -> Result<Self::Storage<E>>;
+}
+
+impl<S: Shape, E: Float, D: SoftmaxKernel<E>> Tensor<S, E, D> {
+    fn softmax_impl(&self, axis: usize, log: bool) -> Self {
+        let s = ok(self
+            .device
+            .softmax(&self.storage(), &self.layout, axis, log));
+        Self::from_storage(s, &self.layout.dims, self.device.clone())
+    }
+
+    /// Softmax along `AX`, like `x.softmax(ax)`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<1>, C<3>)>::from_vec(vec![1000., 1000., f32::NEG_INFINITY], (C, C)).unwrap();
+    /// assert_eq!(x.softmax::<1>().to_vec(), vec![0.5, 0.5, 0.0]);
+    /// ```
+    pub fn softmax<const AX: usize>(&self) -> Self
+    where
+        S: HasAxis<AX>,
+    {
+        self.softmax_impl(AX, false)
+    }
+
+    /// Log-softmax along `AX`, like `x.log_softmax(ax)`.
+    pub fn log_softmax<const AX: usize>(&self) -> Self
+    where
+        S: HasAxis<AX>,
+    {
+        self.softmax_impl(AX, true)
+    }
+}

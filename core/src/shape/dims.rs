@@ -1,0 +1,198 @@
+//! The three kinds of dimension: static [`C`], runtime [`Dyn`], and the
+//! broadcasting size-1 [`One`].
+
+use std::fmt;
+
+/// One dimension of a shape.
+pub trait Dim: Copy + Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
+    /// `Some(n)` when the size is known to the compiler.
+    const STATIC: Option<usize>;
+    /// The size.
+    fn size(&self) -> usize;
+    /// Builds the dim from a runtime size; `None` when a static size disagrees.
+    fn from_size(n: usize) -> Option<Self>;
+}
+
+/// A dim whose size is a compile-time constant.
+pub trait ConstDim: Dim {
+    /// The size.
+    const SIZE: usize;
+    /// The dim's value.
+    const VALUE: Self;
+}
+
+/// A static dimension of size `N`: `Tensor<(C<2>, C<3>)>` is a 2x3 tensor.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct C<const N: usize>;
+
+impl<const N: usize> fmt::Debug for C<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{N}")
+    }
+}
+
+impl<const N: usize> Dim for C<N> {
+    const STATIC: Option<usize> = Some(N);
+    #[inline]
+    fn size(&self) -> usize {
+        N
+    }
+    #[inline]
+    fn from_size(n: usize) -> Option<Self> {
+        (n == N).then_some(C)
+    }
+}
+
+impl<const N: usize> ConstDim for C<N> {
+    const SIZE: usize = N;
+    const VALUE: Self = C;
+}
+
+/// A dimension whose size is known only at run time (batch, sequence length).
+/// Operations check it when they run and report a [`crate::ShapeError`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Dyn(pub usize);
+
+impl fmt::Debug for Dyn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Dyn({})", self.0)
+    }
+}
+
+impl Dim for Dyn {
+    const STATIC: Option<usize> = None;
+    #[inline]
+    fn size(&self) -> usize {
+        self.0
+    }
+    #[inline]
+    fn from_size(n: usize) -> Option<Self> {
+        Some(Dyn(n))
+    }
+}
+
+/// A static size-1 dimension that stretches to any size under broadcasting,
+/// like PyTorch's size-1 dims. `sum_keepdim` and `unsqueeze` produce it.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct One;
+
+impl fmt::Debug for One {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("1")
+    }
+}
+
+impl Dim for One {
+    const STATIC: Option<usize> = Some(1);
+    #[inline]
+    fn size(&self) -> usize {
+        1
+    }
+    #[inline]
+    fn from_size(n: usize) -> Option<Self> {
+        (n == 1).then_some(One)
+    }
+}
+
+impl ConstDim for One {
+    const SIZE: usize = 1;
+    const VALUE: Self = One;
+}
+
+/// Two dims that must be equal, checked by the compiler when both are static
+/// and at run time when one is [`Dyn`]. Used where an op needs equal sizes
+/// without broadcasting (the inner dimension of matmul, concat's other axes).
+#[diagnostic::on_unimplemented(
+    message = "dimension mismatch: size {Self} is not size {Rhs}",
+    label = "these sizes must be equal"
+)]
+pub trait SameDim<Rhs: Dim>: Dim {}
+impl<const N: usize> SameDim<C<N>> for C<N> {}
+impl<const N: usize> SameDim<Dyn> for C<N> {}
+impl<const N: usize> SameDim<C<N>> for Dyn {}
+impl SameDim<Dyn> for Dyn {}
+impl SameDim<One> for One {}
+impl SameDim<Dyn> for One {}
+impl SameDim<One> for Dyn {}
+
+/// The inner dimensions of a matrix product: the left operand's columns and the
+/// right operand's rows must agree.
+#[diagnostic::on_unimplemented(
+    message = "matmul: the left operand has {Self} columns but the right operand has {Rhs} rows",
+    label = "inner dimensions of this matmul differ: {Self} vs {Rhs}",
+    note = "for `a.matmul(&b)`, the last dim of `a` must equal the second-to-last dim of `b`"
+)]
+pub trait MatmulDim<Rhs: Dim>: Dim {}
+impl<const N: usize> MatmulDim<C<N>> for C<N> {}
+impl<const N: usize> MatmulDim<Dyn> for C<N> {}
+impl<const N: usize> MatmulDim<C<N>> for Dyn {}
+impl MatmulDim<Dyn> for Dyn {}
+impl MatmulDim<One> for One {}
+impl MatmulDim<Dyn> for One {}
+impl MatmulDim<One> for Dyn {}
+
+/// Broadcasting of one pair of dims (elementwise ops): equal sizes, or a
+/// [`One`] that stretches, or a [`Dyn`] checked at run time.
+#[diagnostic::on_unimplemented(
+    message = "shapes cannot be broadcast together: size {Self} does not match size {Rhs}",
+    label = "size {Self} vs size {Rhs}: these shapes do not broadcast",
+    note = "broadcasting aligns shapes from the last dim; each pair must be equal, or one of them `One` (a size-1 dim from `unsqueeze` or `*_keepdim`), or `Dyn`"
+)]
+pub trait BroadcastDim<Rhs: Dim>: Dim {
+    /// The broadcast result.
+    type Out: Dim;
+}
+impl<const N: usize> BroadcastDim<C<N>> for C<N> {
+    type Out = C<N>;
+}
+impl<const N: usize> BroadcastDim<One> for C<N> {
+    type Out = C<N>;
+}
+impl<const N: usize> BroadcastDim<C<N>> for One {
+    type Out = C<N>;
+}
+impl<const N: usize> BroadcastDim<Dyn> for C<N> {
+    type Out = C<N>;
+}
+impl<const N: usize> BroadcastDim<C<N>> for Dyn {
+    type Out = C<N>;
+}
+impl BroadcastDim<One> for One {
+    type Out = One;
+}
+impl BroadcastDim<Dyn> for One {
+    type Out = Dyn;
+}
+impl BroadcastDim<One> for Dyn {
+    type Out = Dyn;
+}
+impl BroadcastDim<Dyn> for Dyn {
+    type Out = Dyn;
+}
+
+/// Expanding a dim to a target size (`expand`, `broadcast_to`): equal, from
+/// [`One`], or involving [`Dyn`] (checked at run time).
+#[diagnostic::on_unimplemented(
+    message = "cannot expand size {Self} to size {Target}",
+    label = "only a `One` (size-1) dim stretches; size {Self} cannot become {Target}"
+)]
+pub trait ExpandDim<Target: Dim>: Dim {}
+impl<const N: usize> ExpandDim<C<N>> for C<N> {}
+impl<const N: usize> ExpandDim<C<N>> for One {}
+impl<const N: usize> ExpandDim<C<N>> for Dyn {}
+impl<const N: usize> ExpandDim<Dyn> for C<N> {}
+impl ExpandDim<One> for One {}
+impl ExpandDim<Dyn> for One {}
+impl ExpandDim<Dyn> for Dyn {}
+impl ExpandDim<One> for Dyn {}
+
+/// A dim that may be removed by `squeeze`: size 1 ([`One`], `C<1>`), or [`Dyn`]
+/// (checked at run time).
+#[diagnostic::on_unimplemented(
+    message = "squeeze: size {Self} is not 1",
+    label = "only a size-1 dim can be squeezed"
+)]
+pub trait SizeOne: Dim {}
+impl SizeOne for One {}
+impl SizeOne for C<1> {}
+impl SizeOne for Dyn {}

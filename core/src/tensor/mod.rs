@@ -1,0 +1,209 @@
+//! The [`Tensor`] type: a typed view ([`Shape`], [`Dtype`], [`Backend`]) over a
+//! reference-counted storage.
+
+mod convert;
+mod create;
+mod fmt;
+mod view;
+
+use crate::device::Backend;
+use crate::dtype::{DType, Dtype};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::shape::{Dims, Shape};
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// An n-dimensional array whose shape `S`, element type `E` and device `D` are
+/// part of its type.
+///
+/// Cloning is cheap: clones and views (transpose, narrow, expand, ...) share the
+/// storage. The facade crate `forma` re-exports it with defaults, so a plain
+/// `Tensor<(Dyn, C<10>)>` is f32 on the CPU.
+pub struct Tensor<S: Shape, E: Dtype, D: Backend> {
+    pub(crate) storage: Arc<RwLock<D::Storage<E>>>,
+    pub(crate) layout: Layout,
+    pub(crate) device: D,
+    pub(crate) _shape: PhantomData<S>,
+}
+
+impl<S: Shape, E: Dtype, D: Backend> Clone for Tensor<S, E, D> {
+    fn clone(&self) -> Self {
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            layout: self.layout,
+            device: self.device.clone(),
+            _shape: PhantomData,
+        }
+    }
+}
+
+/// Unwraps a result whose error the types could not rule out (a `Dyn` size
+/// mismatch, a backend failure): the plain form of a `try_` op.
+#[track_caller]
+pub(crate) fn ok<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
+    /// Wraps a new storage with a row-major layout of `dims`.
+    pub(crate) fn from_storage(storage: D::Storage<E>, dims: &[usize], device: D) -> Self {
+        debug_assert_eq!(dims.len(), S::RANK);
+        Tensor {
+            storage: Arc::new(RwLock::new(storage)),
+            layout: Layout::contiguous(dims),
+            device,
+            _shape: PhantomData,
+        }
+    }
+
+    /// A new view over the same storage, possibly of another shape type.
+    pub(crate) fn view_as<S2: Shape>(&self, layout: Layout) -> Tensor<S2, E, D> {
+        debug_assert_eq!(layout.rank(), S2::RANK);
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            layout,
+            device: self.device.clone(),
+            _shape: PhantomData,
+        }
+    }
+
+    /// Read access to the storage (for kernels).
+    pub fn storage(&self) -> RwLockReadGuard<'_, D::Storage<E>> {
+        self.storage.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write access to the storage (for in-place updates).
+    pub fn storage_mut(&self) -> RwLockWriteGuard<'_, D::Storage<E>> {
+        self.storage.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The typed shape (static dims and the runtime sizes of `Dyn` dims).
+    pub fn shape(&self) -> S {
+        S::from_dims(&self.layout.dims).expect("a tensor's layout always fits its shape type")
+    }
+
+    /// The sizes, like `tensor.shape` in PyTorch.
+    pub fn dims(&self) -> Dims {
+        self.layout.dims
+    }
+
+    /// The size of one axis.
+    ///
+    /// # Panics
+    /// If `axis >= rank`.
+    pub fn size(&self, axis: usize) -> usize {
+        self.layout.dims[axis]
+    }
+
+    /// The strided view the kernels see.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        S::RANK
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    /// The runtime dtype tag.
+    pub fn dtype(&self) -> DType {
+        E::DTYPE
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// Whether the view is row-major and dense.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// Whether two tensors share a storage (one is a view of the other).
+    pub fn shares_storage<S2: Shape>(&self, other: &Tensor<S2, E, D>) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// The elements in row-major order, on the host.
+    pub fn to_vec(&self) -> Vec<E> {
+        ok(self.try_to_vec())
+    }
+
+    /// Fallible [`Tensor::to_vec`] (a device copy can fail).
+    pub fn try_to_vec(&self) -> Result<Vec<E>> {
+        self.device.to_vec(&self.storage(), &self.layout)
+    }
+
+    /// The single value of a one-element tensor, like `tensor.item()`.
+    ///
+    /// # Panics
+    /// If the tensor does not hold exactly one element.
+    pub fn item(&self) -> E {
+        let v = self.to_vec();
+        assert_eq!(
+            v.len(),
+            1,
+            "item: the tensor has {} elements, not 1",
+            v.len()
+        );
+        v[0]
+    }
+
+    /// A row-major tensor with the same values: the same storage when already
+    /// contiguous, else a copy.
+    pub fn contiguous(&self) -> Self {
+        if self.is_contiguous() {
+            return self.clone();
+        }
+        let s = ok(self.device.contiguous(&self.storage(), &self.layout));
+        Self::from_storage(s, &self.layout.dims, self.device.clone())
+    }
+
+    /// Converts to another dtype (a copy), like `tensor.to(dtype)`.
+    pub fn to_dtype<F: Dtype>(&self) -> Tensor<S, F, D> {
+        let s = ok(self.device.cast::<E, F>(&self.storage(), &self.layout));
+        Tensor::from_storage(s, &self.layout.dims, self.device.clone())
+    }
+
+    /// Copies to another device (or another instance of the same backend).
+    pub fn to_device<D2: Backend>(&self, device: &D2) -> Tensor<S, E, D2> {
+        ok(self.try_to_device(device))
+    }
+
+    /// Fallible [`Tensor::to_device`].
+    pub fn try_to_device<D2: Backend>(&self, device: &D2) -> Result<Tensor<S, E, D2>> {
+        let host = self.try_to_vec()?;
+        let s = device.from_vec(host)?;
+        Ok(Tensor::from_storage(s, &self.layout.dims, device.clone()))
+    }
+
+    /// Checks that another operand lives on the same device.
+    pub(crate) fn same_device<S2: Shape, E2: Dtype>(
+        &self,
+        op: &'static str,
+        other: &Tensor<S2, E2, D>,
+    ) -> Result<()> {
+        if self.device == other.device {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                op,
+                format!(
+                    "operands are on different devices: {} and {}",
+                    self.device.name(),
+                    other.device.name()
+                ),
+            ))
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! Views: ops that only change the layout and share the storage (transpose,
+//! permute, narrow, slice, expand, unsqueeze, squeeze, split, chunk), and the
+//! reshapes that share it when the data is contiguous.
+
+use super::{ok, Tensor};
+use crate::device::Backend;
+use crate::dtype::Dtype;
+use crate::error::{fmt_dims, Error, Result};
+use crate::layout::Layout;
+use crate::shape::check::assert_same_numel;
+use crate::shape::{
+    Dim, Dyn, ExpandTo, HasAxis, InsertAxis, One, PermuteShape, Shape, SizeOne, SwapAxes,
+};
+
+impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
+    /// Swaps axes `A` and `B` (a view), like `tensor.transpose(a, b)`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<2>, C<3>)>::zeros();
+    /// let y: Tensor<(C<3>, C<2>)> = x.transpose::<0, 1>();
+    /// assert!(y.shares_storage(&x));
+    /// ```
+    pub fn transpose<const A: usize, const B: usize>(
+        &self,
+    ) -> Tensor<<S as SwapAxes<A, B>>::Swapped, E, D>
+    where
+        S: SwapAxes<A, B>,
+    {
+        self.view_as(self.layout.swap(A, B))
+    }
+
+    /// Reorders the axes (a view): `x.permute::<(Ax<2>, Ax<0>, Ax<1>)>()`.
+    pub fn permute<P>(&self) -> Tensor<<S as PermuteShape<P>>::Permuted, E, D>
+    where
+        S: PermuteShape<P>,
+    {
+        self.view_as(self.layout.permute(S::PERM))
+    }
+
+    /// Inserts a size-1 axis at `AX` (a view), like `tensor.unsqueeze(ax)`.
+    /// The new dim is [`One`], which broadcasts.
+    pub fn unsqueeze<const AX: usize>(&self) -> Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>
+    where
+        S: InsertAxis<AX>,
+    {
+        self.view_as(self.layout.insert_axis(AX))
+    }
+
+    /// Removes the size-1 axis `AX` (a view), like `tensor.squeeze(ax)`.
+    ///
+    /// # Panics
+    /// If the axis is a `Dyn` whose size is not 1; see [`Tensor::try_squeeze`].
+    pub fn squeeze<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    where
+        S: HasAxis<AX>,
+        <S as HasAxis<AX>>::At: SizeOne,
+    {
+        ok(self.try_squeeze::<AX>())
+    }
+
+    /// Fallible [`Tensor::squeeze`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the axis does not have size 1.
+    pub fn try_squeeze<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
+    where
+        S: HasAxis<AX>,
+        <S as HasAxis<AX>>::At: SizeOne,
+    {
+        if self.layout.dims[AX] != 1 {
+            return Err(Error::shape(
+                "squeeze",
+                format!("size 1 at axis {AX}"),
+                &self.layout.dims,
+            ));
+        }
+        Ok(self.view_as(self.layout.remove_axis(AX)))
+    }
+
+    /// Keeps `len` elements of axis `AX` from `start` (a view), like
+    /// `tensor.narrow(ax, start, len)`. The axis becomes [`Dyn`].
+    ///
+    /// # Panics
+    /// If the range does not fit; see [`Tensor::try_narrow`].
+    pub fn narrow<const AX: usize>(
+        &self,
+        start: usize,
+        len: usize,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    where
+        S: HasAxis<AX>,
+    {
+        ok(self.try_narrow::<AX>(start, len))
+    }
+
+    /// Fallible [`Tensor::narrow`].
+    ///
+    /// # Errors
+    /// When `start + len` exceeds the axis size.
+    pub fn try_narrow<const AX: usize>(
+        &self,
+        start: usize,
+        len: usize,
+    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        self.try_slice::<AX>(start, start + len, 1)
+    }
+
+    /// Keeps a static number `LEN` of elements of axis `AX` from `start` (a view).
+    ///
+    /// # Panics
+    /// If the range does not fit the axis.
+    pub fn narrow_static<const AX: usize, const LEN: usize>(
+        &self,
+        start: usize,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<crate::C<LEN>>, E, D>
+    where
+        S: HasAxis<AX>,
+    {
+        let v = ok(self.try_slice::<AX>(start, start + LEN, 1));
+        v.view_as(v.layout)
+    }
+
+    /// Elements `start, start + step, ...` below `end` of axis `AX` (a view),
+    /// like `tensor[..., start:end:step, ...]`.
+    ///
+    /// # Errors
+    /// When the range is out of bounds or `step` is zero.
+    pub fn try_slice<const AX: usize>(
+        &self,
+        start: usize,
+        end: usize,
+        step: usize,
+    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        let size = self.layout.dims[AX];
+        if step == 0 || start > end || end > size {
+            return Err(Error::invalid(
+                "slice",
+                format!("range {start}..{end} step {step} does not fit axis {AX} of size {size}"),
+            ));
+        }
+        let len = (end - start).div_ceil(step);
+        Ok(self.view_as(self.layout.slice_step(AX, start, len, step)))
+    }
+
+    /// [`Tensor::try_slice`] that panics on a bad range.
+    pub fn slice<const AX: usize>(
+        &self,
+        start: usize,
+        end: usize,
+        step: usize,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    where
+        S: HasAxis<AX>,
+    {
+        ok(self.try_slice::<AX>(start, end, step))
+    }
+
+    /// Splits axis `AX` into views of `size` elements (the last may be
+    /// shorter), like `tensor.split(size, ax)`.
+    ///
+    /// # Panics
+    /// If `size` is zero.
+    pub fn split<const AX: usize>(
+        &self,
+        size: usize,
+    ) -> Vec<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        assert!(size > 0, "split: the piece size must be positive");
+        let n = self.layout.dims[AX];
+        (0..n)
+            .step_by(size)
+            .map(|s| self.narrow::<AX>(s, size.min(n - s)))
+            .collect()
+    }
+
+    /// Splits axis `AX` into `chunks` views of near-equal size, like `tensor.chunk(chunks, ax)`.
+    ///
+    /// # Panics
+    /// If `chunks` is zero.
+    pub fn chunk<const AX: usize>(
+        &self,
+        chunks: usize,
+    ) -> Vec<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        assert!(chunks > 0, "chunk: the number of chunks must be positive");
+        let n = self.layout.dims[AX];
+        self.split::<AX>(n.div_ceil(chunks).max(1))
+    }
+
+    /// Broadcasts to `shape` (a view with stride 0 on stretched dims), like
+    /// `tensor.expand(shape)`.
+    ///
+    /// # Panics
+    /// If a `Dyn` size does not fit; see [`Tensor::try_expand`].
+    pub fn expand<S2: Shape>(&self, shape: S2) -> Tensor<S2, E, D>
+    where
+        S: ExpandTo<S2>,
+    {
+        ok(self.try_expand(shape))
+    }
+
+    /// Fallible [`Tensor::expand`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when a size is neither equal nor 1.
+    pub fn try_expand<S2: Shape>(&self, shape: S2) -> Result<Tensor<S2, E, D>>
+    where
+        S: ExpandTo<S2>,
+    {
+        let target = shape.dims();
+        let extra = target.len() - S::RANK;
+        for i in 0..S::RANK {
+            let d = self.layout.dims[i];
+            if d != target[extra + i] && d != 1 {
+                return Err(Error::shape("expand", fmt_dims(&target), &self.layout.dims));
+            }
+        }
+        Ok(self.view_as(self.layout.broadcast_to(&target)))
+    }
+
+    /// Broadcasts to the shape of `other`.
+    pub fn expand_as<S2: Shape, E2: Dtype>(&self, other: &Tensor<S2, E2, D>) -> Tensor<S2, E, D>
+    where
+        S: ExpandTo<S2>,
+    {
+        self.expand(other.shape())
+    }
+
+    /// Reinterprets the elements with a new shape, like `tensor.reshape`: a view
+    /// when the data is contiguous, else a copy. Element counts of static shapes
+    /// are checked at compile time; one `Dyn` dim in `S2` is inferred (like `-1`).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<2>, C<6>)>::zeros();
+    /// let y: Tensor<(C<3>, C<4>)> = x.reshape();
+    /// let z: Tensor<(Dyn, C<3>)> = x.reshape();
+    /// assert_eq!(z.dims().to_vec(), vec![4, 3]);
+    /// ```
+    ///
+    /// # Panics
+    /// If the counts disagree at run time; see [`Tensor::try_reshape`].
+    pub fn reshape<S2: Shape>(&self) -> Tensor<S2, E, D> {
+        const { assert_same_numel("reshape", S::STATIC_NUMEL, S2::STATIC_NUMEL) };
+        ok(self.try_reshape::<S2>())
+    }
+
+    /// Fallible [`Tensor::reshape`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the element count differs, or `S2` has more
+    /// than one `Dyn` dim (use [`Tensor::try_reshape_to`]).
+    pub fn try_reshape<S2: Shape>(&self) -> Result<Tensor<S2, E, D>> {
+        let statics = S2::static_dims();
+        let numel = self.numel();
+        let known: usize = statics.iter().flatten().product();
+        let dyns = statics.iter().filter(|d| d.is_none()).count();
+        let err = || Error::shape("reshape", S2::describe(), &self.layout.dims);
+        let dims: Vec<usize> = match dyns {
+            0 => statics.iter().map(|d| d.unwrap_or(0)).collect(),
+            1 if known > 0 && numel % known == 0 => {
+                statics.iter().map(|d| d.unwrap_or(numel / known)).collect()
+            }
+            _ => return Err(err()),
+        };
+        let shape = S2::from_dims(&dims).ok_or_else(err)?;
+        self.try_reshape_to(shape)
+    }
+
+    /// Reshapes to a runtime shape value (any number of `Dyn` dims).
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the element count differs.
+    pub fn try_reshape_to<S2: Shape>(&self, shape: S2) -> Result<Tensor<S2, E, D>> {
+        let dims = shape.dims();
+        if dims.numel() != self.numel() {
+            return Err(Error::shape("reshape", fmt_dims(&dims), &self.layout.dims));
+        }
+        match self.layout.reshape(&dims) {
+            Some(l) => Ok(self.view_as(l)),
+            None => {
+                let c = self.contiguous();
+                Ok(c.view_as(Layout {
+                    offset: c.layout.offset,
+                    ..Layout::contiguous(&dims)
+                }))
+            }
+        }
+    }
+
+    /// Flattens every axis after the first into one of size `O`, like
+    /// `torch.flatten(x, 1)`; the element count is checked at compile time when
+    /// the flattened axes are static.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(Dyn, C<16>, C<5>, C<5>)>::zeros_with((Dyn(2), C, C, C));
+    /// let y: Tensor<(Dyn, C<400>)> = x.flatten();
+    /// assert_eq!(y.dims().to_vec(), vec![2, 400]);
+    /// ```
+    ///
+    /// # Panics
+    /// If `O` disagrees with a `Dyn` size at run time.
+    pub fn flatten<O: Dim>(&self) -> Tensor<(<S as HasAxis<0>>::At, O), E, D>
+    where
+        S: HasAxis<0>,
+    {
+        const {
+            assert_same_numel(
+                "flatten",
+                <<S as HasAxis<0>>::Removed as Shape>::STATIC_NUMEL,
+                O::STATIC,
+            )
+        };
+        let first = self.layout.dims[0];
+        let rest = if first == 0 { 0 } else { self.numel() / first };
+        let shape = <(<S as HasAxis<0>>::At, O)>::from_dims(&[first, rest]);
+        ok(shape
+            .ok_or_else(|| {
+                Error::shape(
+                    "flatten",
+                    <(<S as HasAxis<0>>::At, O)>::describe(),
+                    &self.layout.dims,
+                )
+            })
+            .and_then(|s| self.try_reshape_to(s)))
+    }
+
+    /// All elements as a rank-1 tensor.
+    pub fn flatten_all(&self) -> Tensor<(Dyn,), E, D> {
+        ok(self.try_reshape_to((Dyn(self.numel()),)))
+    }
+}
+
+impl<A: Dim, B: Dim, E: Dtype, D: Backend> Tensor<(A, B), E, D> {
+    /// The transpose of a matrix (a view), like `tensor.t()`.
+    pub fn t(&self) -> Tensor<(B, A), E, D> {
+        self.transpose::<0, 1>()
+    }
+}

@@ -1,0 +1,46 @@
+//! # Forma
+//!
+//! Deep learning in Rust where a model is an annotated struct and shape
+//! mistakes are compile errors. This facade re-exports the workspace crates;
+//! most programs need only the [`prelude`].
+//!
+//! ```
+//! use forma::prelude::*;
+//!
+//! let x = Tensor::<(C<2>, C<3>)>::from_vec(vec![1., 2., 3., 4., 5., 6.], (C, C)).unwrap();
+//! let w = Tensor::<(C<3>, C<4>)>::ones();
+//! let y: Tensor<(C<2>, C<4>)> = x.matmul(&w).relu();
+//! assert_eq!(y.to_vec()[..4], [6.0, 6.0, 6.0, 6.0]);
+//! ```
+
+pub use forma_core as core;
+pub use forma_cpu as cpu;
+pub use forma_cuda as cuda;
+pub use forma_macros as macros;
+pub use forma_nn as nn;
+
+pub use forma_core::{
+    manual_seed, DType, Dim, Dtype, Dyn, Error, Float, Layout, One, Result, Rng, Shape, ShapeError,
+    C,
+};
+pub use forma_cpu::Cpu;
+
+/// A tensor of shape `S`, element type `E` (default f32) on device `D`
+/// (default the CPU). See [`forma_core::Tensor`] for its methods.
+pub type Tensor<S, E = f32, D = Cpu> = forma_core::Tensor<S, E, D>;
+
+pub use forma_core::ops::cat::{cat, stack, try_cat, try_stack};
+pub use forma_core::ops::cmp::{try_where_cond, where_cond};
+pub use forma_core::ops::conv::Conv2dParams;
+pub use forma_core::ops::pool::Pool2dParams;
+pub use forma_core::shape::Ax;
+
+/// What most programs import: `use forma::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        cat, stack, where_cond, Ax, Conv2dParams, Cpu, Dim, Dyn, One, Pool2dParams, Rng, Shape,
+        Tensor, C,
+    };
+    pub use forma_core::dtype::{DType, Dtype, Float};
+    pub use half::{bf16, f16};
+}
