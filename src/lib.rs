@@ -13,6 +13,11 @@
 //! assert_eq!(y.to_vec()[..4], [6.0, 6.0, 6.0, 6.0]);
 //! ```
 
+/// The README's code blocks run as doctests, so its taste of the API stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use forma_core as core;
 pub use forma_cpu as cpu;
 pub use forma_cuda as cuda;

@@ -12,6 +12,7 @@ pub mod layout;
 pub mod ops;
 pub mod rng;
 pub mod shape;
+pub mod tape;
 pub mod tensor;
 
 pub use device::{Backend, DefaultDevice};

@@ -7,6 +7,7 @@ use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::{Dyn, HasAxis, InsertAxis, One, Shape};
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// Concatenates along `AX`, like `torch.cat(tensors, ax)`; the axis becomes `Dyn`.
@@ -48,7 +49,24 @@ pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
         )?;
         start += len;
     }
-    Ok(Tensor::from_storage(out, &dims, dev.clone()))
+    let lens: Vec<usize> = tensors.iter().map(|t| t.layout.dims[AX]).collect();
+    let vars: Vec<_> = tensors.iter().map(|t| t.var.clone()).collect();
+    Ok(
+        Tensor::from_storage(out, &dims, dev.clone()).record("cat", &vars, move |g| {
+            let mut start = 0;
+            Ok(lens
+                .iter()
+                .map(|&len| {
+                    let piece = Raw {
+                        layout: g.layout.narrow(AX, start, len),
+                        ..g.clone()
+                    };
+                    start += len;
+                    Some(piece)
+                })
+                .collect())
+        }),
+    )
 }
 
 /// [`try_cat`] that panics on mismatched sizes.

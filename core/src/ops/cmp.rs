@@ -8,6 +8,8 @@ use crate::error::{fmt_dims, Error, Result};
 use crate::layout::{broadcast_dims, Layout};
 use crate::ops::binary::broadcast_layouts;
 use crate::shape::{BroadcastShape, ExpandTo, Shape};
+use crate::tape::util::sum_to;
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// A comparison.
@@ -54,7 +56,7 @@ pub trait CmpKernel<E: Float>: Backend {
 
 macro_rules! cmp_methods {
     ($($(#[$doc:meta])* $m:ident, $try_m:ident => $op:ident;)*) => {
-        impl<S: Shape, E: Float, D: CmpKernel<E>> Tensor<S, E, D> {$(
+        impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {$(
             $(#[$doc])*
             ///
             /// # Panics
@@ -108,7 +110,7 @@ pub(crate) fn expand_layout(op: &'static str, l: &Layout, dims: &[usize]) -> Res
     }
 }
 
-impl<S: Shape, E: Float, D: CmpKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     fn try_compare<S2: Shape>(
         &self,
         op: CmpOp,
@@ -158,8 +160,35 @@ impl<S: Shape, E: Float, D: CmpKernel<E>> Tensor<S, E, D> {
             &self.storage(),
             &self.layout,
         )?;
-        Ok(Self::from_storage(s, &dims, self.device.clone()))
+        let m = Raw {
+            layout: lm,
+            ..mask.raw()
+        };
+        Ok(Self::from_storage(s, &dims, self.device.clone()).record(
+            "masked_fill",
+            &[self.var.clone()],
+            move |g| {
+                let (zero, lz) = zeros_like_view(g)?;
+                let gx = g.device.where_cond(
+                    &m.storage(),
+                    &m.layout,
+                    &zero,
+                    &lz,
+                    &g.storage(),
+                    &g.layout,
+                )?;
+                Ok(vec![Some(Raw::new(gx, &g.layout.dims, g.device.clone()))])
+            },
+        ))
     }
+}
+
+/// A single zero viewed with `g`'s sizes (stride 0), for masking gradients.
+fn zeros_like_view<E: Float, D: Backend>(g: &Raw<E, D>) -> Result<(D::Storage<E>, Layout)> {
+    Ok((
+        g.device.full(1, E::from_f64(0.0))?,
+        Layout::contiguous(&[]).broadcast_to(&g.layout.dims),
+    ))
 }
 
 /// Elementwise selection, like `torch.where(cond, a, b)`: `a` where `cond`
@@ -168,7 +197,7 @@ impl<S: Shape, E: Float, D: CmpKernel<E>> Tensor<S, E, D> {
 ///
 /// # Panics
 /// If `Dyn` sizes do not broadcast (see [`try_where_cond`]).
-pub fn where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: CmpKernel<E>>(
+pub fn where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: crate::device::Device<E>>(
     cond: &Tensor<Sc, bool, D>,
     a: &Tensor<Sa, E, D>,
     b: &Tensor<Sb, E, D>,
@@ -184,7 +213,7 @@ where
 ///
 /// # Errors
 /// A [`crate::ShapeError`] when sizes do not broadcast.
-pub fn try_where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: CmpKernel<E>>(
+pub fn try_where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: crate::device::Device<E>>(
     cond: &Tensor<Sc, bool, D>,
     a: &Tensor<Sa, E, D>,
     b: &Tensor<Sb, E, D>,
@@ -200,5 +229,35 @@ where
     let s = a
         .device
         .where_cond(&cond.storage(), &lc, &a.storage(), &la, &b.storage(), &lb)?;
-    Ok(Tensor::from_storage(s, &out, a.device.clone()))
+    let c = Raw {
+        layout: lc,
+        ..cond.raw()
+    };
+    let (da, db) = (a.layout.dims, b.layout.dims);
+    Ok(Tensor::from_storage(s, &out, a.device.clone()).record(
+        "where",
+        &[a.var.clone(), b.var.clone()],
+        move |g| {
+            let (zero, lz) = zeros_like_view(g)?;
+            let ga = g.device.where_cond(
+                &c.storage(),
+                &c.layout,
+                &g.storage(),
+                &g.layout,
+                &zero,
+                &lz,
+            )?;
+            let gb = g.device.where_cond(
+                &c.storage(),
+                &c.layout,
+                &zero,
+                &lz,
+                &g.storage(),
+                &g.layout,
+            )?;
+            let ga = sum_to(&Raw::new(ga, &g.layout.dims, g.device.clone()), &da)?;
+            let gb = sum_to(&Raw::new(gb, &g.layout.dims, g.device.clone()), &db)?;
+            Ok(vec![Some(ga), Some(gb)])
+        },
+    ))
 }

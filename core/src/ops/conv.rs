@@ -6,7 +6,6 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::ops::binary::BinaryKernel;
 use crate::shape::{Dim, Dyn, Shape};
 use crate::tensor::{ok, Tensor};
 
@@ -99,7 +98,9 @@ fn check_conv(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<[usize; 4]> 
     }
 }
 
-impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: ConvKernel<E>> Tensor<(N, Ci, H, W), E, D> {
+impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
+    Tensor<(N, Ci, H, W), E, D>
+{
     /// 2-d convolution of `[n, c_in, h, w]` by `[c_out, c_in / groups, kh, kw]`,
     /// like `F.conv2d(x, weight, stride, padding, dilation, groups)`.
     ///
@@ -133,7 +134,7 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: ConvKernel<E>> Tensor<(N, Ci,
     }
 }
 
-impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: ConvKernel<E>> Tensor<(N, Ci, L), E, D> {
+impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, Ci, L), E, D> {
     /// 1-d convolution of `[n, c_in, l]` by `[c_out, c_in / groups, k]`, like
     /// `F.conv1d`; computed as a 2-d convolution of height 1.
     ///
@@ -181,7 +182,7 @@ impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: ConvKernel<E>> Tensor<(N, Ci, L), E, 
 ///
 /// # Panics
 /// If the bias length differs from the channel count.
-pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: BinaryKernel<E>>(
+pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>(
     x: &Tensor<S, E, D>,
     bias: &Tensor<(C,), E, D>,
 ) -> Tensor<S, E, D> {

@@ -7,6 +7,7 @@ use crate::dtype::{Dtype, Float};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shape::{AppendDim, Dim, Dyn, HasAxis, Shape, C};
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// Backend support for index ops.
@@ -45,7 +46,7 @@ pub trait IndexKernel<E: Float>: Backend {
     ) -> Result<Self::Storage<E>>;
 }
 
-impl<S: Shape, E: Float, D: IndexKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// Selects entries along `AX` by index, like `x.index_select(ax, idx)`.
     ///
     /// # Errors
@@ -67,7 +68,22 @@ impl<S: Shape, E: Float, D: IndexKernel<E>> Tensor<S, E, D> {
         )?;
         let mut dims = self.layout.dims;
         dims[AX] = idx.numel();
-        Ok(Tensor::from_storage(s, &dims, self.device.clone()))
+        let (ir, xdims) = (idx.raw(), self.layout.dims);
+        Ok(Tensor::from_storage(s, &dims, self.device.clone()).record(
+            "index_select",
+            &[self.var.clone()],
+            move |g| {
+                // index_add: every row of g goes back to the row it was taken from.
+                let mut strides = crate::shape::Dims::from_slice(&vec![0; g.layout.rank()]);
+                strides[AX] = ir.layout.strides[0];
+                let li = Layout {
+                    dims: g.layout.dims,
+                    strides,
+                    offset: ir.layout.offset,
+                };
+                Ok(vec![Some(scatter_into_zeros(g, &xdims, AX, &ir, &li)?)])
+            },
+        ))
     }
 
     /// [`Tensor::try_index_select`] that panics on a bad index.
@@ -114,11 +130,18 @@ impl<S: Shape, E: Float, D: IndexKernel<E>> Tensor<S, E, D> {
             &idx.storage(),
             &idx.layout,
         )?;
-        Ok(Tensor::from_storage(
-            s,
-            &idx.layout.dims,
-            self.device.clone(),
-        ))
+        let (ir, xdims) = (idx.raw(), self.layout.dims);
+        Ok(
+            Tensor::from_storage(s, &idx.layout.dims, self.device.clone()).record(
+                "gather",
+                &[self.var.clone()],
+                move |g| {
+                    Ok(vec![Some(scatter_into_zeros(
+                        g, &xdims, AX, &ir, &ir.layout,
+                    )?)])
+                },
+            ),
+        )
     }
 
     /// [`Tensor::try_gather`] that panics on a bad index.
@@ -171,11 +194,22 @@ impl<S: Shape, E: Float, D: IndexKernel<E>> Tensor<S, E, D> {
             &src.storage(),
             &src.layout,
         )?;
-        Ok(Self::from_storage(
-            s,
-            &self.layout.dims,
-            self.device.clone(),
-        ))
+        let ir = idx.raw();
+        Ok(
+            Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
+                "scatter_add",
+                &[self.var.clone(), src.var.clone()],
+                move |g| {
+                    let gs =
+                        g.device
+                            .gather(&g.storage(), &g.layout, AX, &ir.storage(), &ir.layout)?;
+                    Ok(vec![
+                        Some(g.clone()),
+                        Some(Raw::new(gs, &ir.layout.dims, g.device.clone())),
+                    ])
+                },
+            ),
+        )
     }
 
     /// [`Tensor::try_scatter_add`] that panics on a bad index.
@@ -192,7 +226,29 @@ impl<S: Shape, E: Float, D: IndexKernel<E>> Tensor<S, E, D> {
     }
 }
 
-impl<V: Dim, Dm: Dim, E: Float, D: IndexKernel<E>> Tensor<(V, Dm), E, D> {
+/// Zeros of `dims` with `g` added at the positions `idx` names along `axis`
+/// (the backward of gathering ops).
+fn scatter_into_zeros<E: Float, D: crate::device::Device<E>>(
+    g: &Raw<E, D>,
+    dims: &[usize],
+    axis: usize,
+    idx: &Raw<i64, D>,
+    li: &Layout,
+) -> Result<Raw<E, D>> {
+    let zeros = g.device.full(dims.iter().product(), E::from_f64(0.0))?;
+    let s = g.device.scatter_add(
+        &zeros,
+        &Layout::contiguous(dims),
+        axis,
+        &idx.storage(),
+        li,
+        &g.storage(),
+        &g.layout,
+    )?;
+    Ok(Raw::new(s, dims, g.device.clone()))
+}
+
+impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, D> {
     /// Looks up rows of this `[vocab, dim]` table for every index, like
     /// `F.embedding(idx, weight)`: the result has the index's shape plus `dim`.
     ///

@@ -7,6 +7,8 @@ use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::{broadcast_dims, Layout};
 use crate::shape::{MatmulShape, Shape};
+use crate::tape::util::{reshape, sum_to};
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// Backend support for (batched) matrix products.
@@ -23,7 +25,7 @@ pub trait MatmulKernel<E: Float>: Backend {
     ) -> Result<Self::Storage<E>>;
 }
 
-impl<S: Shape, E: Float, D: MatmulKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// Matrix product, like `a @ b`.
     ///
     /// ```
@@ -94,6 +96,7 @@ impl<S: Shape, E: Float, D: MatmulKernel<E>> Tensor<S, E, D> {
         })?;
         let full =
             |extra: [usize; 2]| -> Vec<usize> { batch.iter().copied().chain(extra).collect() };
+        let (pa, pb) = (la.dims, lb.dims);
         let la = la.broadcast_to(&full([m, k]));
         let lb = lb.broadcast_to(&full([k, n]));
         let s = self
@@ -107,6 +110,41 @@ impl<S: Shape, E: Float, D: MatmulKernel<E>> Tensor<S, E, D> {
         if S::RANK == 1 {
             out.remove(out.len() - if S2::RANK == 1 { 1 } else { 2 });
         }
-        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+        let (ar, br) = (
+            Raw {
+                layout: la,
+                ..self.raw()
+            },
+            Raw {
+                layout: lb,
+                ..rhs.raw()
+            },
+        );
+        let (da, db, gfull) = (self.layout.dims, rhs.layout.dims, full([m, n]));
+        Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
+            "matmul",
+            &[self.var.clone(), rhs.var.clone()],
+            move |g| {
+                let g = reshape(g, &gfull)?;
+                let r = g.layout.rank();
+                let dev = &g.device;
+                // dA = dC @ B^T and dB = A^T @ dC, then summed over broadcast batch dims.
+                let ga = dev.matmul(
+                    &g.storage(),
+                    &g.layout,
+                    &br.storage(),
+                    &br.layout.swap(r - 2, r - 1),
+                )?;
+                let gb = dev.matmul(
+                    &ar.storage(),
+                    &ar.layout.swap(r - 2, r - 1),
+                    &g.storage(),
+                    &g.layout,
+                )?;
+                let ga = sum_to(&Raw::new(ga, &ar.layout.dims, dev.clone()), &pa)?;
+                let gb = sum_to(&Raw::new(gb, &br.layout.dims, dev.clone()), &pb)?;
+                Ok(vec![Some(reshape(&ga, &da)?), Some(reshape(&gb, &db)?)])
+            },
+        ))
     }
 }

@@ -124,7 +124,9 @@ fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<[usi
     Ok([oh, ow])
 }
 
-impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: PoolKernel<E>> Tensor<(N, Ch, H, W), E, D> {
+impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
+    Tensor<(N, Ch, H, W), E, D>
+{
     /// Max pooling, like `F.max_pool2d`.
     ///
     /// # Errors
@@ -168,7 +170,7 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: PoolKernel<E>> Tensor<(N, Ch,
     }
 }
 
-impl<N: Dim, Ch: Dim, L: Dim, E: Float, D: PoolKernel<E>> Tensor<(N, Ch, L), E, D> {
+impl<N: Dim, Ch: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, Ch, L), E, D> {
     fn pool1d(&self, p: Pool2dParams, max: bool) -> Result<Tensor<(N, Ch, Dyn), E, D>> {
         let x = self.unsqueeze::<2>();
         let y = if max {

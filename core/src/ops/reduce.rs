@@ -4,10 +4,13 @@
 //! ([`HasAxis`]). Half types accumulate in f32.
 
 use crate::device::Backend;
+use crate::device::Device;
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::shape::{HasAxis, One, Shape};
+use crate::shape::{Dyn, HasAxis, One, Shape};
+use crate::tape::util::reshape;
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// A reduction along one axis.
@@ -30,6 +33,111 @@ pub enum ReduceOp {
         /// Delta degrees of freedom.
         ddof: usize,
     },
+}
+
+impl ReduceOp {
+    /// The op's name, for the tape and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Prod => "prod",
+            ReduceOp::LogSumExp => "logsumexp",
+            ReduceOp::Var { .. } => "var",
+        }
+    }
+}
+
+/// The 3-d view `[outer, n, inner]` of `r` around `axis` (a copy if `r` is not
+/// contiguous), where reduction `axis` becomes the middle one.
+pub(crate) fn around_axis<E: Float, D: Device<E>>(
+    r: &Raw<E, D>,
+    axis: usize,
+) -> Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
+    let d = &r.layout.dims;
+    let (o, n, i) = (
+        d[..axis].iter().product(),
+        d[axis],
+        d[axis + 1..].iter().product(),
+    );
+    Tensor::from_raw(reshape(r, &[o, n, i])?)
+}
+
+/// Like [`around_axis`] for a reduced tensor (`n` = 1, as a broadcasting `One`),
+/// given the unreduced `x`'s sizes.
+pub(crate) fn reduced_around_axis<E: Float, D: Device<E>>(
+    r: &Raw<E, D>,
+    x: &Layout,
+    axis: usize,
+) -> Result<Tensor<(Dyn, One, Dyn), E, D>> {
+    let d = &x.dims;
+    let (o, i) = (d[..axis].iter().product(), d[axis + 1..].iter().product());
+    Tensor::from_raw(reshape(r, &[o, 1, i])?)
+}
+
+/// The gradient of `x` for `y = op(x)` along `axis`, from `y`'s gradient `g`
+/// (any dims holding `y`'s elements); returned as `[outer, n, inner]`.
+fn reduce_backward<E: Float, D: Device<E>>(
+    op: ReduceOp,
+    x: &Raw<E, D>,
+    y: &Raw<E, D>,
+    axis: usize,
+    g: &Raw<E, D>,
+) -> Result<Raw<E, D>> {
+    let x3 = around_axis(x, axis)?;
+    let (y3, g3) = (
+        reduced_around_axis(y, &x.layout, axis)?,
+        reduced_around_axis(g, &x.layout, axis)?,
+    );
+    let n = x3.size(1);
+    let full = x3.shape();
+    let gx: Tensor<(Dyn, Dyn, Dyn), E, D> = match op {
+        ReduceOp::Sum => g3.expand(full).contiguous(),
+        ReduceOp::Mean => g3.div_scalar(n as f64).expand(full).contiguous(),
+        ReduceOp::Max | ReduceOp::Min => {
+            // Ties share the gradient evenly, as PyTorch's amax/amin do.
+            let hits: Tensor<(Dyn, Dyn, Dyn), E, D> = x3.eq(&y3).to_dtype();
+            let count = hits.sum_keepdim::<1>();
+            &(&hits * &g3) / &count
+        }
+        ReduceOp::LogSumExp => &(&x3 - &y3).exp() * &g3,
+        ReduceOp::Var { ddof } => {
+            let centred = &x3 - &x3.mean_keepdim::<1>();
+            (&centred * &g3).mul_scalar(2.0 / (n as f64 - ddof as f64))
+        }
+        ReduceOp::Prod => prod_backward(&x3, &g3)?,
+    };
+    Ok(gx.raw())
+}
+
+/// The gradient of a product: each element gets the product of the others in
+/// its lane (prefix times suffix products, so zeros are handled exactly).
+fn prod_backward<E: Float, D: Device<E>>(
+    x3: &Tensor<(Dyn, Dyn, Dyn), E, D>,
+    g3: &Tensor<(Dyn, One, Dyn), E, D>,
+) -> Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
+    let (o, n, i) = (x3.size(0), x3.size(1), x3.size(2));
+    let (x, g) = (x3.try_to_vec()?, g3.try_to_vec()?);
+    let mut out = vec![E::from_f64(0.0); x.len()];
+    for a in 0..o {
+        for c in 0..i {
+            let at = |k: usize| x[(a * n + k) * i + c].to_acc();
+            let one = <E::Acc as num_traits::One>::one();
+            let mut suffix = vec![one; n + 1];
+            for k in (0..n).rev() {
+                suffix[k] = suffix[k + 1] * at(k);
+            }
+            let mut prefix = one;
+            for k in 0..n {
+                out[(a * n + k) * i + c] =
+                    E::from_acc(g[a * i + c].to_acc() * prefix * suffix[k + 1]);
+                prefix = prefix * at(k);
+            }
+        }
+    }
+    Tensor::from_vec_on(out, x3.shape(), x3.device())
 }
 
 /// An index-returning reduction.
@@ -62,7 +170,28 @@ pub trait ReduceKernel<E: Float>: Backend {
     ) -> Result<Self::Storage<i64>>;
 }
 
-impl<S: Shape, E: Float, D: ReduceKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
+    /// Reduces `axis` of `x` (or of the flattened tensor when `axis` is
+    /// `None`) into a tensor of `out_dims`, recording the backward.
+    fn reduce_recorded<S2: Shape>(
+        &self,
+        op: ReduceOp,
+        axis: Option<usize>,
+        out_dims: &[usize],
+    ) -> Result<Tensor<S2, E, D>> {
+        let (x, ax) = match axis {
+            Some(a) => (self.raw(), a),
+            None => (reshape(&self.raw(), &[self.numel()])?, 0),
+        };
+        let s = self.device.reduce(op, &x.storage(), &x.layout, ax)?;
+        let y = Tensor::<S2, E, D>::from_storage(s, out_dims, self.device.clone());
+        let (yr, in_dims) = (y.raw(), self.layout.dims);
+        Ok(y.record(op.name(), &[self.var.clone()], move |g| {
+            let gx = reduce_backward(op, &x, &yr, ax, g)?;
+            Ok(vec![Some(reshape(&gx, &in_dims)?)])
+        }))
+    }
+
     /// Reduces axis `AX` (dropping it) with `op`: the entry point of the named reductions.
     ///
     /// # Errors
@@ -74,12 +203,7 @@ impl<S: Shape, E: Float, D: ReduceKernel<E>> Tensor<S, E, D> {
     where
         S: HasAxis<AX>,
     {
-        let s = self.device.reduce(op, &self.storage(), &self.layout, AX)?;
-        Ok(Tensor::from_storage(
-            s,
-            &self.layout.remove_axis(AX).dims,
-            self.device.clone(),
-        ))
+        self.reduce_recorded(op, Some(AX), &self.layout.remove_axis(AX).dims)
     }
 
     /// Reduces axis `AX` with `op`, keeping it as a size-1 [`One`].
@@ -93,10 +217,9 @@ impl<S: Shape, E: Float, D: ReduceKernel<E>> Tensor<S, E, D> {
     where
         S: HasAxis<AX>,
     {
-        let s = self.device.reduce(op, &self.storage(), &self.layout, AX)?;
         let mut dims = self.layout.dims;
         dims[AX] = 1;
-        Ok(Tensor::from_storage(s, &dims, self.device.clone()))
+        self.reduce_recorded(op, Some(AX), &dims)
     }
 
     /// Reduces every element with `op` to a scalar.
@@ -104,18 +227,7 @@ impl<S: Shape, E: Float, D: ReduceKernel<E>> Tensor<S, E, D> {
     /// # Errors
     /// Max/min of an empty tensor.
     pub fn try_reduce_all(&self, op: ReduceOp) -> Result<Tensor<(), E, D>> {
-        let flat = Layout::contiguous(&[self.numel()]);
-        let c = self.contiguous();
-        let s = self.device.reduce(
-            op,
-            &c.storage(),
-            &Layout {
-                offset: c.layout.offset,
-                ..flat
-            },
-            0,
-        )?;
-        Ok(Tensor::from_storage(s, &[], self.device.clone()))
+        self.reduce_recorded(op, None, &[])
     }
 
     /// Index of the extreme along `AX` (dropping it).
@@ -189,7 +301,7 @@ impl<S: Shape, E: Float, D: ReduceKernel<E>> Tensor<S, E, D> {
     }
 }
 
-impl<S: Shape, E: Float, D: ReduceKernel<E> + crate::ops::unary::UnaryKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// Standard deviation along `AX`, like `x.std(ax, unbiased=...)`.
     pub fn std<const AX: usize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
     where
@@ -217,7 +329,7 @@ impl<S: Shape, E: Float, D: ReduceKernel<E> + crate::ops::unary::UnaryKernel<E>>
 
 macro_rules! reductions {
     ($($(#[$doc:meta])* $m:ident, $keep:ident, $all:ident => $op:ident;)*) => {
-        impl<S: Shape, E: Float, D: ReduceKernel<E>> Tensor<S, E, D> {$(
+        impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {$(
             $(#[$doc])*
             /// Drops the axis.
             ///

@@ -5,7 +5,9 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::layout::Layout;
+use crate::ops::reduce::around_axis;
 use crate::shape::{HasAxis, Shape};
+use crate::tape::util::reshape;
 use crate::tensor::{ok, Tensor};
 
 /// Backend support for softmax.
@@ -20,12 +22,29 @@ pub trait SoftmaxKernel<E: Float>: Backend {
     ) -> Result<Self::Storage<E>>;
 }
 
-impl<S: Shape, E: Float, D: SoftmaxKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     fn softmax_impl(&self, axis: usize, log: bool) -> Self {
         let s = ok(self
             .device
             .softmax(&self.storage(), &self.layout, axis, log));
-        Self::from_storage(s, &self.layout.dims, self.device.clone())
+        let y = Self::from_storage(s, &self.layout.dims, self.device.clone());
+        let (yr, dims) = (y.raw(), self.layout.dims);
+        y.record(
+            if log { "log_softmax" } else { "softmax" },
+            &[self.var.clone()],
+            move |g| {
+                let y3 = around_axis(&yr, axis)?;
+                let g3 = around_axis(g, axis)?;
+                let gx = if log {
+                    // d log_softmax: g - softmax * sum(g)
+                    &g3 - &(&y3.exp() * &g3.sum_keepdim::<1>())
+                } else {
+                    // d softmax: y * (g - sum(g * y))
+                    &y3 * &(&g3 - &(&g3 * &y3).sum_keepdim::<1>())
+                };
+                Ok(vec![Some(reshape(&gx.raw(), &dims)?)])
+            },
+        )
     }
 
     /// Softmax along `AX`, like `x.softmax(ax)`.

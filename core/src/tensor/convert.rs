@@ -16,7 +16,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// assert_eq!(d.shape(), (Dyn(2), Dyn(3)));
     /// ```
     pub fn into_dyn(&self) -> Tensor<S::Dynamic, E, D> {
-        self.view_as(self.layout)
+        self.clone().retype()
     }
 
     /// Claims a shape type `S2` of the same rank, checked at run time (a view).
@@ -34,7 +34,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// static dim of `S2` disagrees or the rank differs.
     pub fn try_into_shape<S2: Shape>(&self) -> Result<Tensor<S2, E, D>> {
         match S2::from_dims(&self.layout.dims) {
-            Some(_) => Ok(self.view_as(self.layout)),
+            Some(_) => Ok(self.clone().retype()),
             None => Err(Error::shape(
                 "try_into_shape",
                 S2::describe(),

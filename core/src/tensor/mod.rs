@@ -24,6 +24,8 @@ pub struct Tensor<S: Shape, E: Dtype, D: Backend> {
     pub(crate) storage: Arc<RwLock<D::Storage<E>>>,
     pub(crate) layout: Layout,
     pub(crate) device: D,
+    /// Autograd state; `None` for a tensor that needs no gradient.
+    pub(crate) var: Option<Arc<crate::tape::Var<E, D>>>,
     pub(crate) _shape: PhantomData<S>,
 }
 
@@ -33,6 +35,7 @@ impl<S: Shape, E: Dtype, D: Backend> Clone for Tensor<S, E, D> {
             storage: Arc::clone(&self.storage),
             layout: self.layout,
             device: self.device.clone(),
+            var: self.var.clone(),
             _shape: PhantomData,
         }
     }
@@ -56,6 +59,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             storage: Arc::new(RwLock::new(storage)),
             layout: Layout::contiguous(dims),
             device,
+            var: None,
             _shape: PhantomData,
         }
     }
@@ -67,8 +71,33 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             storage: Arc::clone(&self.storage),
             layout,
             device: self.device.clone(),
+            var: None,
             _shape: PhantomData,
         }
+    }
+
+    /// The same tensor (and the same autograd variable) under another shape
+    /// type with the same sizes.
+    pub(crate) fn retype<S2: Shape>(self) -> Tensor<S2, E, D> {
+        debug_assert!(S2::from_dims(&self.layout.dims).is_some());
+        Tensor {
+            storage: self.storage,
+            layout: self.layout,
+            device: self.device,
+            var: self.var,
+            _shape: PhantomData,
+        }
+    }
+
+    /// A view with layout `layout` whose gradient is `back(output gradient)`.
+    pub(crate) fn view_with_grad<S2: Shape>(
+        &self,
+        layout: Layout,
+        name: &'static str,
+        back: impl Fn(&crate::tape::Raw<E, D>) -> Result<crate::tape::Raw<E, D>> + Send + 'static,
+    ) -> Tensor<S2, E, D> {
+        self.view_as::<S2>(layout)
+            .record(name, &[self.var.clone()], move |g| Ok(vec![Some(back(g)?)]))
     }
 
     /// Read access to the storage (for kernels).
@@ -166,11 +195,23 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             return self.clone();
         }
         let s = ok(self.device.contiguous(&self.storage(), &self.layout));
-        Self::from_storage(s, &self.layout.dims, self.device.clone())
+        Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
+            "contiguous",
+            &[self.var.clone()],
+            |g| Ok(vec![Some(g.clone())]),
+        )
     }
 
     /// Converts to another dtype (a copy), like `tensor.to(dtype)`.
+    ///
+    /// # Panics
+    /// When the tensor is on the tape: casts are not differentiable yet, and
+    /// cutting the gradient silently would be worse; call `detach()` first.
     pub fn to_dtype<F: Dtype>(&self) -> Tensor<S, F, D> {
+        assert!(
+            !(self.var.is_some() && crate::tape::is_grad_enabled()),
+            "to_dtype is not differentiable yet: call `.detach()` first to cut the graph explicitly"
+        );
         let s = ok(self.device.cast::<E, F>(&self.storage(), &self.layout));
         Tensor::from_storage(s, &self.layout.dims, self.device.clone())
     }
@@ -182,6 +223,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
 
     /// Fallible [`Tensor::to_device`].
     pub fn try_to_device<D2: Backend>(&self, device: &D2) -> Result<Tensor<S, E, D2>> {
+        if self.var.is_some() && crate::tape::is_grad_enabled() {
+            return Err(Error::invalid(
+                "to_device",
+                "moving a tensor on the tape is not differentiable yet: call `.detach()` first",
+            ));
+        }
         let host = self.try_to_vec()?;
         let s = device.from_vec(host)?;
         Ok(Tensor::from_storage(s, &self.layout.dims, device.clone()))

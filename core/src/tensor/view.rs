@@ -11,6 +11,8 @@ use crate::shape::check::assert_same_numel;
 use crate::shape::{
     Dim, Dyn, ExpandTo, HasAxis, InsertAxis, One, PermuteShape, Shape, SizeOne, SwapAxes,
 };
+use crate::tape::util::{embed, reshape};
+use crate::tape::Raw;
 
 impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// Swaps axes `A` and `B` (a view), like `tensor.transpose(a, b)`.
@@ -27,7 +29,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: SwapAxes<A, B>,
     {
-        self.view_as(self.layout.swap(A, B))
+        self.view_with_grad(self.layout.swap(A, B), "transpose", |g| {
+            Ok(Raw {
+                layout: g.layout.swap(A, B),
+                ..g.clone()
+            })
+        })
     }
 
     /// Reorders the axes (a view): `x.permute::<(Ax<2>, Ax<0>, Ax<1>)>()`.
@@ -35,7 +42,16 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: PermuteShape<P>,
     {
-        self.view_as(self.layout.permute(S::PERM))
+        let mut inverse = [0; crate::shape::MAX_RANK];
+        for (i, &p) in S::PERM.iter().enumerate() {
+            inverse[p] = i;
+        }
+        self.view_with_grad(self.layout.permute(S::PERM), "permute", move |g| {
+            Ok(Raw {
+                layout: g.layout.permute(&inverse[..S::RANK]),
+                ..g.clone()
+            })
+        })
     }
 
     /// Inserts a size-1 axis at `AX` (a view), like `tensor.unsqueeze(ax)`.
@@ -44,7 +60,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: InsertAxis<AX>,
     {
-        self.view_as(self.layout.insert_axis(AX))
+        self.view_with_grad(self.layout.insert_axis(AX), "unsqueeze", |g| {
+            Ok(Raw {
+                layout: g.layout.remove_axis(AX),
+                ..g.clone()
+            })
+        })
     }
 
     /// Removes the size-1 axis `AX` (a view), like `tensor.squeeze(ax)`.
@@ -75,7 +96,14 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
                 &self.layout.dims,
             ));
         }
-        Ok(self.view_as(self.layout.remove_axis(AX)))
+        Ok(
+            self.view_with_grad(self.layout.remove_axis(AX), "squeeze", |g| {
+                Ok(Raw {
+                    layout: g.layout.insert_axis(AX),
+                    ..g.clone()
+                })
+            }),
+        )
     }
 
     /// Keeps `len` elements of axis `AX` from `start` (a view), like
@@ -121,7 +149,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         S: HasAxis<AX>,
     {
         let v = ok(self.try_slice::<AX>(start, start + LEN, 1));
-        v.view_as(v.layout)
+        v.retype()
     }
 
     /// Elements `start, start + step, ...` below `end` of axis `AX` (a view),
@@ -146,7 +174,18 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             ));
         }
         let len = (end - start).div_ceil(step);
-        Ok(self.view_as(self.layout.slice_step(AX, start, len, step)))
+        let dims = self.layout.dims;
+        Ok(self.view_with_grad(
+            self.layout.slice_step(AX, start, len, step),
+            "slice",
+            move |g| {
+                embed(
+                    g,
+                    &dims,
+                    &Layout::contiguous(&dims).slice_step(AX, start, len, step),
+                )
+            },
+        ))
     }
 
     /// [`Tensor::try_slice`] that panics on a bad range.
@@ -226,7 +265,15 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
                 return Err(Error::shape("expand", fmt_dims(&target), &self.layout.dims));
             }
         }
-        Ok(self.view_as(self.layout.broadcast_to(&target)))
+        let (dims, ops) = (self.layout.dims, self.var.as_ref().map(|v| v.ops()));
+        Ok(self.view_with_grad(
+            self.layout.broadcast_to(&target),
+            "expand",
+            move |g| match ops {
+                Some(ops) => ops.sum_to(g, &dims),
+                None => Ok(g.clone()),
+            },
+        ))
     }
 
     /// Broadcasts to the shape of `other`.
@@ -287,16 +334,17 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         if dims.numel() != self.numel() {
             return Err(Error::shape("reshape", fmt_dims(&dims), &self.layout.dims));
         }
-        match self.layout.reshape(&dims) {
-            Some(l) => Ok(self.view_as(l)),
-            None => {
-                let c = self.contiguous();
-                Ok(c.view_as(Layout {
-                    offset: c.layout.offset,
-                    ..Layout::contiguous(&dims)
-                }))
-            }
-        }
+        let src = if self.layout.reshape(&dims).is_some() {
+            self.clone()
+        } else {
+            self.contiguous()
+        };
+        let layout = src
+            .layout
+            .reshape(&dims)
+            .expect("a contiguous layout reshapes");
+        let from = self.layout.dims;
+        Ok(src.view_with_grad(layout, "reshape", move |g| reshape(g, &from)))
     }
 
     /// Flattens every axis after the first into one of size `O`, like

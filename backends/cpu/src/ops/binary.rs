@@ -64,4 +64,34 @@ impl<E: Float> BinaryKernel<E> for Cpu {
         });
         Ok(out)
     }
+
+    fn binary_backward<Op: BinaryOp>(
+        &self,
+        op: Op,
+        a: &Vec<E>,
+        la: &Layout,
+        b: &Vec<E>,
+        lb: &Layout,
+        g: &Vec<E>,
+        lg: &Layout,
+    ) -> Result<(Vec<E>, Vec<E>)> {
+        let n = lg.numel();
+        let (mut ia, mut ib, mut ig) = (
+            StridedIter::new(la, 0),
+            StridedIter::new(lb, 0),
+            StridedIter::new(lg, 0),
+        );
+        let (mut ga, mut gb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let (x, y, d) = (
+                a[ia.next_offset()].to_acc(),
+                b[ib.next_offset()].to_acc(),
+                g[ig.next_offset()].to_acc(),
+            );
+            let (dx, dy) = op.df(x, y);
+            ga.push(E::from_acc(d * dx));
+            gb.push(E::from_acc(d * dy));
+        }
+        Ok((ga, gb))
+    }
 }

@@ -1,16 +1,19 @@
 //! Elementwise binary ops with PyTorch's broadcasting. Each op is a row in
 //! [`table`]. The shape rule is [`BroadcastShape`]: static sizes that do not
 //! broadcast are a compile error; `Dyn` sizes are checked when the op runs.
+//! The backward sums each operand's gradient back over the broadcast dims.
 
 mod table;
 
 pub use table::*;
 
-use crate::device::Backend;
+use crate::device::{Backend, Device};
 use crate::dtype::{Float, Real};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::{broadcast_dims, Layout};
 use crate::shape::{BroadcastShape, Dims, Shape};
+use crate::tape::util::sum_to;
+use crate::tape::Raw;
 use crate::tensor::Tensor;
 
 /// An elementwise function of two values.
@@ -19,6 +22,8 @@ pub trait BinaryOp: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// The function, evaluated in the accumulation type.
     fn f<R: Real>(&self, a: R, b: R) -> R;
+    /// The partial derivatives `(df/da, df/db)` at `(a, b)`.
+    fn df<R: Real>(&self, a: R, b: R) -> (R, R);
 }
 
 /// Backend support for [`BinaryOp`]s.
@@ -33,6 +38,20 @@ pub trait BinaryKernel<E: Float>: Backend {
         b: &Self::Storage<E>,
         lb: &Layout,
     ) -> Result<Self::Storage<E>>;
+
+    /// The gradients `(g * df/da, g * df/db)` over the output's sizes (all
+    /// three views have them), both row-major; the caller sums them back to
+    /// each operand's sizes.
+    fn binary_backward<Op: BinaryOp>(
+        &self,
+        op: Op,
+        a: &Self::Storage<E>,
+        la: &Layout,
+        b: &Self::Storage<E>,
+        lb: &Layout,
+        g: &Self::Storage<E>,
+        lg: &Layout,
+    ) -> Result<(Self::Storage<E>, Self::Storage<E>)>;
 }
 
 /// The broadcast sizes of two operands and their layouts stretched to them.
@@ -51,7 +70,7 @@ pub(crate) fn broadcast_layouts(
     Ok((out, a.broadcast_to(&out), b.broadcast_to(&out)))
 }
 
-impl<S: Shape, E: Float, D: BinaryKernel<E>> Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// Applies a binary op with broadcasting (the entry point of every table row).
     ///
     /// # Errors
@@ -70,6 +89,36 @@ impl<S: Shape, E: Float, D: BinaryKernel<E>> Tensor<S, E, D> {
         let s = self
             .device
             .binary(op, &self.storage(), &la, &rhs.storage(), &lb)?;
-        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+        let y: Tensor<<S as BroadcastShape<S2>>::Output, E, D> =
+            Tensor::from_storage(s, &out, self.device.clone());
+        let (a, b) = (
+            Raw {
+                layout: la,
+                ..self.raw()
+            },
+            Raw {
+                layout: lb,
+                ..rhs.raw()
+            },
+        );
+        let (da, db) = (self.layout.dims, rhs.layout.dims);
+        Ok(y.record(
+            Op::NAME,
+            &[self.var.clone(), rhs.var.clone()],
+            move |g: &Raw<E, D>| {
+                let (ga, gb) = g.device.binary_backward(
+                    op,
+                    &a.storage(),
+                    &a.layout,
+                    &b.storage(),
+                    &b.layout,
+                    &g.storage(),
+                    &g.layout,
+                )?;
+                let ga = sum_to(&Raw::new(ga, &g.layout.dims, g.device.clone()), &da)?;
+                let gb = sum_to(&Raw::new(gb, &g.layout.dims, g.device.clone()), &db)?;
+                Ok(vec![Some(ga), Some(gb)])
+            },
+        ))
     }
 }

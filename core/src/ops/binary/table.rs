@@ -1,18 +1,17 @@
 //! The binary op table: one row per op, each with a method, a `try_` method
 //! and (for the four arithmetic ops) the `std::ops` operator.
 
-use super::{BinaryKernel, BinaryOp};
-use crate::device::Backend;
+use super::BinaryOp;
 use crate::dtype::{Float, Real};
 use crate::error::Result;
-use crate::ops::unary::{Neg, UnaryKernel};
+use crate::ops::unary::Neg;
 use crate::shape::{BroadcastShape, Shape};
 use crate::tensor::{ok, Tensor};
 
 macro_rules! binary_table {
     ($(
         $(#[$doc:meta])*
-        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr;
+        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr, d|$da:ident, $db:ident| $dbody:expr;
     )*) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -24,9 +23,14 @@ macro_rules! binary_table {
             fn f<R: Real>(&self, $a: R, $b: R) -> R {
                 $body
             }
+            #[inline(always)]
+            #[allow(unused_variables)] // constant derivatives ignore the operands
+            fn df<R: Real>(&self, $da: R, $db: R) -> (R, R) {
+                $dbody
+            }
         }
 
-        impl<S: Shape, E: Float, D: BinaryKernel<E>> Tensor<S, E, D> {
+        impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             $(#[$doc])*
             ///
             /// # Panics
@@ -54,25 +58,25 @@ macro_rules! binary_table {
 
 binary_table! {
     /// Elementwise `a + b` with broadcasting.
-    add, try_add => Add : |a, b| a + b;
+    add, try_add => Add : |a, b| a + b, d|a, b| (R::one(), R::one());
     /// Elementwise `a - b` with broadcasting.
-    sub, try_sub => Sub : |a, b| a - b;
+    sub, try_sub => Sub : |a, b| a - b, d|a, b| (R::one(), -R::one());
     /// Elementwise `a * b` with broadcasting.
-    mul, try_mul => Mul : |a, b| a * b;
+    mul, try_mul => Mul : |a, b| a * b, d|a, b| (b, a);
     /// Elementwise `a / b` with broadcasting.
-    div, try_div => Div : |a, b| a / b;
+    div, try_div => Div : |a, b| a / b, d|a, b| (b.recip(), -a / (b * b));
     /// Elementwise `a ^ b` with broadcasting, like `torch.pow`.
-    pow, try_pow => Pow : |a, b| a.powf(b);
+    pow, try_pow => Pow : |a, b| a.powf(b), d|a, b| (if b == R::zero() { R::zero() } else { b * a.powf(b - R::one()) }, if a == R::zero() && b >= R::zero() { R::zero() } else { a.powf(b) * a.ln() });
     /// Elementwise maximum with broadcasting; NaN wins, like `torch.maximum`.
-    maximum, try_maximum => Maximum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a > b { a } else { b };
+    maximum, try_maximum => Maximum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a > b { a } else { b }, d|a, b| if a > b { (R::one(), R::zero()) } else if a < b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) };
     /// Elementwise minimum with broadcasting; NaN wins, like `torch.minimum`.
-    minimum, try_minimum => Minimum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a < b { a } else { b };
+    minimum, try_minimum => Minimum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a < b { a } else { b }, d|a, b| if a < b { (R::one(), R::zero()) } else if a > b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) };
 }
 
 macro_rules! std_op {
     ($tr:ident, $f:ident, $op:ident) => {
-        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<&Tensor<S2, E, D>>
-            for &Tensor<S, E, D>
+        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
+            std::ops::$tr<&Tensor<S2, E, D>> for &Tensor<S, E, D>
         where
             S: BroadcastShape<S2>,
         {
@@ -81,8 +85,8 @@ macro_rules! std_op {
                 ok(self.try_zip($op, rhs))
             }
         }
-        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<Tensor<S2, E, D>>
-            for Tensor<S, E, D>
+        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
+            std::ops::$tr<Tensor<S2, E, D>> for Tensor<S, E, D>
         where
             S: BroadcastShape<S2>,
         {
@@ -91,8 +95,8 @@ macro_rules! std_op {
                 ok(self.try_zip($op, &rhs))
             }
         }
-        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<&Tensor<S2, E, D>>
-            for Tensor<S, E, D>
+        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
+            std::ops::$tr<&Tensor<S2, E, D>> for Tensor<S, E, D>
         where
             S: BroadcastShape<S2>,
         {
@@ -101,8 +105,8 @@ macro_rules! std_op {
                 ok(self.try_zip($op, rhs))
             }
         }
-        impl<S: Shape, S2: Shape, E: Float, D: BinaryKernel<E>> std::ops::$tr<Tensor<S2, E, D>>
-            for &Tensor<S, E, D>
+        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
+            std::ops::$tr<Tensor<S2, E, D>> for &Tensor<S, E, D>
         where
             S: BroadcastShape<S2>,
         {
@@ -121,14 +125,14 @@ std_op!(Div, div, Div);
 
 macro_rules! scalar_op {
     ($t:ty, $tr:ident, $f:ident, |$x:ident, $v:ident| $body:expr) => {
-        impl<S: Shape, D: Backend + UnaryKernel<$t>> std::ops::$tr<$t> for &Tensor<S, $t, D> {
+        impl<S: Shape, D: crate::device::Device<$t>> std::ops::$tr<$t> for &Tensor<S, $t, D> {
             type Output = Tensor<S, $t, D>;
             fn $f(self, $v: $t) -> Self::Output {
                 let $x = self;
                 $body
             }
         }
-        impl<S: Shape, D: Backend + UnaryKernel<$t>> std::ops::$tr<$t> for Tensor<S, $t, D> {
+        impl<S: Shape, D: crate::device::Device<$t>> std::ops::$tr<$t> for Tensor<S, $t, D> {
             type Output = Tensor<S, $t, D>;
             fn $f(self, $v: $t) -> Self::Output {
                 let $x = &self;
@@ -149,14 +153,14 @@ macro_rules! scalar_ops {
 
 scalar_ops!(f32, f64);
 
-impl<S: Shape, E: Float, D: UnaryKernel<E>> std::ops::Neg for &Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> std::ops::Neg for &Tensor<S, E, D> {
     type Output = Tensor<S, E, D>;
     fn neg(self) -> Self::Output {
         self.map_unary(Neg {})
     }
 }
 
-impl<S: Shape, E: Float, D: UnaryKernel<E>> std::ops::Neg for Tensor<S, E, D> {
+impl<S: Shape, E: Float, D: crate::device::Device<E>> std::ops::Neg for Tensor<S, E, D> {
     type Output = Tensor<S, E, D>;
     fn neg(self) -> Self::Output {
         self.map_unary(Neg {})

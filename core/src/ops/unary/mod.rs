@@ -7,11 +7,12 @@ mod table;
 
 pub use table::*;
 
-use crate::device::Backend;
+use crate::device::{Backend, Device};
 use crate::dtype::{Float, Real};
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::shape::Shape;
+use crate::tape::Raw;
 use crate::tensor::Tensor;
 
 /// An elementwise function of one value.
@@ -20,6 +21,8 @@ pub trait UnaryOp: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// The function, evaluated in the accumulation type.
     fn f<R: Real>(&self, x: R) -> R;
+    /// Its derivative at `x`, given also `y = f(x)` (whichever is cheaper).
+    fn df<R: Real>(&self, x: R, y: R) -> R;
 }
 
 /// Backend support for [`UnaryOp`]s.
@@ -31,12 +34,38 @@ pub trait UnaryKernel<E: Float>: Backend {
         x: &Self::Storage<E>,
         layout: &Layout,
     ) -> Result<Self::Storage<E>>;
+    /// `g * op.df(x, y)` elementwise: the gradient of the input. All three
+    /// views have the same sizes; the result is row-major.
+    fn unary_backward<Op: UnaryOp>(
+        &self,
+        op: Op,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        y: &Self::Storage<E>,
+        ly: &Layout,
+        g: &Self::Storage<E>,
+        lg: &Layout,
+    ) -> Result<Self::Storage<E>>;
 }
 
-impl<S: Shape, E: Float, D: UnaryKernel<E>> Tensor<S, E, D> {
-    /// Applies a unary op (the entry point every table row uses).
+impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
+    /// Applies a unary op (the entry point every table row uses); its backward
+    /// multiplies the output gradient by the row's derivative.
     pub fn map_unary<Op: UnaryOp>(&self, op: Op) -> Self {
         let s = crate::tensor::ok(self.device.unary(op, &self.storage(), &self.layout));
-        Self::from_storage(s, &self.layout.dims, self.device.clone())
+        let y = Self::from_storage(s, &self.layout.dims, self.device.clone());
+        let (xs, ys) = (self.raw(), y.raw());
+        y.record(Op::NAME, &[self.var.clone()], move |g: &Raw<E, D>| {
+            let s = g.device.unary_backward(
+                op,
+                &xs.storage(),
+                &xs.layout,
+                &ys.storage(),
+                &ys.layout,
+                &g.storage(),
+                &g.layout,
+            )?;
+            Ok(vec![Some(Raw::new(s, &g.layout.dims, g.device.clone()))])
+        })
     }
 }

@@ -10,7 +10,7 @@ use crate::tensor::Tensor;
 macro_rules! unary_table {
     ($(
         $(#[$doc:meta])*
-        $method:ident => $op:ident { $($field:ident),* } : |$x:ident, $s:ident| $body:expr;
+        $method:ident => $op:ident { $($field:ident),* } : |$x:ident, $s:ident| $body:expr, d|$dx:ident, $dy:ident| $dbody:expr;
     )*) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq)]
@@ -27,9 +27,15 @@ macro_rules! unary_table {
                 let $s = self;
                 $body
             }
+            #[inline(always)]
+            #[allow(unused_variables)] // most derivatives use only one of x and y
+            fn df<R: Real>(&self, $dx: R, $dy: R) -> R {
+                let $s = self;
+                $dbody
+            }
         }
 
-        impl<S: Shape, E: Float, D: super::UnaryKernel<E>> Tensor<S, E, D> {
+        impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             $(#[$doc])*
             pub fn $method(&self $(, $field: f64)*) -> Self {
                 self.map_unary($op { $($field),* })
@@ -44,54 +50,54 @@ fn sigmoid<R: Real>(x: R) -> R {
 
 unary_table! {
     /// `-x`.
-    neg => Neg {} : |x, s| -x;
+    neg => Neg {} : |x, s| -x, d|x, y| -R::one();
     /// `e^x`.
-    exp => Exp {} : |x, s| x.exp();
+    exp => Exp {} : |x, s| x.exp(), d|x, y| y;
     /// Natural logarithm (`-inf` at 0, NaN below).
-    log => Log {} : |x, s| x.ln();
+    log => Log {} : |x, s| x.ln(), d|x, y| x.recip();
     /// `ln(1 + x)`, accurate near 0.
-    log1p => Log1p {} : |x, s| x.ln_1p();
+    log1p => Log1p {} : |x, s| x.ln_1p(), d|x, y| (R::one() + x).recip();
     /// Square root.
-    sqrt => Sqrt {} : |x, s| x.sqrt();
+    sqrt => Sqrt {} : |x, s| x.sqrt(), d|x, y| R::c(0.5) / y;
     /// `1 / sqrt(x)`.
-    rsqrt => Rsqrt {} : |x, s| x.sqrt().recip();
+    rsqrt => Rsqrt {} : |x, s| x.sqrt().recip(), d|x, y| R::c(-0.5) * y * y * y;
     /// `1 / x`.
-    recip => Recip {} : |x, s| x.recip();
+    recip => Recip {} : |x, s| x.recip(), d|x, y| -(y * y);
     /// `x * x`.
-    square => Square {} : |x, s| x * x;
+    square => Square {} : |x, s| x * x, d|x, y| R::c(2.0) * x;
     /// `|x|`.
-    abs => Abs {} : |x, s| x.abs();
+    abs => Abs {} : |x, s| x.abs(), d|x, y| if x > R::zero() { R::one() } else if x < R::zero() { -R::one() } else { R::zero() };
     /// Sine.
-    sin => Sin {} : |x, s| x.sin();
+    sin => Sin {} : |x, s| x.sin(), d|x, y| x.cos();
     /// Cosine.
-    cos => Cos {} : |x, s| x.cos();
+    cos => Cos {} : |x, s| x.cos(), d|x, y| -x.sin();
     /// Hyperbolic tangent.
-    tanh => Tanh {} : |x, s| x.tanh();
+    tanh => Tanh {} : |x, s| x.tanh(), d|x, y| R::one() - y * y;
     /// Logistic sigmoid `1 / (1 + e^-x)`.
-    sigmoid => Sigmoid {} : |x, s| sigmoid(x);
+    sigmoid => Sigmoid {} : |x, s| sigmoid(x), d|x, y| y * (R::one() - y);
     /// `max(x, 0)`.
-    relu => Relu {} : |x, s| if x > R::zero() || x.is_nan() { x } else { R::zero() };
+    relu => Relu {} : |x, s| if x > R::zero() || x.is_nan() { x } else { R::zero() }, d|x, y| if y > R::zero() { R::one() } else { R::zero() };
     /// GELU with the exact `erf` form, like `F.gelu(x)`.
-    gelu => Gelu {} : |x, s| R::c(0.5) * x * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf());
+    gelu => Gelu {} : |x, s| R::c(0.5) * x * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf()), d|x, y| R::c(0.5) * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf()) + x * (R::c(-0.5) * x * x).exp() * R::c(0.398_942_280_401_432_7);
     /// GELU with the tanh approximation, like `F.gelu(x, approximate="tanh")`.
     gelu_tanh => GeluTanh {} : |x, s| {
         let k = R::c((2.0 / std::f64::consts::PI).sqrt());
         R::c(0.5) * x * (R::one() + (k * (x + R::c(0.044715) * x * x * x)).tanh())
-    };
+    }, d|x, y| { let k = R::c((2.0 / std::f64::consts::PI).sqrt()); let c = R::c(0.044715); let t = (k * (x + c * x * x * x)).tanh(); R::c(0.5) * (R::one() + t) + R::c(0.5) * x * (R::one() - t * t) * k * (R::one() + R::c(3.0) * c * x * x) };
     /// SiLU (swish) `x * sigmoid(x)`.
-    silu => Silu {} : |x, s| x * sigmoid(x);
+    silu => Silu {} : |x, s| x * sigmoid(x), d|x, y| { let sg = sigmoid(x); sg * (R::one() + x * (R::one() - sg)) };
     /// Leaky ReLU with `negative_slope` (PyTorch's default is 0.01).
-    leaky_relu => LeakyRelu { negative_slope } : |x, s| if x > R::zero() || x.is_nan() { x } else { x * R::c(s.negative_slope) };
+    leaky_relu => LeakyRelu { negative_slope } : |x, s| if x > R::zero() || x.is_nan() { x } else { x * R::c(s.negative_slope) }, d|x, y| if x > R::zero() { R::one() } else { R::c(s.negative_slope) };
     /// `x ^ exponent` for a scalar exponent, like `x.pow(2.5)`.
-    pow_scalar => PowScalar { exponent } : |x, s| x.powf(R::c(s.exponent));
+    pow_scalar => PowScalar { exponent } : |x, s| x.powf(R::c(s.exponent)), d|x, y| if s.exponent == 0.0 { R::zero() } else { R::c(s.exponent) * x.powf(R::c(s.exponent - 1.0)) };
     /// `x + value`.
-    add_scalar => AddScalar { value } : |x, s| x + R::c(s.value);
+    add_scalar => AddScalar { value } : |x, s| x + R::c(s.value), d|x, y| R::one();
     /// `x * value`.
-    mul_scalar => MulScalar { value } : |x, s| x * R::c(s.value);
+    mul_scalar => MulScalar { value } : |x, s| x * R::c(s.value), d|x, y| R::c(s.value);
     /// `x / value` (a true division, as PyTorch does it, not a multiply by the reciprocal).
-    div_scalar => DivScalar { value } : |x, s| x / R::c(s.value);
+    div_scalar => DivScalar { value } : |x, s| x / R::c(s.value), d|x, y| R::c(1.0 / s.value);
     /// Clamps into `[min, max]`, like `x.clamp(min, max)`; NaN stays NaN.
     clamp => Clamp { min, max } : |x, s| {
         if x.is_nan() { x } else { x.max(R::c(s.min)).min(R::c(s.max)) }
-    };
+    }, d|x, y| if x >= R::c(s.min) && x <= R::c(s.max) { R::one() } else { R::zero() };
 }

@@ -1,0 +1,338 @@
+//! Graph nodes, the backward pass, grad mode and anomaly mode.
+
+use super::{BackwardFn, Raw};
+use crate::device::Backend;
+use crate::dtype::{Dtype, Float};
+use crate::error::{Error, Result};
+use crate::ops::binary::Add;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
+static LIVE_SAVED: AtomicUsize = AtomicUsize::new(0);
+static ANOMALY: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    static FIRST_ANOMALY: RefCell<Option<&'static str>> = const { RefCell::new(None) };
+}
+
+/// Number of tape nodes alive in the process (for leak tests).
+pub fn live_nodes() -> usize {
+    LIVE_NODES.load(Ordering::SeqCst)
+}
+
+/// Number of backward closures (with their saved activations) alive.
+pub fn live_saved() -> usize {
+    LIVE_SAVED.load(Ordering::SeqCst)
+}
+
+/// Whether ops on this thread are recorded.
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
+/// Restores the previous grad mode when dropped.
+#[derive(Debug)]
+pub struct NoGradGuard {
+    prev: bool,
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.prev));
+    }
+}
+
+/// Stops recording on this thread until the guard drops, like `torch.no_grad()`:
+/// no node is created and no activation is kept.
+pub fn no_grad() -> NoGradGuard {
+    let prev = GRAD_ENABLED.with(|g| g.replace(false));
+    NoGradGuard { prev }
+}
+
+/// Turns anomaly detection on or off (process-wide), like
+/// `torch.autograd.set_detect_anomaly`. When on, every op checks its output,
+/// and backward fails naming the first op whose forward or backward produced
+/// NaN or Inf.
+pub fn set_anomaly_detection(on: bool) {
+    ANOMALY.store(on, Ordering::SeqCst);
+    FIRST_ANOMALY.with(|a| *a.borrow_mut() = None);
+}
+
+/// Whether anomaly detection is on.
+pub fn anomaly_detection() -> bool {
+    ANOMALY.load(Ordering::Relaxed)
+}
+
+/// Notes that op `name`'s forward produced NaN or Inf (the first one is kept).
+pub(crate) fn note_forward_anomaly(name: &'static str) {
+    FIRST_ANOMALY.with(|a| {
+        a.borrow_mut().get_or_insert(name);
+    });
+}
+
+/// A recorded op: its inputs' variables and its backward closure.
+pub struct Node<E: Dtype, D: Backend> {
+    name: &'static str,
+    inputs: Vec<Option<Arc<Var<E, D>>>>,
+    backward: Mutex<Option<BackwardFn<E, D>>>,
+}
+
+impl<E: Dtype, D: Backend> Node<E, D> {
+    /// A node for op `name`.
+    pub fn new(
+        name: &'static str,
+        inputs: Vec<Option<Arc<Var<E, D>>>>,
+        backward: BackwardFn<E, D>,
+    ) -> Self {
+        LIVE_NODES.fetch_add(1, Ordering::SeqCst);
+        LIVE_SAVED.fetch_add(1, Ordering::SeqCst);
+        Node {
+            name,
+            inputs,
+            backward: Mutex::new(Some(backward)),
+        }
+    }
+
+    /// The op's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn take_backward(&self) -> Option<BackwardFn<E, D>> {
+        let f = self
+            .backward
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if f.is_some() {
+            LIVE_SAVED.fetch_sub(1, Ordering::SeqCst);
+        }
+        f
+    }
+}
+
+impl<E: Dtype, D: Backend> std::fmt::Debug for Node<E, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Node({}, {} inputs)", self.name, self.inputs.len())
+    }
+}
+
+impl<E: Dtype, D: Backend> Drop for Node<E, D> {
+    fn drop(&mut self) {
+        LIVE_NODES.fetch_sub(1, Ordering::SeqCst);
+        if self
+            .backward
+            .get_mut()
+            .map(|b| b.is_some())
+            .unwrap_or(false)
+        {
+            LIVE_SAVED.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The arithmetic the tape itself needs on gradients (accumulate, sum over
+/// broadcast dims, finiteness checks). A leaf gets it when it is created
+/// (only float tensors on a full backend can require a gradient) and every
+/// node inherits it, so ops generic over any dtype (views) can record.
+pub trait GradOps<E: Dtype, D: Backend>: Send + Sync {
+    /// `a + b` (same sizes).
+    fn add(&self, a: &Raw<E, D>, b: &Raw<E, D>) -> Result<Raw<E, D>>;
+    /// [`super::util::sum_to`].
+    fn sum_to(&self, g: &Raw<E, D>, dims: &[usize]) -> Result<Raw<E, D>>;
+    /// Whether every element is finite.
+    fn all_finite(&self, r: &Raw<E, D>) -> Result<bool>;
+}
+
+/// [`GradOps`] for float dtypes on a backend with every kernel.
+#[derive(Debug)]
+pub struct FloatOps;
+
+impl<E: Float, D: crate::device::Device<E>> GradOps<E, D> for FloatOps {
+    fn add(&self, a: &Raw<E, D>, b: &Raw<E, D>) -> Result<Raw<E, D>> {
+        if a.layout.dims != b.layout.dims {
+            return Err(Error::shape(
+                "backward (accumulate)",
+                crate::error::fmt_dims(&a.layout.dims),
+                &b.layout.dims,
+            ));
+        }
+        let s = a
+            .device
+            .binary(Add, &a.storage(), &a.layout, &b.storage(), &b.layout)?;
+        Ok(Raw::new(s, &a.layout.dims, a.device.clone()))
+    }
+
+    fn sum_to(&self, g: &Raw<E, D>, dims: &[usize]) -> Result<Raw<E, D>> {
+        super::util::sum_to(g, dims)
+    }
+
+    fn all_finite(&self, r: &Raw<E, D>) -> Result<bool> {
+        Ok(r.device
+            .to_vec(&r.storage(), &r.layout)?
+            .iter()
+            .all(|v| v.is_finite()))
+    }
+}
+
+/// The autograd state of a tensor that requires a gradient.
+pub struct Var<E: Dtype, D: Backend> {
+    node: Option<Node<E, D>>,
+    grad: Mutex<Option<Raw<E, D>>>,
+    retain: AtomicBool,
+    ops: &'static dyn GradOps<E, D>,
+}
+
+impl<E: Dtype, D: Backend> std::fmt::Debug for Var<E, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.node {
+            Some(n) => write!(f, "Var(grad_fn={})", n.name),
+            None => f.write_str("Var(leaf)"),
+        }
+    }
+}
+
+impl<E: Dtype, D: Backend> Var<E, D> {
+    /// A leaf.
+    pub fn leaf(ops: &'static dyn GradOps<E, D>) -> Self {
+        Var {
+            node: None,
+            grad: Mutex::new(None),
+            retain: AtomicBool::new(false),
+            ops,
+        }
+    }
+
+    /// The output of a recorded op.
+    pub fn from_node(node: Node<E, D>, ops: &'static dyn GradOps<E, D>) -> Self {
+        Var {
+            node: Some(node),
+            grad: Mutex::new(None),
+            retain: AtomicBool::new(false),
+            ops,
+        }
+    }
+
+    /// The gradient arithmetic of this graph.
+    pub fn ops(&self) -> &'static dyn GradOps<E, D> {
+        self.ops
+    }
+
+    /// Whether this is a leaf.
+    pub fn is_leaf(&self) -> bool {
+        self.node.is_none()
+    }
+
+    /// The name of the op that produced it (`None` for a leaf).
+    pub fn grad_fn(&self) -> Option<&'static str> {
+        self.node.as_ref().map(|n| n.name)
+    }
+
+    pub(crate) fn grad(&self) -> Option<Raw<E, D>> {
+        self.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn clear_grad(&self) {
+        *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    pub(crate) fn set_retain(&self) {
+        self.retain.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs the backward pass from `root` with upstream gradient `grad`.
+///
+/// # Errors
+/// When a node's graph was freed by an earlier backward, when a backward
+/// closure fails, or (anomaly mode) when an op produced NaN/Inf.
+pub fn backward_raw<E: Dtype, D: Backend>(
+    root: &Arc<Var<E, D>>,
+    grad: Raw<E, D>,
+    retain_graph: bool,
+) -> Result<()> {
+    if anomaly_detection() {
+        if let Some(name) = FIRST_ANOMALY.with(|a| *a.borrow()) {
+            return Err(Error::invalid(
+                "anomaly",
+                format!("the forward of `{name}` produced NaN or Inf"),
+            ));
+        }
+    }
+    let _guard = no_grad();
+    let ops = root.ops;
+    // Topological order by iterative depth-first search (post-order).
+    let key = |v: &Arc<Var<E, D>>| Arc::as_ptr(v) as usize;
+    let mut order: Vec<Arc<Var<E, D>>> = Vec::new();
+    let mut seen: HashMap<usize, ()> = HashMap::new();
+    let mut stack: Vec<(Arc<Var<E, D>>, bool)> = vec![(Arc::clone(root), false)];
+    while let Some((v, expanded)) = stack.pop() {
+        if expanded {
+            order.push(v);
+            continue;
+        }
+        if seen.insert(key(&v), ()).is_some() {
+            continue;
+        }
+        stack.push((Arc::clone(&v), true));
+        if let Some(n) = &v.node {
+            for p in n.inputs.iter().flatten() {
+                if !seen.contains_key(&key(p)) {
+                    stack.push((Arc::clone(p), false));
+                }
+            }
+        }
+    }
+    let mut grads: HashMap<usize, Raw<E, D>> = HashMap::new();
+    grads.insert(key(root), grad);
+    for v in order.iter().rev() {
+        let Some(g) = grads.remove(&key(v)) else {
+            continue;
+        };
+        let Some(node) = &v.node else {
+            let mut slot = v.grad.lock().unwrap_or_else(|e| e.into_inner());
+            *slot = Some(match slot.take() {
+                Some(old) => ops.add(&old, &g)?,
+                None => g,
+            });
+            continue;
+        };
+        if v.retain.load(Ordering::Relaxed) {
+            *v.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
+        }
+        let freed = || {
+            Error::invalid("backward", format!("the graph through `{}` was already freed by an earlier backward; use `backward_retain` to keep it", node.name))
+        };
+        let input_grads = if retain_graph {
+            let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+            let f = slot.as_ref().ok_or_else(freed)?;
+            f(&g)?
+        } else {
+            // Dropping the closure right after it runs frees the activations it saved.
+            let f = node.take_backward().ok_or_else(freed)?;
+            f(&g)?
+        };
+        for (input, ig) in node.inputs.iter().zip(input_grads) {
+            let (Some(input), Some(ig)) = (input, ig) else {
+                continue;
+            };
+            if anomaly_detection() && !ops.all_finite(&ig)? {
+                return Err(Error::invalid(
+                    "anomaly",
+                    format!("the backward of `{}` produced NaN or Inf", node.name),
+                ));
+            }
+            let k = key(input);
+            let acc = match grads.remove(&k) {
+                Some(old) => ops.add(&old, &ig)?,
+                None => ig,
+            };
+            grads.insert(k, acc);
+        }
+    }
+    Ok(())
+}
