@@ -32,8 +32,15 @@ fn main() -> forma::Result<()> {
 
     // Views share storage: transpose, narrow, expand, unsqueeze cost no copy.
     let xt: Tensor<(C<3>, C<2>)> = x.t();
-    println!("x.t() shares x's storage: {}, contiguous: {}", xt.shares_storage(&x), xt.is_contiguous());
-    println!("x.t().contiguous() copies: {}\n", !xt.contiguous().shares_storage(&x));
+    println!(
+        "x.t() shares x's storage: {}, contiguous: {}",
+        xt.shares_storage(&x),
+        xt.is_contiguous()
+    );
+    println!(
+        "x.t().contiguous() copies: {}\n",
+        !xt.contiguous().shares_storage(&x)
+    );
 
     // Dynamic sizes: a batch known only at run time.
     let mut rng = Rng::seed_from(0);
