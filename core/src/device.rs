@@ -18,7 +18,7 @@ pub trait Backend: Clone + Debug + PartialEq + Send + Sync + 'static {
     fn name(&self) -> String;
 
     /// Moves host values into a new storage.
-    fn from_vec<E: Dtype>(&self, data: Vec<E>) -> Result<Self::Storage<E>>;
+    fn upload<E: Dtype>(&self, data: Vec<E>) -> Result<Self::Storage<E>>;
 
     /// A storage of `len` copies of `value`.
     fn full<E: Dtype>(&self, len: usize, value: E) -> Result<Self::Storage<E>>;

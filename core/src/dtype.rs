@@ -61,10 +61,26 @@ pub trait Dtype:
     /// Converts from f64 the way `torch.Tensor.to` does: round for floats,
     /// truncate toward zero for integers, non-zero is `true` for bool.
     fn from_f64(v: f64) -> Self;
+    /// The exact value of an integer dtype (`None` for floats and bool).
+    fn to_i64(self) -> Option<i64> {
+        None
+    }
+    /// Converts from an integer; an `i64` beyond 2^53 must not round through
+    /// f64 on its way to f32, so the float types override this.
+    fn from_i64(v: i64) -> Self {
+        Self::from_f64(v as f64)
+    }
+    /// Converts between dtypes with a single rounding, like `tensor.to(dtype)`.
+    fn cast<F: Dtype>(self) -> F {
+        match self.to_i64() {
+            Some(i) => F::from_i64(i),
+            None => F::from_f64(self.to_f64()),
+        }
+    }
 }
 
 macro_rules! dtype_impl {
-    ($t:ty, $tag:ident, |$x:ident| $to:expr, |$v:ident| $from:expr) => {
+    ($t:ty, $tag:ident, |$x:ident| $to:expr, |$v:ident| $from:expr $(, $extra:item)*) => {
         impl Dtype for $t {
             const DTYPE: DType = DType::$tag;
             #[inline]
@@ -76,17 +92,56 @@ macro_rules! dtype_impl {
             fn from_f64($v: f64) -> Self {
                 $from
             }
+            $($extra)*
         }
     };
 }
 
-dtype_impl!(f32, F32, |x| x as f64, |v| v as f32);
+dtype_impl!(
+    f32,
+    F32,
+    |x| x as f64,
+    |v| v as f32,
+    fn from_i64(v: i64) -> Self {
+        v as f32
+    }
+);
 dtype_impl!(f64, F64, |x| x, |v| v);
 dtype_impl!(f16, F16, |x| x.to_f64(), |v| f16::from_f64(v));
 dtype_impl!(bf16, BF16, |x| x.to_f64(), |v| bf16::from_f64(v));
-dtype_impl!(i64, I64, |x| x as f64, |v| v as i64);
-dtype_impl!(u32, U32, |x| x as f64, |v| v as u32);
-dtype_impl!(bool, Bool, |x| if x { 1.0 } else { 0.0 }, |v| v != 0.0);
+dtype_impl!(
+    i64,
+    I64,
+    |x| x as f64,
+    |v| v as i64,
+    fn to_i64(self) -> Option<i64> {
+        Some(self)
+    },
+    fn from_i64(v: i64) -> Self {
+        v
+    }
+);
+dtype_impl!(
+    u32,
+    U32,
+    |x| x as f64,
+    |v| v as u32,
+    fn to_i64(self) -> Option<i64> {
+        Some(self as i64)
+    },
+    fn from_i64(v: i64) -> Self {
+        v as u32
+    }
+);
+dtype_impl!(
+    bool,
+    Bool,
+    |x| if x { 1.0 } else { 0.0 },
+    |v| v != 0.0,
+    fn from_i64(v: i64) -> Self {
+        v != 0
+    }
+);
 
 /// The arithmetic every float kernel uses, implemented by the accumulation
 /// types (f32, f64).
@@ -123,6 +178,7 @@ impl Real for f64 {
 
 /// `erf` to double precision (W. J. Cody's rational approximations, as in
 /// most C libraries); Rust's std has no `erf`.
+#[allow(clippy::excessive_precision)] // the published coefficients, digit for digit
 pub fn libm_erf(x: f64) -> f64 {
     let ax = x.abs();
     let r = if ax < 0.5 {

@@ -77,7 +77,7 @@ impl Backend for Cpu {
         "cpu".to_string()
     }
 
-    fn from_vec<E: Dtype>(&self, data: Vec<E>) -> Result<Vec<E>> {
+    fn upload<E: Dtype>(&self, data: Vec<E>) -> Result<Vec<E>> {
         Ok(data)
     }
 
@@ -111,7 +111,7 @@ impl Backend for Cpu {
 
     fn cast<E: Dtype, F: Dtype>(&self, src: &Vec<E>, layout: &Layout) -> Result<Vec<F>> {
         let mut out = vec![F::default(); layout.numel()];
-        fill_strided(&mut out, layout, |o| F::from_f64(src[o].to_f64()));
+        fill_strided(&mut out, layout, |o| src[o].cast::<F>());
         Ok(out)
     }
 }

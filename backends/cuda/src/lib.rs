@@ -57,7 +57,10 @@ impl Cuda {
             if !unsafe { cudarc::driver::sys::is_culib_present() } {
                 return Err(CudaError::NoDriver);
             }
-            let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(|e| CudaError::Driver { ordinal, msg: e.to_string() })?;
+            let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(|e| CudaError::Driver {
+                ordinal,
+                msg: e.to_string(),
+            })?;
             Ok(Cuda { ordinal, ctx })
         }
         #[cfg(not(feature = "cuda"))]
@@ -88,7 +91,10 @@ impl Cuda {
     /// When the driver call fails.
     #[cfg(feature = "cuda")]
     pub fn device_name(&self) -> Result<String, CudaError> {
-        self.ctx.name().map_err(|e| CudaError::Driver { ordinal: self.ordinal, msg: e.to_string() })
+        self.ctx.name().map_err(|e| CudaError::Driver {
+            ordinal: self.ordinal,
+            msg: e.to_string(),
+        })
     }
 }
 

@@ -166,7 +166,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         };
         Ok(Self::from_storage(s, &dims, self.device.clone()).record(
             "masked_fill",
-            &[self.var.clone()],
+            std::slice::from_ref(&self.var),
             move |g| {
                 let (zero, lz) = zeros_like_view(g)?;
                 let gx = g.device.where_cond(

@@ -7,6 +7,7 @@ use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shape::{Dim, Dyn, Shape};
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// Options of a 2-d convolution, in PyTorch's order and defaults.
@@ -59,12 +60,25 @@ pub trait ConvKernel<E: Float>: Backend {
         lw: &Layout,
         p: &Conv2dParams,
     ) -> Result<Self::Storage<E>>;
+    /// Gradients of [`ConvKernel::conv2d`] from the output's gradient `g`
+    /// (`[n, c_out, oh, ow]`): `(dx, dw)`, row-major with the input's and the
+    /// weight's sizes.
+    fn conv2d_backward(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        w: &Self::Storage<E>,
+        lw: &Layout,
+        g: &Self::Storage<E>,
+        lg: &Layout,
+        p: &Conv2dParams,
+    ) -> Result<(Self::Storage<E>, Self::Storage<E>)>;
 }
 
 fn check_conv(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<[usize; 4]> {
     let op = "conv2d";
     let g = p.groups;
-    if g == 0 || x[1] % g != 0 || w[0] % g != 0 {
+    if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) {
         return Err(Error::invalid(
             op,
             format!(
@@ -121,7 +135,26 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
             &weight.layout,
             &p,
         )?;
-        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+        let (xr, wr) = (self.raw(), weight.raw());
+        Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
+            "conv2d",
+            &[self.var.clone(), weight.var.clone()],
+            move |g| {
+                let (gx, gw) = g.device.conv2d_backward(
+                    &xr.storage(),
+                    &xr.layout,
+                    &wr.storage(),
+                    &wr.layout,
+                    &g.storage(),
+                    &g.layout,
+                    &p,
+                )?;
+                Ok(vec![
+                    Some(Raw::new(gx, &xr.layout.dims, g.device.clone())),
+                    Some(Raw::new(gw, &wr.layout.dims, g.device.clone())),
+                ])
+            },
+        ))
     }
 
     /// [`Tensor::try_conv2d`] that panics on bad sizes.
@@ -206,5 +239,18 @@ pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>
         &bias.storage(),
         &lb,
     ));
-    Tensor::from_storage(s, &x.layout.dims, x.device.clone())
+    let bdims = bias.layout.dims;
+    Tensor::from_storage(s, &x.layout.dims, x.device.clone()).record(
+        "add_channel_bias",
+        &[x.var.clone(), bias.var.clone()],
+        move |g| {
+            let mut keep = vec![1; g.layout.rank()];
+            keep[1] = bdims[0];
+            let gb = crate::tape::util::sum_to(g, &keep)?;
+            Ok(vec![
+                Some(g.clone()),
+                Some(crate::tape::util::reshape(&gb, &bdims)?),
+            ])
+        },
+    )
 }

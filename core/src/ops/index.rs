@@ -71,7 +71,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let (ir, xdims) = (idx.raw(), self.layout.dims);
         Ok(Tensor::from_storage(s, &dims, self.device.clone()).record(
             "index_select",
-            &[self.var.clone()],
+            std::slice::from_ref(&self.var),
             move |g| {
                 // index_add: every row of g goes back to the row it was taken from.
                 let mut strides = crate::shape::Dims::from_slice(&vec![0; g.layout.rank()]);
@@ -134,7 +134,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         Ok(
             Tensor::from_storage(s, &idx.layout.dims, self.device.clone()).record(
                 "gather",
-                &[self.var.clone()],
+                std::slice::from_ref(&self.var),
                 move |g| {
                     Ok(vec![Some(scatter_into_zeros(
                         g, &xdims, AX, &ir, &ir.layout,
@@ -302,7 +302,7 @@ impl<S: Shape, D: Backend> Tensor<S, i64, D> {
         }
         let mut dims = self.layout.dims.to_vec();
         dims.push(N);
-        let s = self.device.from_vec(data)?;
+        let s = self.device.upload(data)?;
         Ok(Tensor::from_storage(s, &dims, self.device.clone()))
     }
 

@@ -6,6 +6,7 @@ use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shape::{Dim, Dyn};
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// Options of a 2-d pooling window, PyTorch's names; see [`Pool2dParams::new`]
@@ -85,6 +86,24 @@ pub trait PoolKernel<E: Float>: Backend {
         p: &Pool2dParams,
         out: [usize; 2],
     ) -> Result<Self::Storage<E>>;
+    /// Gradient of [`PoolKernel::max_pool2d`]: each output's gradient `g`
+    /// goes to the first maximum of its window. Row-major with `x`'s sizes.
+    fn max_pool2d_backward(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        g: &Self::Storage<E>,
+        lg: &Layout,
+        p: &Pool2dParams,
+    ) -> Result<Self::Storage<E>>;
+    /// Gradient of [`PoolKernel::avg_pool2d`] for an input of `lx`'s sizes.
+    fn avg_pool2d_backward(
+        &self,
+        lx: &Layout,
+        g: &Self::Storage<E>,
+        lg: &Layout,
+        p: &Pool2dParams,
+    ) -> Result<Self::Storage<E>>;
 }
 
 fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<[usize; 2]> {
@@ -136,11 +155,22 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         let s = self
             .device
             .max_pool2d(&self.storage(), &self.layout, &p, [oh, ow])?;
+        let xr = self.raw();
         Ok(Tensor::from_storage(
             s,
             &[self.layout.dims[0], self.layout.dims[1], oh, ow],
             self.device.clone(),
-        ))
+        )
+        .record("max_pool2d", std::slice::from_ref(&self.var), move |g| {
+            let gx = g.device.max_pool2d_backward(
+                &xr.storage(),
+                &xr.layout,
+                &g.storage(),
+                &g.layout,
+                &p,
+            )?;
+            Ok(vec![Some(Raw::new(gx, &xr.layout.dims, g.device.clone()))])
+        }))
     }
 
     /// Average pooling, like `F.avg_pool2d`.
@@ -152,11 +182,18 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         let s = self
             .device
             .avg_pool2d(&self.storage(), &self.layout, &p, [oh, ow])?;
+        let lx = self.layout;
         Ok(Tensor::from_storage(
             s,
             &[self.layout.dims[0], self.layout.dims[1], oh, ow],
             self.device.clone(),
-        ))
+        )
+        .record("avg_pool2d", std::slice::from_ref(&self.var), move |g| {
+            let gx = g
+                .device
+                .avg_pool2d_backward(&lx, &g.storage(), &g.layout, &p)?;
+            Ok(vec![Some(Raw::new(gx, &lx.dims, g.device.clone()))])
+        }))
     }
 
     /// [`Tensor::try_max_pool2d`] that panics when the window does not fit.

@@ -31,7 +31,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let (yr, dims) = (y.raw(), self.layout.dims);
         y.record(
             if log { "log_softmax" } else { "softmax" },
-            &[self.var.clone()],
+            std::slice::from_ref(&self.var),
             move |g| {
                 let y3 = around_axis(&yr, axis)?;
                 let g3 = around_axis(g, axis)?;

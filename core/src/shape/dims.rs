@@ -123,7 +123,7 @@ impl SameDim<One> for Dyn {}
     note = "for `a.matmul(&b)`, the last dim of `a` must equal the second-to-last dim of `b`"
 )]
 pub trait MatmulDim<Rhs: Dim>: Dim {}
-impl<const N: usize> MatmulDim<C<N>> for C<N> {}
+impl<const N: usize, const M: usize> MatmulDim<C<M>> for C<N> where (): MatmulSizes<N, M> {}
 impl<const N: usize> MatmulDim<Dyn> for C<N> {}
 impl<const N: usize> MatmulDim<C<N>> for Dyn {}
 impl MatmulDim<Dyn> for Dyn {}
@@ -142,7 +142,10 @@ pub trait BroadcastDim<Rhs: Dim>: Dim {
     /// The broadcast result.
     type Out: Dim;
 }
-impl<const N: usize> BroadcastDim<C<N>> for C<N> {
+impl<const N: usize, const M: usize> BroadcastDim<C<M>> for C<N>
+where
+    (): BroadcastSizes<N, M>,
+{
     type Out = C<N>;
 }
 impl<const N: usize> BroadcastDim<One> for C<N> {
@@ -177,7 +180,7 @@ impl BroadcastDim<Dyn> for Dyn {
     label = "only a `One` (size-1) dim stretches; size {Self} cannot become {Target}"
 )]
 pub trait ExpandDim<Target: Dim>: Dim {}
-impl<const N: usize> ExpandDim<C<N>> for C<N> {}
+impl<const N: usize, const M: usize> ExpandDim<C<M>> for C<N> where (): ExpandSizes<N, M> {}
 impl<const N: usize> ExpandDim<C<N>> for One {}
 impl<const N: usize> ExpandDim<C<N>> for Dyn {}
 impl<const N: usize> ExpandDim<Dyn> for C<N> {}
@@ -194,5 +197,42 @@ impl ExpandDim<One> for Dyn {}
 )]
 pub trait SizeOne: Dim {}
 impl SizeOne for One {}
-impl SizeOne for C<1> {}
+impl<const N: usize> SizeOne for C<N> where (): SqueezeSize<N> {}
 impl SizeOne for Dyn {}
+
+// The traits below carry the sizes as plain numbers, so the messages print
+// `size 3` rather than a type name. Each has one impl: equal sizes (or 1).
+
+/// Two static sizes that must be equal for broadcasting.
+#[diagnostic::on_unimplemented(
+    message = "shapes cannot be broadcast together: size {A} does not match size {B}",
+    label = "size {A} vs size {B}: these shapes do not broadcast",
+    note = "broadcasting aligns shapes from the last dim; each pair must be equal, or one of them `One` (a size-1 dim from `unsqueeze` or `*_keepdim`), or `Dyn`"
+)]
+pub trait BroadcastSizes<const A: usize, const B: usize> {}
+impl<const N: usize> BroadcastSizes<N, N> for () {}
+
+/// The inner sizes of a matrix product.
+#[diagnostic::on_unimplemented(
+    message = "matmul: the left operand has {A} columns but the right operand has {B} rows",
+    label = "inner dimensions of this matmul differ: {A} vs {B}",
+    note = "for `a.matmul(&b)`, the last dim of `a` must equal the second-to-last dim of `b`"
+)]
+pub trait MatmulSizes<const A: usize, const B: usize> {}
+impl<const N: usize> MatmulSizes<N, N> for () {}
+
+/// A static size expanded to another.
+#[diagnostic::on_unimplemented(
+    message = "cannot expand size {A} to size {B}",
+    label = "only a `One` (size-1) dim stretches; size {A} cannot become {B}"
+)]
+pub trait ExpandSizes<const A: usize, const B: usize> {}
+impl<const N: usize> ExpandSizes<N, N> for () {}
+
+/// A static size that `squeeze` removes.
+#[diagnostic::on_unimplemented(
+    message = "squeeze: size {N} is not 1",
+    label = "only a size-1 dim can be squeezed"
+)]
+pub trait SqueezeSize<const N: usize> {}
+impl SqueezeSize<1> for () {}

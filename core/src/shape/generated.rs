@@ -30,7 +30,7 @@ pub trait ExpandTo<Target: Shape>: Shape {}
 #[diagnostic::on_unimplemented(
     message = "axis {AX} does not exist in a tensor of shape `{Self}`",
     label = "this tensor has no axis {AX}",
-    note = "axes count from 0: a tensor of rank 2 has axes 0 and 1"
+    note = "axes count from 0, so a tensor of rank r has axes 0 to r - 1"
 )]
 pub trait HasAxis<const AX: usize>: Shape {
     /// The dim at the axis.
@@ -65,7 +65,7 @@ pub trait AppendDim: Shape {
 #[diagnostic::on_unimplemented(
     message = "transpose: axes {A} and {B} do not both exist in shape `{Self}`",
     label = "axis out of range",
-    note = "axes count from 0: a tensor of rank 2 has axes 0 and 1"
+    note = "axes count from 0, so a tensor of rank r has axes 0 to r - 1"
 )]
 pub trait SwapAxes<const A: usize, const B: usize>: Shape {
     /// The shape with the two axes swapped.
@@ -76,6 +76,7 @@ pub trait SwapAxes<const A: usize, const B: usize>: Shape {
 /// of its axes (ranks 2 to 4).
 #[diagnostic::on_unimplemented(
     message = "permute: `{P}` is not a permutation of the axes of shape `{Self}`",
+    label = "not a permutation of this tensor's axes",
     note = "list every axis exactly once, e.g. `(Ax<2>, Ax<0>, Ax<1>)` for a rank-3 tensor"
 )]
 pub trait PermuteShape<P>: Shape {

@@ -67,7 +67,9 @@ pub fn gradcheck<S: Shape, D: Device<f64>>(
         minus[i] -= opts.eps;
         let numeric = (eval(plus)? - eval(minus)?) / (2.0 * opts.eps);
         let a = analytic[i];
-        if !((a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs()) {
+        // Written so that a NaN on either side fails the check.
+        let close = (a - numeric).abs() <= opts.atol + opts.rtol * numeric.abs();
+        if !close {
             return Err(format!(
                 "gradient mismatch at element {i} of {:?}: analytic {a}, numeric {numeric}",
                 x.dims()

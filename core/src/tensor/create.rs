@@ -57,7 +57,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
                 shape: fmt_dims(&dims),
             });
         }
-        let s = device.from_vec(data)?;
+        let s = device.upload(data)?;
         Ok(Self::from_storage(s, &dims, device.clone()))
     }
 
@@ -174,7 +174,7 @@ impl<E: Dtype, D: Backend> Tensor<(Dyn,), E, D> {
                 } else {
                     0.0
                 };
-                let v = if i < steps / 2 {
+                let v = if i < steps / 2 || steps == 1 {
                     start + step * i as f64
                 } else {
                     end - step * (steps - 1 - i) as f64

@@ -97,7 +97,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         back: impl Fn(&crate::tape::Raw<E, D>) -> Result<crate::tape::Raw<E, D>> + Send + 'static,
     ) -> Tensor<S2, E, D> {
         self.view_as::<S2>(layout)
-            .record(name, &[self.var.clone()], move |g| Ok(vec![Some(back(g)?)]))
+            .record(name, std::slice::from_ref(&self.var), move |g| {
+                Ok(vec![Some(back(g)?)])
+            })
     }
 
     /// Read access to the storage (for kernels).
@@ -197,7 +199,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         let s = ok(self.device.contiguous(&self.storage(), &self.layout));
         Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
             "contiguous",
-            &[self.var.clone()],
+            std::slice::from_ref(&self.var),
             |g| Ok(vec![Some(g.clone())]),
         )
     }
@@ -230,7 +232,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             ));
         }
         let host = self.try_to_vec()?;
-        let s = device.from_vec(host)?;
+        let s = device.upload(host)?;
         Ok(Tensor::from_storage(s, &self.layout.dims, device.clone()))
     }
 

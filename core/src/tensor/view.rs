@@ -316,7 +316,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         let err = || Error::shape("reshape", S2::describe(), &self.layout.dims);
         let dims: Vec<usize> = match dyns {
             0 => statics.iter().map(|d| d.unwrap_or(0)).collect(),
-            1 if known > 0 && numel % known == 0 => {
+            1 if known > 0 && numel.is_multiple_of(known) => {
                 statics.iter().map(|d| d.unwrap_or(numel / known)).collect()
             }
             _ => return Err(err()),
@@ -372,7 +372,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             )
         };
         let first = self.layout.dims[0];
-        let rest = if first == 0 { 0 } else { self.numel() / first };
+        let rest = self.numel().checked_div(first).unwrap_or(0);
         let shape = <(<S as HasAxis<0>>::At, O)>::from_dims(&[first, rest]);
         ok(shape
             .ok_or_else(|| {

@@ -1,18 +1,612 @@
-//! Convolution.
+//! 2-d convolution as im2col + GEMM, per image and group.
+//!
+//! Input and weight are made dense in the accumulation type first (borrowed
+//! for dense f32/f64, widened to f32 for f16/bf16). For each image and group,
+//! the input patches are unrolled into a `[c_in/groups * kh * kw, oh * ow]`
+//! column matrix and multiplied by the group's `[c_out/groups, c_in/groups *
+//! kh * kw]` weight rows straight into the output. A 1x1 kernel with stride 1
+//! and no padding skips the unrolling (the input plane is the column matrix).
+//!
+//! Parallelism: over the images with rayon when there are enough of them
+//! (see [`batch_parallel`]), else image by image with the unrolling and gemm
+//! each parallel inside.
 
-use crate::Cpu;
-use forma_core::ops::conv::{Conv2dParams, ConvKernel};
+use super::matmul::{
+    batch_parallel, dense_acc, from_acc_vec, gemm_into, solo_parallelism, Operand, Parallelism,
+};
+use crate::{Cpu, PAR_CHUNK};
+use forma_core::dtype::Real;
+use forma_core::error::fmt_dims;
+use forma_core::ops::conv::{conv_out_size, Conv2dParams, ConvKernel};
 use forma_core::{Error, Float, Layout, Result};
+use rayon::prelude::*;
+
+/// Sizes of one convolution, dense `[n, c_in, h, w]` by `[c_out, cg, kh, kw]`.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    n: usize,
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    /// Input channels per group.
+    cg: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    p: Conv2dParams,
+}
+
+impl Geometry {
+    /// Rows of the column matrix: `cg * kh * kw`.
+    fn patch(&self) -> usize {
+        self.cg * self.kh * self.kw
+    }
+
+    /// Columns of the column matrix: `oh * ow`.
+    fn positions(&self) -> usize {
+        self.oh * self.ow
+    }
+
+    /// Whether the input plane already is the column matrix.
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
+    }
+}
+
+/// The taps `t` of `0..count` with `0 <= start + t * step < size`, as a range
+/// `lo..hi` (empty when none); `step > 0`.
+pub(crate) fn tap_range(start: isize, step: usize, count: usize, size: usize) -> (usize, usize) {
+    let step = step as isize;
+    let lo = if start >= 0 {
+        0
+    } else {
+        ((-start + step - 1) / step) as usize
+    };
+    let room = size as isize - start;
+    let hi = if room <= 0 {
+        0
+    } else {
+        ((room + step - 1) / step) as usize
+    };
+    let hi = hi.min(count);
+    (lo.min(hi), hi)
+}
+
+/// Unrolls one group's input `[cg, h, w]` into `col`, `[cg * kh * kw, oh * ow]`
+/// row-major; taps in the padding are zeros. Rows in parallel when `par`.
+fn im2col<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
+    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    let fill_row = |r: usize, row: &mut [A]| {
+        let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        // Output columns `lo..hi` read inside the input row; `x0 + ox * sw`.
+        let x0 = (j * dw) as isize - pw as isize;
+        let (lo, hi) = tap_range(x0, sw, ow, w);
+        for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
+            let y = (oy * sh + i * dh) as isize - ph as isize;
+            if y < 0 || y >= h as isize || lo == hi {
+                dst.fill(A::zero());
+                continue;
+            }
+            let src = &plane[y as usize * w..(y as usize + 1) * w];
+            dst[..lo].fill(A::zero());
+            dst[hi..].fill(A::zero());
+            // First input column read: x0 + lo * sw >= 0.
+            let first = (x0 + (lo * sw) as isize) as usize;
+            if sw == 1 {
+                dst[lo..hi].copy_from_slice(&src[first..first + (hi - lo)]);
+            } else {
+                for (d, s) in dst[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
+                    *d = *s;
+                }
+            }
+        }
+    };
+    let l = oh * ow;
+    if par && col.len() >= 2 * PAR_CHUNK {
+        col.par_chunks_mut(l)
+            .enumerate()
+            .with_min_len((PAR_CHUNK / l).max(1))
+            .for_each(|(r, row)| fill_row(r, row));
+    } else {
+        for (r, row) in col.chunks_exact_mut(l).enumerate() {
+            fill_row(r, row);
+        }
+    }
+}
+
+/// One image: `out` is its `[c_out, oh * ow]` output, `col` scratch space.
+fn conv_image<A: Real>(
+    x: &[A],
+    wt: &[A],
+    out: &mut [A],
+    col: &mut Vec<A>,
+    g: &Geometry,
+    parallelism: Parallelism,
+) {
+    let groups = g.p.groups;
+    let og = g.c_out / groups;
+    let (kk, l) = (g.patch(), g.positions());
+    let plane = g.cg * g.h * g.w;
+    let inner_par = !matches!(parallelism, Parallelism::None);
+    for (gi, dst) in out.chunks_exact_mut(og * l).enumerate() {
+        let xg = &x[gi * plane..(gi + 1) * plane];
+        let rhs = if g.is_pointwise() {
+            Operand {
+                data: xg,
+                off: 0,
+                rs: l,
+                cs: 1,
+            }
+        } else {
+            col.resize(kk * l, A::zero());
+            im2col(xg, col, g, inner_par);
+            Operand {
+                data: &col[..],
+                off: 0,
+                rs: l,
+                cs: 1,
+            }
+        };
+        let lhs = Operand {
+            data: wt,
+            off: gi * og * kk,
+            rs: kk,
+            cs: 1,
+        };
+        gemm_into(dst, og, l, kk, lhs, rhs, parallelism);
+    }
+}
+
+/// The convolution on dense operands in a gemm type.
+fn conv2d_acc<A: Real>(x: &[A], wt: &[A], g: &Geometry) -> Vec<A> {
+    let out_img = g.c_out * g.positions();
+    let mut out = vec![A::zero(); g.n * out_img];
+    if out.is_empty() {
+        return out;
+    }
+    let in_img = g.c_in * g.h * g.w;
+    let work = out_img * g.patch();
+    if batch_parallel(g.n, work) {
+        out.par_chunks_mut(out_img)
+            .enumerate()
+            .with_min_len((PAR_CHUNK / work.max(1)).max(1))
+            .for_each_init(Vec::new, |col, (i, o)| {
+                let xi = &x[i * in_img..(i + 1) * in_img];
+                conv_image(xi, wt, o, col, g, Parallelism::None);
+            });
+    } else {
+        let mut col = Vec::new();
+        let par = solo_parallelism();
+        for (i, o) in out.chunks_exact_mut(out_img).enumerate() {
+            let xi = &x[i * in_img..(i + 1) * in_img];
+            conv_image(xi, wt, o, &mut col, g, par);
+        }
+    }
+    out
+}
+
+/// Checks the operands (the core validated them; this keeps the kernel safe
+/// to call directly) and derives the sizes.
+fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
+    let bad = |msg: String| Error::invalid("conv2d", msg);
+    if lx.rank() != 4 || lw.rank() != 4 {
+        return Err(bad(format!(
+            "input {} and weight {} must be 4-d",
+            fmt_dims(&lx.dims),
+            fmt_dims(&lw.dims)
+        )));
+    }
+    let (x, w) = (&lx.dims, &lw.dims);
+    let groups = p.groups;
+    if groups == 0 || w[0] % groups != 0 || w[1] * groups != x[1] {
+        return Err(bad(format!(
+            "input {} and weight {} do not match in {groups} groups",
+            fmt_dims(x),
+            fmt_dims(w)
+        )));
+    }
+    let size = |i: usize| {
+        (p.dilation[i] > 0)
+            .then(|| conv_out_size(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
+            .flatten()
+    };
+    let (Some(oh), Some(ow)) = (size(0), size(1)) else {
+        return Err(bad(format!(
+            "a {}x{} kernel does not fit a padded {}x{} input with {p:?}",
+            w[2], w[3], x[2], x[3]
+        )));
+    };
+    Ok(Geometry {
+        n: x[0],
+        c_in: x[1],
+        h: x[2],
+        w: x[3],
+        c_out: w[0],
+        cg: w[1],
+        kh: w[2],
+        kw: w[3],
+        oh,
+        ow,
+        p: *p,
+    })
+}
+
+/// Adds the column matrix `dcol` (`[cg * kh * kw, oh * ow]`) back into one
+/// group's input gradient `[cg, h, w]`: the transpose of [`im2col`].
+fn col2im<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry) {
+    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    let l = oh * ow;
+    for (r, row) in dcol.chunks_exact(l).enumerate() {
+        let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let plane = &mut gx[c * h * w..(c + 1) * h * w];
+        let x0 = (j * dw) as isize - pw as isize;
+        let (lo, hi) = tap_range(x0, sw, ow, w);
+        for (oy, src) in row.chunks_exact(ow).enumerate() {
+            let y = (oy * sh + i * dh) as isize - ph as isize;
+            if y < 0 || y >= h as isize {
+                continue;
+            }
+            let dst = &mut plane[y as usize * w..(y as usize + 1) * w];
+            for (ox, &v) in src.iter().enumerate().take(hi).skip(lo) {
+                let xi = (x0 + (ox * sw) as isize) as usize;
+                dst[xi] = dst[xi] + v;
+            }
+        }
+    }
+}
+
+/// Gradients of the convolution on dense operands: `dx` (per image, in
+/// parallel) and `dw` (summed over the images).
+fn conv2d_backward_acc<A: Real>(x: &[A], wt: &[A], gy: &[A], g: &Geometry) -> (Vec<A>, Vec<A>) {
+    let (in_img, out_img) = (g.c_in * g.h * g.w, g.c_out * g.positions());
+    let groups = g.p.groups;
+    let og = g.c_out / groups;
+    let (kk, l) = (g.patch(), g.positions());
+    let plane = g.cg * g.h * g.w;
+    let wlen = g.c_out * kk;
+    let mut gx = vec![A::zero(); g.n * in_img];
+    if gx.is_empty() || l == 0 || kk == 0 || og == 0 {
+        return (gx, vec![A::zero(); wlen]);
+    }
+    let gw = gx
+        .par_chunks_mut(in_img)
+        .enumerate()
+        .fold(
+            || (vec![A::zero(); wlen], Vec::new(), Vec::new(), Vec::new()),
+            |(mut gw, mut col, mut dcol, mut tmp), (i, gxi)| {
+                let xi = &x[i * in_img..(i + 1) * in_img];
+                let gyi = &gy[i * out_img..(i + 1) * out_img];
+                for gi in 0..groups {
+                    let gyg = Operand {
+                        data: gyi,
+                        off: gi * og * l,
+                        rs: l,
+                        cs: 1,
+                    };
+                    col.resize(kk * l, A::zero());
+                    im2col(&xi[gi * plane..(gi + 1) * plane], &mut col, g, false);
+                    // dW_g += dY_g @ col^T
+                    tmp.resize(og * kk, A::zero());
+                    let col_t = Operand {
+                        data: &col[..],
+                        off: 0,
+                        rs: 1,
+                        cs: l,
+                    };
+                    gemm_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None);
+                    for (a, &b) in gw[gi * og * kk..(gi + 1) * og * kk].iter_mut().zip(&tmp) {
+                        *a = *a + b;
+                    }
+                    // dcol = W_g^T @ dY_g, folded back onto the input.
+                    dcol.resize(kk * l, A::zero());
+                    let w_t = Operand {
+                        data: wt,
+                        off: gi * og * kk,
+                        rs: 1,
+                        cs: kk,
+                    };
+                    gemm_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None);
+                    col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g);
+                }
+                (gw, col, dcol, tmp)
+            },
+        )
+        .map(|t| t.0)
+        .reduce(
+            || vec![A::zero(); wlen],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x = *x + y;
+                }
+                a
+            },
+        );
+    (gx, gw)
+}
 
 impl<E: Float> ConvKernel<E> for Cpu {
     fn conv2d(
         &self,
-        _x: &Vec<E>,
-        _lx: &Layout,
-        _w: &Vec<E>,
-        _lw: &Layout,
-        _p: &Conv2dParams,
+        x: &Vec<E>,
+        lx: &Layout,
+        w: &Vec<E>,
+        lw: &Layout,
+        p: &Conv2dParams,
     ) -> Result<Vec<E>> {
-        Err(Error::invalid("conv2d", "not yet implemented on the CPU"))
+        let g = geometry(lx, lw, p)?;
+        if lx.span() > x.len() || lw.span() > w.len() {
+            return Err(Error::invalid(
+                "conv2d",
+                "the input or weight view reaches past its storage",
+            ));
+        }
+        let xs = dense_acc(x, lx);
+        let ws = dense_acc(w, lw);
+        Ok(from_acc_vec::<E>(conv2d_acc(&xs, &ws, &g)))
+    }
+
+    fn conv2d_backward(
+        &self,
+        x: &Vec<E>,
+        lx: &Layout,
+        w: &Vec<E>,
+        lw: &Layout,
+        gy: &Vec<E>,
+        lg: &Layout,
+        p: &Conv2dParams,
+    ) -> Result<(Vec<E>, Vec<E>)> {
+        let g = geometry(lx, lw, p)?;
+        if &*lg.dims != [g.n, g.c_out, g.oh, g.ow]
+            || lx.span() > x.len()
+            || lw.span() > w.len()
+            || lg.span() > gy.len()
+        {
+            return Err(Error::invalid(
+                "conv2d_backward",
+                format!(
+                    "gradient {} does not fit the convolution",
+                    fmt_dims(&lg.dims)
+                ),
+            ));
+        }
+        let (xs, ws, gs) = (dense_acc(x, lx), dense_acc(w, lw), dense_acc(gy, lg));
+        let (gx, gw) = conv2d_backward_acc(&xs, &ws, &gs, &g);
+        Ok((from_acc_vec::<E>(gx), from_acc_vec::<E>(gw)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forma_core::{Dtype, Rng};
+    use half::{bf16, f16};
+
+    fn rand_vec(n: usize, rng: &mut Rng) -> Vec<f64> {
+        (0..n).map(|_| rng.uniform() * 2.0 - 1.0).collect()
+    }
+
+    /// `F.conv2d` by definition on dense f64 operands.
+    fn naive(x: &[f64], xd: [usize; 4], w: &[f64], wd: [usize; 4], p: &Conv2dParams) -> Vec<f64> {
+        let [n, ci, h, wi] = xd;
+        let [co, cg, kh, kw] = wd;
+        let oh = conv_out_size(h, kh, p.stride[0], p.padding[0], p.dilation[0]).unwrap();
+        let ow = conv_out_size(wi, kw, p.stride[1], p.padding[1], p.dilation[1]).unwrap();
+        let og = co / p.groups;
+        let mut out = vec![0.0; n * co * oh * ow];
+        for b in 0..n {
+            for o in 0..co {
+                let grp = o / og;
+                for y in 0..oh {
+                    for xx in 0..ow {
+                        let mut s = 0.0;
+                        for c in 0..cg {
+                            let cin = grp * cg + c;
+                            for i in 0..kh {
+                                for j in 0..kw {
+                                    let iy = (y * p.stride[0] + i * p.dilation[0]) as isize
+                                        - p.padding[0] as isize;
+                                    let ix = (xx * p.stride[1] + j * p.dilation[1]) as isize
+                                        - p.padding[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= wi as isize {
+                                        continue;
+                                    }
+                                    let xv =
+                                        x[((b * ci + cin) * h + iy as usize) * wi + ix as usize];
+                                    s += xv * w[((o * cg + c) * kh + i) * kw + j];
+                                }
+                            }
+                        }
+                        out[((b * co + o) * oh + y) * ow + xx] = s;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs the kernel in dtype `E` on a view `lx` of `x` (dense `xd` values
+    /// are read through it) and compares with the f64 reference.
+    fn check_view<E: Float>(
+        xstore: &[f64],
+        lx: &Layout,
+        w: &[f64],
+        wd: [usize; 4],
+        p: Conv2dParams,
+        rtol: f64,
+    ) {
+        let xe: Vec<E> = xstore.iter().map(|&v| <E as Dtype>::from_f64(v)).collect();
+        let we: Vec<E> = w.iter().map(|&v| <E as Dtype>::from_f64(v)).collect();
+        // Reference on the rounded, gathered values.
+        let xr: Vec<f64> = crate::gather_vec(&xe, lx)
+            .iter()
+            .map(|&v| Dtype::to_f64(v))
+            .collect();
+        let wr: Vec<f64> = we.iter().map(|&v| Dtype::to_f64(v)).collect();
+        let xd = [lx.dims[0], lx.dims[1], lx.dims[2], lx.dims[3]];
+        let want = naive(&xr, xd, &wr, wd, &p);
+        let got = Cpu
+            .conv2d(&xe, lx, &we, &Layout::contiguous(&wd), &p)
+            .unwrap();
+        assert_eq!(got.len(), want.len());
+        let scale = ((wd[1] * wd[2] * wd[3]) as f64).sqrt();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = Dtype::to_f64(*g);
+            assert!(
+                (g - w).abs() <= rtol * (w.abs() + scale),
+                "{xd:?} * {wd:?} {p:?} element {i}: got {g}, want {w}"
+            );
+        }
+    }
+
+    fn check<E: Float>(xd: [usize; 4], wd: [usize; 4], p: Conv2dParams, rtol: f64, seed: u64) {
+        let mut rng = Rng::seed_from(seed);
+        let x = rand_vec(xd.iter().product(), &mut rng);
+        let w = rand_vec(wd.iter().product(), &mut rng);
+        check_view::<E>(&x, &Layout::contiguous(&xd), &w, wd, p, rtol);
+    }
+
+    fn check_all(xd: [usize; 4], wd: [usize; 4], p: Conv2dParams, seed: u64) {
+        check::<f32>(xd, wd, p, 1e-5, seed);
+        check::<f64>(xd, wd, p, 1e-12, seed);
+        check::<f16>(xd, wd, p, 2e-3, seed);
+        check::<bf16>(xd, wd, p, 1e-2, seed);
+    }
+
+    #[test]
+    fn strided_padded_dilated_grouped() {
+        let p = Conv2dParams {
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [2, 2],
+            groups: 2,
+        };
+        check_all([2, 4, 9, 11], [6, 2, 3, 3], p, 1);
+        // One image (gemm threads inside) and three (one image per task).
+        check_all([1, 4, 9, 11], [6, 2, 3, 3], p, 2);
+        check_all([3, 4, 9, 11], [6, 2, 3, 3], p, 3);
+    }
+
+    #[test]
+    fn asymmetric_options() {
+        let p = Conv2dParams {
+            stride: [1, 3],
+            padding: [2, 0],
+            dilation: [1, 2],
+            groups: 1,
+        };
+        check_all([2, 3, 6, 13], [5, 3, 2, 4], p, 4);
+        // Depthwise, with a kernel wider than the input plus padding allows at the edges.
+        let p = Conv2dParams {
+            stride: [2, 1],
+            padding: [1, 2],
+            dilation: [1, 1],
+            groups: 3,
+        };
+        check_all([2, 3, 5, 4], [6, 1, 3, 5], p, 5);
+    }
+
+    #[test]
+    fn pointwise() {
+        // 1x1 with stride 1: no unrolling; with stride 2: unrolled.
+        check_all([2, 3, 5, 5], [4, 3, 1, 1], Conv2dParams::default(), 6);
+        let p = Conv2dParams {
+            stride: [2, 2],
+            ..Conv2dParams::default()
+        };
+        check_all([2, 3, 5, 5], [4, 3, 1, 1], p, 7);
+        let p = Conv2dParams {
+            groups: 3,
+            ..Conv2dParams::default()
+        };
+        check_all([1, 6, 4, 3], [9, 2, 1, 1], p, 8);
+    }
+
+    #[test]
+    fn larger_and_default() {
+        check_all([2, 8, 20, 18], [16, 8, 3, 3], Conv2dParams::default(), 9);
+        let p = Conv2dParams {
+            padding: [1, 1],
+            ..Conv2dParams::default()
+        };
+        // Big enough for the parallel unrolling of a single image.
+        check::<f32>([1, 16, 40, 40], [8, 16, 3, 3], p, 1e-5, 10);
+    }
+
+    #[test]
+    fn strided_input_view() {
+        let mut rng = Rng::seed_from(11);
+        // Stored [n, h, w, c] (channels last), viewed as [n, c, h, w].
+        let store = rand_vec(2 * 7 * 6 * 4, &mut rng);
+        let lx = Layout::contiguous(&[2, 7, 6, 4]).permute(&[0, 3, 1, 2]);
+        let w = rand_vec(3 * 4 * 3 * 2, &mut rng);
+        let p = Conv2dParams {
+            stride: [2, 1],
+            padding: [1, 1],
+            ..Conv2dParams::default()
+        };
+        check_view::<f32>(&store, &lx, &w, [3, 4, 3, 2], p, 1e-5);
+        check_view::<bf16>(&store, &lx, &w, [3, 4, 3, 2], p, 1e-2);
+        // A transposed weight view.
+        let we: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        let lw = Layout::contiguous(&[4, 3, 3, 2]).swap(0, 1);
+        let xe: Vec<f32> = store.iter().map(|&v| v as f32).collect();
+        let got = Cpu.conv2d(&xe, &lx, &we, &lw, &p).unwrap();
+        let dense_w = crate::gather_vec(&we, &lw);
+        let want = Cpu
+            .conv2d(&xe, &lx, &dense_w, &Layout::contiguous(&[3, 4, 3, 2]), &p)
+            .unwrap();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn empty_and_invalid() {
+        let lx = Layout::contiguous(&[0, 2, 4, 4]);
+        let lw = Layout::contiguous(&[3, 2, 3, 3]);
+        let out = Cpu
+            .conv2d(
+                &Vec::<f32>::new(),
+                &lx,
+                &vec![0.0; 54],
+                &lw,
+                &Conv2dParams::default(),
+            )
+            .unwrap();
+        assert!(out.is_empty());
+        let lx = Layout::contiguous(&[1, 2, 2, 2]);
+        let too_big = Cpu.conv2d(
+            &vec![0.0f32; 8],
+            &lx,
+            &vec![0.0; 54],
+            &lw,
+            &Conv2dParams::default(),
+        );
+        assert!(too_big.is_err());
+        let p = Conv2dParams {
+            groups: 2,
+            ..Conv2dParams::default()
+        };
+        let lx = Layout::contiguous(&[1, 2, 4, 4]);
+        assert!(Cpu
+            .conv2d(&vec![0.0f32; 32], &lx, &vec![0.0; 54], &lw, &p)
+            .is_err());
+    }
+
+    #[test]
+    fn taps() {
+        assert_eq!(tap_range(0, 1, 3, 5), (0, 3));
+        assert_eq!(tap_range(-1, 1, 3, 5), (1, 3));
+        assert_eq!(tap_range(-3, 2, 4, 5), (2, 4));
+        assert_eq!(tap_range(3, 2, 4, 5), (0, 1));
+        assert_eq!(tap_range(5, 1, 2, 5), (0, 0));
+        assert_eq!(tap_range(-9, 2, 3, 5), (3, 3));
     }
 }

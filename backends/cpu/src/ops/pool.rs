@@ -1,32 +1,629 @@
-//! Pooling.
+//! Max and average pooling over `[n, c, h, w]`, one `h x w` plane at a time,
+//! planes in parallel with rayon. Both follow PyTorch's CPU kernels, including
+//! their order of evaluation: max pooling skips padding and lets NaN win;
+//! average pooling sums in the accumulation type and divides by PyTorch's
+//! count (see [`avg_plane`]).
 
-use crate::Cpu;
+use super::conv::tap_range;
+use crate::{gather_vec, Cpu, PAR_CHUNK};
+use forma_core::dtype::Real;
+use forma_core::error::fmt_dims;
 use forma_core::ops::pool::{Pool2dParams, PoolKernel};
-use forma_core::{Error, Float, Layout, Result};
+use forma_core::{Dtype, Error, Float, Layout, Result};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// Where one output position's window lies along one dim.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    /// Position of the first tap (negative inside the leading padding).
+    start: isize,
+    /// Taps `lo..hi` of the window fall inside the input.
+    lo: usize,
+    hi: usize,
+}
+
+/// The window of every output position along one dim.
+fn spans(
+    out: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+    size: usize,
+) -> Vec<Span> {
+    (0..out)
+        .map(|o| {
+            let start = (o * stride) as isize - pad as isize;
+            let (lo, hi) = tap_range(start, dil, kernel, size);
+            Span { start, lo, hi }
+        })
+        .collect()
+}
+
+/// Max pooling of one dense `h x w` plane; windows of only padding give -inf.
+fn max_plane<E: Float>(
+    x: &[E],
+    w: usize,
+    out: &mut [E],
+    rows: &[Span],
+    cols: &[Span],
+    dil: [usize; 2],
+) {
+    let [dh, dw] = dil;
+    let ow = cols.len();
+    for (r, orow) in rows.iter().zip(out.chunks_exact_mut(ow)) {
+        for (c, o) in cols.iter().zip(orow.iter_mut()) {
+            let mut m = E::neg_infinity();
+            for i in r.lo..r.hi {
+                let y = (r.start + (i * dh) as isize) as usize;
+                let xrow = &x[y * w..(y + 1) * w];
+                for j in c.lo..c.hi {
+                    let v = xrow[(c.start + (j * dw) as isize) as usize];
+                    // PyTorch's test: a NaN, once taken, is never replaced.
+                    if v > m || v.is_nan() {
+                        m = v;
+                    }
+                }
+            }
+            *o = m;
+        }
+    }
+}
+
+/// Average pooling of one dense `h x w` plane, as PyTorch computes it: the
+/// window `[start, start + k)` is first clipped to the padded input `[-pad,
+/// size + pad)` (so in ceil mode the overhang past the padding is not
+/// counted), that size is the divisor with `count_include_pad`; then it is
+/// clipped to the input, which gives the summed elements and the divisor
+/// without it. A window with no input element gives 0.
+fn avg_plane<E: Float>(x: &[E], h: usize, w: usize, out: &mut [E], ow: usize, p: &Pool2dParams) {
+    let [kh, kw] = p.kernel.map(|k| k as isize);
+    let [sh, sw] = p.stride;
+    let [ph, pw] = p.padding.map(|v| v as isize);
+    let (hi, wi) = (h as isize, w as isize);
+    for (oy, orow) in out.chunks_exact_mut(ow).enumerate() {
+        let y0 = (oy * sh) as isize - ph;
+        let y1 = (y0 + kh).min(hi + ph);
+        let (ys, ye) = (y0.max(0), y1.min(hi));
+        for (ox, o) in orow.iter_mut().enumerate() {
+            let x0 = (ox * sw) as isize - pw;
+            let x1 = (x0 + kw).min(wi + pw);
+            let (xs, xe) = (x0.max(0), x1.min(wi));
+            if ys >= ye || xs >= xe {
+                *o = E::zero();
+                continue;
+            }
+            let mut sum = <E::Acc as num_traits::Zero>::zero();
+            for y in ys..ye {
+                let row = &x[y as usize * w..(y as usize + 1) * w];
+                for &v in &row[xs as usize..xe as usize] {
+                    sum = sum + v.to_acc();
+                }
+            }
+            let count = if p.count_include_pad {
+                (y1 - y0) * (x1 - x0)
+            } else {
+                (ye - ys) * (xe - xs)
+            };
+            *o = E::from_acc(sum / <E::Acc as Real>::c(count as f64));
+        }
+    }
+}
+
+/// Validates a pooling call and returns the dense input with its sizes.
+fn prepare<'a, E: Dtype>(
+    op: &'static str,
+    x: &'a [E],
+    lx: &Layout,
+    p: &Pool2dParams,
+) -> Result<(Cow<'a, [E]>, [usize; 4])> {
+    if lx.rank() != 4 {
+        return Err(Error::invalid(
+            op,
+            format!("expected [n, c, h, w], got {}", fmt_dims(&lx.dims)),
+        ));
+    }
+    if p.dilation.contains(&0) {
+        return Err(Error::invalid(
+            op,
+            format!("dilation must be positive, got {p:?}"),
+        ));
+    }
+    if lx.span() > x.len() {
+        return Err(Error::invalid(
+            op,
+            "the input view reaches past its storage",
+        ));
+    }
+    let dense = match lx.contiguous_range() {
+        Some(r) => Cow::Borrowed(&x[r]),
+        None => Cow::Owned(gather_vec(x, lx)),
+    };
+    let d = &lx.dims;
+    Ok((dense, [d[0], d[1], d[2], d[3]]))
+}
+
+/// Runs `f(input_plane, output_plane)` over every `[n, c]` plane, in parallel
+/// when there is enough work; `empty` fills planes of an empty input.
+fn per_plane<E: Float>(
+    x: &[E],
+    dims: [usize; 4],
+    out_hw: [usize; 2],
+    window: usize,
+    empty: E,
+    f: impl Fn(&[E], &mut [E]) + Sync,
+) -> Vec<E> {
+    let [n, c, h, w] = dims;
+    let plane_out = out_hw[0] * out_hw[1];
+    let mut out = vec![empty; n * c * plane_out];
+    if out.is_empty() || h * w == 0 {
+        return out;
+    }
+    let work = plane_out * window.max(1);
+    if out.len() * window.max(1) >= 2 * PAR_CHUNK {
+        out.par_chunks_mut(plane_out)
+            .zip(x.par_chunks(h * w))
+            .with_min_len((PAR_CHUNK / work).max(1))
+            .for_each(|(o, xp)| f(xp, o));
+    } else {
+        for (o, xp) in out.chunks_exact_mut(plane_out).zip(x.chunks_exact(h * w)) {
+            f(xp, o);
+        }
+    }
+    out
+}
+
+/// The gradient of [`max_plane`]: each output's gradient goes to the first
+/// maximum of its window (where the forward took its value, NaN included).
+fn max_plane_backward<E: Float>(
+    x: &[E],
+    w: usize,
+    g: &[E],
+    gx: &mut [E],
+    rows: &[Span],
+    cols: &[Span],
+    dil: [usize; 2],
+) {
+    let [dh, dw] = dil;
+    let ow = cols.len();
+    for (r, grow) in rows.iter().zip(g.chunks_exact(ow)) {
+        for (c, &gv) in cols.iter().zip(grow) {
+            // PyTorch's rule: start at the first tap, move on `v > m || v is NaN`.
+            let mut best: Option<usize> = None;
+            let mut m = E::neg_infinity();
+            for i in r.lo..r.hi {
+                let y = (r.start + (i * dh) as isize) as usize;
+                for j in c.lo..c.hi {
+                    let at = y * w + (c.start + (j * dw) as isize) as usize;
+                    let v = x[at];
+                    if best.is_none() {
+                        best = Some(at);
+                    }
+                    if v > m || v.is_nan() {
+                        m = v;
+                        best = Some(at);
+                    }
+                }
+            }
+            if let Some(at) = best {
+                gx[at] = E::from_acc(gx[at].to_acc() + gv.to_acc());
+            }
+        }
+    }
+}
+
+/// The gradient of [`avg_plane`]: each output's gradient, divided by the
+/// same count, spread over the input elements of its window.
+fn avg_plane_backward<E: Float>(
+    h: usize,
+    w: usize,
+    g: &[E],
+    gx: &mut [E],
+    ow: usize,
+    p: &Pool2dParams,
+) {
+    let [kh, kw] = p.kernel.map(|k| k as isize);
+    let [sh, sw] = p.stride;
+    let [ph, pw] = p.padding.map(|v| v as isize);
+    let (hi, wi) = (h as isize, w as isize);
+    let mut acc = vec![<E::Acc as num_traits::Zero>::zero(); gx.len()];
+    for (oy, grow) in g.chunks_exact(ow).enumerate() {
+        let y0 = (oy * sh) as isize - ph;
+        let y1 = (y0 + kh).min(hi + ph);
+        let (ys, ye) = (y0.max(0), y1.min(hi));
+        for (ox, &gv) in grow.iter().enumerate() {
+            let x0 = (ox * sw) as isize - pw;
+            let x1 = (x0 + kw).min(wi + pw);
+            let (xs, xe) = (x0.max(0), x1.min(wi));
+            if ys >= ye || xs >= xe {
+                continue;
+            }
+            let count = if p.count_include_pad {
+                (y1 - y0) * (x1 - x0)
+            } else {
+                (ye - ys) * (xe - xs)
+            };
+            let share = gv.to_acc() / <E::Acc as Real>::c(count as f64);
+            for y in ys..ye {
+                for a in &mut acc[y as usize * w + xs as usize..y as usize * w + xe as usize] {
+                    *a = *a + share;
+                }
+            }
+        }
+    }
+    for (o, a) in gx.iter_mut().zip(acc) {
+        *o = E::from_acc(a);
+    }
+}
+
+/// Runs `f(input_plane, gradient_plane, input_gradient_plane)` over every
+/// `[n, c]` plane in parallel; returns the input's gradient.
+fn per_plane_backward<E: Float>(
+    x: &[E],
+    dims: [usize; 4],
+    g: &[E],
+    out_hw: [usize; 2],
+    f: impl Fn(&[E], &[E], &mut [E]) + Sync,
+) -> Vec<E> {
+    let [n, c, h, w] = dims;
+    let mut gx = vec![E::zero(); n * c * h * w];
+    let plane_out = out_hw[0] * out_hw[1];
+    if gx.is_empty() || plane_out == 0 {
+        return gx;
+    }
+    gx.par_chunks_mut(h * w).enumerate().for_each(|(i, gp)| {
+        let xp = if x.is_empty() {
+            x
+        } else {
+            &x[i * h * w..(i + 1) * h * w]
+        };
+        f(xp, &g[i * plane_out..(i + 1) * plane_out], gp)
+    });
+    gx
+}
 
 impl<E: Float> PoolKernel<E> for Cpu {
     fn max_pool2d(
         &self,
-        _x: &Vec<E>,
-        _lx: &Layout,
-        _p: &Pool2dParams,
-        _out: [usize; 2],
+        x: &Vec<E>,
+        lx: &Layout,
+        p: &Pool2dParams,
+        out: [usize; 2],
     ) -> Result<Vec<E>> {
-        Err(Error::invalid(
-            "max_pool2d",
-            "not yet implemented on the CPU",
+        let (xs, dims) = prepare("max_pool2d", x, lx, p)?;
+        let [_, _, h, w] = dims;
+        let rows = spans(
+            out[0],
+            p.kernel[0],
+            p.stride[0],
+            p.padding[0],
+            p.dilation[0],
+            h,
+        );
+        let cols = spans(
+            out[1],
+            p.kernel[1],
+            p.stride[1],
+            p.padding[1],
+            p.dilation[1],
+            w,
+        );
+        let window = p.kernel[0] * p.kernel[1];
+        Ok(per_plane(
+            &xs,
+            dims,
+            out,
+            window,
+            E::neg_infinity(),
+            |xp, o| max_plane(xp, w, o, &rows, &cols, p.dilation),
         ))
     }
+
     fn avg_pool2d(
         &self,
-        _x: &Vec<E>,
-        _lx: &Layout,
-        _p: &Pool2dParams,
-        _out: [usize; 2],
+        x: &Vec<E>,
+        lx: &Layout,
+        p: &Pool2dParams,
+        out: [usize; 2],
     ) -> Result<Vec<E>> {
-        Err(Error::invalid(
-            "avg_pool2d",
-            "not yet implemented on the CPU",
-        ))
+        let (xs, dims) = prepare("avg_pool2d", x, lx, p)?;
+        let [_, _, h, w] = dims;
+        let window = p.kernel[0] * p.kernel[1];
+        Ok(per_plane(&xs, dims, out, window, E::zero(), |xp, o| {
+            avg_plane(xp, h, w, o, out[1], p)
+        }))
+    }
+
+    fn max_pool2d_backward(
+        &self,
+        x: &Vec<E>,
+        lx: &Layout,
+        g: &Vec<E>,
+        lg: &Layout,
+        p: &Pool2dParams,
+    ) -> Result<Vec<E>> {
+        let (xs, dims) = prepare("max_pool2d_backward", x, lx, p)?;
+        let [_, _, h, w] = dims;
+        let out = [lg.dims[2], lg.dims[3]];
+        let rows = spans(
+            out[0],
+            p.kernel[0],
+            p.stride[0],
+            p.padding[0],
+            p.dilation[0],
+            h,
+        );
+        let cols = spans(
+            out[1],
+            p.kernel[1],
+            p.stride[1],
+            p.padding[1],
+            p.dilation[1],
+            w,
+        );
+        let gs = gather_vec(g, lg);
+        Ok(per_plane_backward(&xs, dims, &gs, out, |xp, gp, gxp| {
+            max_plane_backward(xp, w, gp, gxp, &rows, &cols, p.dilation)
+        }))
+    }
+
+    fn avg_pool2d_backward(
+        &self,
+        lx: &Layout,
+        g: &Vec<E>,
+        lg: &Layout,
+        p: &Pool2dParams,
+    ) -> Result<Vec<E>> {
+        let d = &lx.dims;
+        let dims = [d[0], d[1], d[2], d[3]];
+        let out = [lg.dims[2], lg.dims[3]];
+        let gs = gather_vec(g, lg);
+        Ok(per_plane_backward(&[], dims, &gs, out, |_, gp, gxp| {
+            avg_plane_backward(dims[2], dims[3], gp, gxp, out[1], p)
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forma_core::ops::pool::pool_out_size;
+    use forma_core::Rng;
+    use half::{bf16, f16};
+
+    fn rand_vec(n: usize, rng: &mut Rng) -> Vec<f64> {
+        (0..n).map(|_| rng.uniform() * 2.0 - 1.0).collect()
+    }
+
+    fn out_size(d: [usize; 4], p: &Pool2dParams) -> [usize; 2] {
+        let o = |i: usize| {
+            pool_out_size(
+                d[2 + i],
+                p.kernel[i],
+                p.stride[i],
+                p.padding[i],
+                p.dilation[i],
+                p.ceil_mode,
+            )
+            .unwrap()
+        };
+        [o(0), o(1)]
+    }
+
+    /// Pooling by definition, tap by tap over the whole window.
+    fn naive(x: &[f64], d: [usize; 4], p: &Pool2dParams, max: bool) -> Vec<f64> {
+        let [n, c, h, w] = d;
+        let [oh, ow] = out_size(d, p);
+        let dil = if max { p.dilation } else { [1, 1] };
+        let mut out = Vec::new();
+        for plane in 0..n * c {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut best, mut sum, mut inside, mut padded) =
+                        (f64::NEG_INFINITY, 0.0, 0, 0);
+                    for i in 0..p.kernel[0] {
+                        for j in 0..p.kernel[1] {
+                            let y =
+                                (oy * p.stride[0] + i * dil[0]) as isize - p.padding[0] as isize;
+                            let xx =
+                                (ox * p.stride[1] + j * dil[1]) as isize - p.padding[1] as isize;
+                            let in_padded = |v: isize, size: usize, pad: usize| {
+                                v >= -(pad as isize) && v < (size + pad) as isize
+                            };
+                            if in_padded(y, h, p.padding[0]) && in_padded(xx, w, p.padding[1]) {
+                                padded += 1;
+                            }
+                            if y < 0 || xx < 0 || y >= h as isize || xx >= w as isize {
+                                continue;
+                            }
+                            let v = x[(plane * h + y as usize) * w + xx as usize];
+                            inside += 1;
+                            sum += v;
+                            if v > best || v.is_nan() {
+                                best = v;
+                            }
+                        }
+                    }
+                    out.push(if max {
+                        best
+                    } else if inside == 0 {
+                        0.0
+                    } else if p.count_include_pad {
+                        sum / padded as f64
+                    } else {
+                        sum / inside as f64
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn run<E: Float>(x: &[E], lx: &Layout, p: &Pool2dParams, max: bool) -> Vec<E> {
+        let d = [lx.dims[0], lx.dims[1], lx.dims[2], lx.dims[3]];
+        let out = out_size(d, p);
+        let x = x.to_vec();
+        if max {
+            Cpu.max_pool2d(&x, lx, p, out).unwrap()
+        } else {
+            Cpu.avg_pool2d(&x, lx, p, out).unwrap()
+        }
+    }
+
+    fn check<E: Float>(d: [usize; 4], p: &Pool2dParams, max: bool, rtol: f64, seed: u64) {
+        let mut rng = Rng::seed_from(seed);
+        let x: Vec<E> = rand_vec(d.iter().product(), &mut rng)
+            .into_iter()
+            .map(<E as Dtype>::from_f64)
+            .collect();
+        let xr: Vec<f64> = x.iter().map(|&v| Dtype::to_f64(v)).collect();
+        let want = naive(&xr, d, p, max);
+        let got = run(&x, &Layout::contiguous(&d), p, max);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = Dtype::to_f64(*g);
+            assert!(
+                g == *w || (g - w).abs() <= rtol * (w.abs() + 1.0),
+                "{d:?} {p:?} max={max} element {i}: got {g}, want {w}"
+            );
+        }
+    }
+
+    fn check_all(d: [usize; 4], p: &Pool2dParams, seed: u64) {
+        for max in [true, false] {
+            check::<f32>(d, p, max, 1e-6, seed);
+            check::<f64>(d, p, max, 1e-14, seed);
+            check::<f16>(d, p, max, 1e-3, seed);
+            check::<bf16>(d, p, max, 8e-3, seed);
+        }
+    }
+
+    fn params(
+        k: [usize; 2],
+        s: [usize; 2],
+        pad: [usize; 2],
+        ceil: bool,
+        incl: bool,
+    ) -> Pool2dParams {
+        Pool2dParams {
+            stride: s,
+            padding: pad,
+            ceil_mode: ceil,
+            count_include_pad: incl,
+            ..Pool2dParams::new(k)
+        }
+    }
+
+    #[test]
+    fn random_inputs_against_the_definition() {
+        for incl in [true, false] {
+            for ceil in [false, true] {
+                check_all([2, 3, 7, 8], &params([3, 2], [2, 3], [1, 1], ceil, incl), 1);
+                check_all([1, 2, 9, 6], &params([3, 3], [2, 2], [1, 0], ceil, incl), 2);
+                check_all([2, 2, 5, 5], &params([2, 2], [2, 2], [1, 1], ceil, incl), 3);
+                check_all([1, 1, 6, 7], &params([4, 2], [3, 1], [2, 1], ceil, incl), 4);
+            }
+        }
+        check_all([2, 3, 8, 8], &Pool2dParams::new([2, 2]), 5);
+        // Dilated max pooling (average pooling ignores dilation).
+        let p = Pool2dParams {
+            dilation: [2, 3],
+            ..params([3, 2], [1, 2], [1, 1], true, true)
+        };
+        check_all([2, 2, 9, 10], &p, 6);
+        // Enough planes for the parallel path.
+        check_all(
+            [8, 16, 24, 24],
+            &params([3, 3], [2, 2], [1, 1], true, false),
+            7,
+        );
+    }
+
+    #[test]
+    fn hand_computed_averages() {
+        let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        let l = Layout::contiguous(&[1, 1, 3, 3]);
+        let p = params([2, 2], [2, 2], [1, 1], false, true);
+        assert_eq!(run(&x, &l, &p, false), vec![0.25, 1.25, 2.75, 7.0]);
+        let p = params([2, 2], [2, 2], [1, 1], false, false);
+        assert_eq!(run(&x, &l, &p, false), vec![1.0, 2.5, 5.5, 7.0]);
+        // Ceil mode: the last window hangs past the input; the overhang is
+        // not counted even with count_include_pad (PyTorch: [[6, 7.5], [12, 13.5]]).
+        let x: Vec<f32> = (1..=16).map(|v| v as f32).collect();
+        let l = Layout::contiguous(&[1, 1, 4, 4]);
+        let p = params([3, 3], [2, 2], [0, 0], true, true);
+        assert_eq!(run(&x, &l, &p, false), vec![6.0, 7.5, 12.0, 13.5]);
+        // With padding 1 the last window covers one padded row and column and
+        // hangs one further past them.
+        let p = params([3, 3], [2, 2], [1, 1], true, true);
+        let got = run(&x, &l, &p, false);
+        assert_eq!(got.len(), 9);
+        assert_eq!(got[0], 14.0 / 9.0);
+        assert_eq!(got[8], 16.0 / 4.0);
+        let p = params([3, 3], [2, 2], [1, 1], true, false);
+        let got = run(&x, &l, &p, false);
+        assert_eq!((got[0], got[8]), (14.0 / 4.0, 16.0));
+    }
+
+    #[test]
+    fn max_ignores_padding_and_propagates_nan() {
+        // All negative: padding must not act as a 0.
+        let x: Vec<f32> = (1..=9).map(|v| -(v as f32)).collect();
+        let l = Layout::contiguous(&[1, 1, 3, 3]);
+        let p = params([2, 2], [2, 2], [1, 1], false, true);
+        assert_eq!(run(&x, &l, &p, true), vec![-1.0, -2.0, -4.0, -5.0]);
+        // A NaN wins its windows, wherever it sits in them.
+        let mut x: Vec<f64> = (0..16).map(|v| v as f64).collect();
+        x[5] = f64::NAN;
+        let l = Layout::contiguous(&[1, 1, 4, 4]);
+        let p = params([2, 2], [1, 1], [0, 0], false, true);
+        let got = run(&x, &l, &p, true);
+        // Windows (row, col) at (0|1, 0|1) contain element (1, 1).
+        for (i, v) in got.iter().enumerate() {
+            let (r, c) = (i / 3, i % 3);
+            assert_eq!(v.is_nan(), r <= 1 && c <= 1, "window {i}: {v}");
+        }
+        assert_eq!(got[8], 15.0);
+        let xh: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+        assert!(run(&xh, &l, &p, true)[0].is_nan());
+        // Average pooling propagates it through the sum.
+        assert!(run(&x, &l, &p, false)[0].is_nan());
+    }
+
+    #[test]
+    fn strided_view_input() {
+        let mut rng = Rng::seed_from(8);
+        let store: Vec<f32> = rand_vec(2 * 6 * 7 * 3, &mut rng)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        // Stored [n, h, w, c], viewed [n, c, h, w].
+        let lx = Layout::contiguous(&[2, 6, 7, 3]).permute(&[0, 3, 1, 2]);
+        let dense = gather_vec(&store, &lx);
+        let ld = Layout::contiguous(&[2, 3, 6, 7]);
+        let p = params([3, 2], [2, 2], [1, 1], true, false);
+        for max in [true, false] {
+            assert_eq!(run(&store, &lx, &p, max), run(&dense, &ld, &p, max));
+        }
+    }
+
+    #[test]
+    fn invalid_calls_are_errors() {
+        let x = vec![0.0f32; 8];
+        let p = Pool2dParams::new([2, 2]);
+        assert!(Cpu
+            .max_pool2d(&x, &Layout::contiguous(&[2, 4]), &p, [1, 1])
+            .is_err());
+        assert!(Cpu
+            .avg_pool2d(&x, &Layout::contiguous(&[1, 1, 3, 3]), &p, [1, 1])
+            .is_err());
+        let p0 = Pool2dParams {
+            dilation: [0, 1],
+            ..p
+        };
+        assert!(Cpu
+            .max_pool2d(&x, &Layout::contiguous(&[1, 2, 2, 2]), &p0, [1, 1])
+            .is_err());
     }
 }

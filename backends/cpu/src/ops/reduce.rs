@@ -1,23 +1,624 @@
 //! Reductions along one axis.
+//!
+//! Every reduction works on *lanes*: the elements of the reduced axis for one
+//! output position. A lane is a contiguous slice, either taken straight from
+//! the storage (when the reduced axis has stride 1) or from a copy of the view
+//! with that axis moved last. Lanes are reduced in parallel above
+//! [`PAR_CHUNK`] elements, and long lanes are split pairwise (which is also
+//! what keeps float sums accurate). The op is matched once, outside the lane
+//! loop, so every lane loop is monomorphic.
 
-use crate::Cpu;
+use crate::strided::StridedIter;
+use crate::{gather_vec, Cpu, PAR_CHUNK};
+use forma_core::dtype::Real;
 use forma_core::ops::reduce::{ArgReduceOp, ReduceKernel, ReduceOp};
-use forma_core::{Error, Float, Layout, Result};
+use forma_core::{Dtype, Error, Float, Layout, Result};
+use num_traits::Float as _;
+use rayon::prelude::*;
+
+/// Lanes at most this long are folded directly (eight running accumulators);
+/// longer ones are split in halves, pairwise.
+const LEAF: usize = 256;
+
+/// Folds `map(v)` over `s` with the associative `comb` whose identity is `id`.
+/// Splits pairwise above [`LEAF`] elements (in parallel above `2 * PAR_CHUNK`);
+/// the split points depend only on the length, so results are deterministic.
+pub(crate) fn tree_reduce<T, A, M, C>(s: &[T], id: A, map: &M, comb: &C) -> A
+where
+    T: Copy + Sync,
+    A: Copy + Send + Sync,
+    M: Fn(T) -> A + Sync,
+    C: Fn(A, A) -> A + Sync,
+{
+    if s.len() <= LEAF {
+        let mut acc = [id; 8];
+        let chunks = s.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a = comb(*a, map(v));
+            }
+        }
+        let mut tail = id;
+        for &v in rest {
+            tail = comb(tail, map(v));
+        }
+        let lo = comb(comb(acc[0], acc[1]), comb(acc[2], acc[3]));
+        let hi = comb(comb(acc[4], acc[5]), comb(acc[6], acc[7]));
+        return comb(comb(lo, hi), tail);
+    }
+    // Split on a multiple of 8 so the leaves stay unrolled.
+    let mid = (s.len() / 2).next_multiple_of(8).min(s.len());
+    let (a, b) = s.split_at(mid);
+    let (ra, rb) = if s.len() >= 2 * PAR_CHUNK {
+        rayon::join(
+            || tree_reduce(a, id, map, comb),
+            || tree_reduce(b, id, map, comb),
+        )
+    } else {
+        (tree_reduce(a, id, map, comb), tree_reduce(b, id, map, comb))
+    };
+    comb(ra, rb)
+}
+
+/// Pairwise sum of `map(v)` over the lane.
+#[inline]
+pub(crate) fn lane_sum<T: Copy + Sync, A: Real>(s: &[T], map: impl Fn(T) -> A + Sync) -> A {
+    tree_reduce(s, A::zero(), &map, &|a: A, b: A| a + b)
+}
+
+/// NaN-propagating maximum (`-inf` for an empty lane).
+#[inline]
+pub(crate) fn lane_max<E: Float>(s: &[E]) -> E::Acc {
+    tree_reduce(
+        s,
+        E::Acc::neg_infinity(),
+        &|v: E| v.to_acc(),
+        &|a: E::Acc, b: E::Acc| {
+            if a > b || a.is_nan() {
+                a
+            } else {
+                b
+            }
+        },
+    )
+}
+
+/// NaN-propagating minimum (`+inf` for an empty lane).
+#[inline]
+fn lane_min<E: Float>(s: &[E]) -> E::Acc {
+    tree_reduce(
+        s,
+        E::Acc::infinity(),
+        &|v: E| v.to_acc(),
+        &|a: E::Acc, b: E::Acc| {
+            if a < b || a.is_nan() {
+                a
+            } else {
+                b
+            }
+        },
+    )
+}
+
+/// Index of the first extreme (`better(v, best)` means `v` replaces `best`);
+/// the first NaN wins outright. The lane is non-empty.
+#[inline]
+fn lane_arg<E: Float>(s: &[E], better: impl Fn(E::Acc, E::Acc) -> bool) -> i64 {
+    let mut best = s[0].to_acc();
+    if best.is_nan() {
+        return 0;
+    }
+    let mut bi = 0;
+    for (i, v) in s.iter().enumerate().skip(1) {
+        let v = v.to_acc();
+        if v.is_nan() {
+            return i as i64;
+        }
+        if better(v, best) {
+            best = v;
+            bi = i;
+        }
+    }
+    bi as i64
+}
+
+/// The axes of a rank-`rank` view with `axis` moved last, the others in order.
+pub(crate) fn axis_last_perm(rank: usize, axis: usize) -> Vec<usize> {
+    (0..rank).filter(|&d| d != axis).chain([axis]).collect()
+}
+
+/// Calls `f` on every lane of `axis` as a contiguous slice, returning the
+/// results row-major over the other axes. Lanes come straight from `x` when
+/// the axis has stride 1 (or size 1), else from a copy with the axis moved last.
+pub(crate) fn map_lanes<E: Dtype, T: Dtype>(
+    x: &[E],
+    layout: &Layout,
+    axis: usize,
+    f: impl Fn(&[E]) -> T + Sync,
+) -> Vec<T> {
+    let n = layout.dims[axis];
+    let outer = layout.remove_axis(axis);
+    let m = outer.numel();
+    if m == 0 {
+        return Vec::new();
+    }
+    if n == 0 {
+        return vec![f(&[]); m];
+    }
+    let mut out = vec![T::default(); m];
+    let per_task = (PAR_CHUNK / n).max(1);
+    let par = m > 1 && m * n >= 2 * PAR_CHUNK;
+    if n == 1 || layout.strides[axis] == 1 {
+        let run = |start: usize, chunk: &mut [T]| {
+            let mut it = StridedIter::new(&outer, start);
+            for o in chunk {
+                let b = it.next_offset();
+                *o = f(&x[b..b + n]);
+            }
+        };
+        if par {
+            out.par_chunks_mut(per_task)
+                .enumerate()
+                .for_each(|(c, chunk)| run(c * per_task, chunk));
+        } else {
+            run(0, &mut out);
+        }
+    } else {
+        let buf = gather_vec(x, &layout.permute(&axis_last_perm(layout.rank(), axis)));
+        let run = |o: &mut [T], b: &[E]| {
+            for (o, lane) in o.iter_mut().zip(b.chunks_exact(n)) {
+                *o = f(lane);
+            }
+        };
+        if par {
+            out.par_chunks_mut(per_task)
+                .zip(buf.par_chunks(per_task * n))
+                .for_each(|(o, b)| run(o, b));
+        } else {
+            run(&mut out, &buf);
+        }
+    }
+    out
+}
+
+fn empty_axis(op: &'static str) -> Error {
+    Error::invalid(op, "cannot reduce an empty axis")
+}
 
 impl<E: Float> ReduceKernel<E> for Cpu {
-    fn reduce(&self, _op: ReduceOp, _x: &Vec<E>, _layout: &Layout, _axis: usize) -> Result<Vec<E>> {
-        Err(Error::invalid("reduce", "not yet implemented on the CPU"))
+    fn reduce(&self, op: ReduceOp, x: &Vec<E>, layout: &Layout, axis: usize) -> Result<Vec<E>> {
+        let n = layout.dims[axis];
+        let nf = E::Acc::c(n as f64);
+        let out = match op {
+            ReduceOp::Sum => map_lanes(x, layout, axis, |l| {
+                E::from_acc(lane_sum(l, |v: E| v.to_acc()))
+            }),
+            ReduceOp::Mean => map_lanes(x, layout, axis, |l| {
+                E::from_acc(lane_sum(l, |v: E| v.to_acc()) / nf)
+            }),
+            // Like PyTorch, an empty reduced axis is an error even when the
+            // output is empty too (`amax(): Expected reduction dim to have
+            // non-zero size`).
+            ReduceOp::Max if n == 0 => return Err(empty_axis("max")),
+            ReduceOp::Min if n == 0 => return Err(empty_axis("min")),
+            ReduceOp::Max => map_lanes(x, layout, axis, |l| E::from_acc(lane_max(l))),
+            ReduceOp::Min => map_lanes(x, layout, axis, |l| E::from_acc(lane_min(l))),
+            ReduceOp::Prod => map_lanes(x, layout, axis, |l| {
+                E::from_acc(tree_reduce(
+                    l,
+                    E::Acc::c(1.0),
+                    &|v: E| v.to_acc(),
+                    &|a: E::Acc, b: E::Acc| a * b,
+                ))
+            }),
+            ReduceOp::LogSumExp => map_lanes(x, layout, axis, |l| {
+                // PyTorch: shift by the max, except by 0 when the max is
+                // infinite (all -inf gives -inf, any +inf gives +inf). An empty
+                // lane has max -inf, so it gives ln(0) = -inf.
+                let m = lane_max(l);
+                let shift = if m.is_infinite() { E::Acc::c(0.0) } else { m };
+                let s = lane_sum(l, |v: E| (v.to_acc() - shift).exp());
+                E::from_acc(s.ln() + shift)
+            }),
+            ReduceOp::Var { ddof } => {
+                // PyTorch divides by max(n - ddof, 0): 0/0 = NaN for a single
+                // element (or an empty lane), x/0 = inf when ddof > n - 1.
+                let div = E::Acc::c(n.saturating_sub(ddof) as f64);
+                map_lanes(x, layout, axis, |l| {
+                    let mean = lane_sum(l, |v: E| v.to_acc()) / nf;
+                    let m2 = lane_sum(l, |v: E| {
+                        let d = v.to_acc() - mean;
+                        d * d
+                    });
+                    E::from_acc(m2 / div)
+                })
+            }
+        };
+        Ok(out)
     }
+
     fn arg_reduce(
         &self,
-        _op: ArgReduceOp,
-        _x: &Vec<E>,
-        _layout: &Layout,
-        _axis: usize,
+        op: ArgReduceOp,
+        x: &Vec<E>,
+        layout: &Layout,
+        axis: usize,
     ) -> Result<Vec<i64>> {
-        Err(Error::invalid(
-            "arg_reduce",
-            "not yet implemented on the CPU",
-        ))
+        let name = match op {
+            ArgReduceOp::ArgMax => "argmax",
+            ArgReduceOp::ArgMin => "argmin",
+        };
+        if layout.dims[axis] == 0 {
+            return Err(empty_axis(name));
+        }
+        Ok(match op {
+            ArgReduceOp::ArgMax => map_lanes(x, layout, axis, |l| lane_arg(l, |v, b| v > b)),
+            ArgReduceOp::ArgMin => map_lanes(x, layout, axis, |l| lane_arg(l, |v, b| v < b)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    fn iota(n: usize) -> Vec<f32> {
+        (0..n).map(|i| i as f32).collect()
+    }
+
+    /// Element of a view at a multi-index.
+    fn at<E: Copy>(x: &[E], l: &Layout, idx: &[usize]) -> E {
+        x[l.offset
+            + idx
+                .iter()
+                .zip(l.strides.iter())
+                .map(|(i, s)| i * s)
+                .sum::<usize>()]
+    }
+
+    /// Row-major multi-index of `lin` over `dims`.
+    fn unravel(mut lin: usize, dims: &[usize]) -> Vec<usize> {
+        let mut idx = vec![0; dims.len()];
+        for d in (0..dims.len()).rev() {
+            idx[d] = lin % dims[d];
+            lin /= dims[d];
+        }
+        idx
+    }
+
+    /// The lanes of `axis` of a view, read element by element, in output order.
+    fn naive_lanes(x: &[f32], l: &Layout, axis: usize) -> Vec<Vec<f64>> {
+        let outer: Vec<usize> = l.remove_axis(axis).dims.to_vec();
+        let m: usize = outer.iter().product();
+        (0..m)
+            .map(|o| {
+                let mut idx = unravel(o, &outer);
+                idx.insert(axis, 0);
+                (0..l.dims[axis])
+                    .map(|k| {
+                        idx[axis] = k;
+                        at(x, l, &idx) as f64
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn naive(op: ReduceOp, lane: &[f64]) -> f64 {
+        let n = lane.len() as f64;
+        match op {
+            ReduceOp::Sum => lane.iter().sum(),
+            ReduceOp::Mean => lane.iter().sum::<f64>() / n,
+            ReduceOp::Max => lane.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            ReduceOp::Min => lane.iter().cloned().fold(f64::INFINITY, f64::min),
+            ReduceOp::Prod => lane.iter().product(),
+            ReduceOp::LogSumExp => lane.iter().map(|v| v.exp()).sum::<f64>().ln(),
+            ReduceOp::Var { ddof } => {
+                let mean = lane.iter().sum::<f64>() / n;
+                lane.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - ddof as f64)
+            }
+        }
+    }
+
+    const OPS: [ReduceOp; 8] = [
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Prod,
+        ReduceOp::LogSumExp,
+        ReduceOp::Var { ddof: 0 },
+        ReduceOp::Var { ddof: 1 },
+    ];
+
+    /// Every op over every axis of the view, against an f64 reference.
+    fn check_all(x: &[f32], l: &Layout) {
+        check_ops(x, l, &OPS);
+    }
+
+    fn check_ops(x: &[f32], l: &Layout, ops: &[ReduceOp]) {
+        for axis in 0..l.rank() {
+            let lanes = naive_lanes(x, l, axis);
+            for &op in ops {
+                let got = Cpu.reduce(op, &x.to_vec(), l, axis).unwrap();
+                assert_eq!(got.len(), lanes.len(), "{op:?} axis {axis}");
+                for (g, lane) in got.iter().zip(&lanes) {
+                    let want = naive(op, lane);
+                    let tol = 1e-5 * want.abs().max(1.0);
+                    assert!(
+                        (*g as f64 - want).abs() <= tol,
+                        "{op:?} axis {axis} of {l:?}: got {g}, want {want}"
+                    );
+                }
+            }
+            for (op, want) in [(ArgReduceOp::ArgMax, true), (ArgReduceOp::ArgMin, false)] {
+                let got = Cpu.arg_reduce(op, &x.to_vec(), l, axis).unwrap();
+                for (g, lane) in got.iter().zip(&lanes) {
+                    let mut bi = 0;
+                    for (i, v) in lane.iter().enumerate() {
+                        if (want && *v > lane[bi]) || (!want && *v < lane[bi]) {
+                            bi = i;
+                        }
+                    }
+                    assert_eq!(*g, bi as i64, "{op:?} axis {axis} of {l:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sums_each_axis_by_hand() {
+        let x = iota(24);
+        let l = Layout::contiguous(&[2, 3, 4]);
+        let s0 = Cpu.reduce(ReduceOp::Sum, &x, &l, 0).unwrap();
+        assert_eq!(s0, (0..12).map(|i| (2 * i + 12) as f32).collect::<Vec<_>>());
+        let s1 = Cpu.reduce(ReduceOp::Sum, &x, &l, 1).unwrap();
+        assert_eq!(s1, vec![12., 15., 18., 21., 48., 51., 54., 57.]);
+        let s2 = Cpu.reduce(ReduceOp::Sum, &x, &l, 2).unwrap();
+        assert_eq!(s2, vec![6., 22., 38., 54., 70., 86.]);
+        let m2 = Cpu.reduce(ReduceOp::Max, &x, &l, 2).unwrap();
+        assert_eq!(m2, vec![3., 7., 11., 15., 19., 23.]);
+        let a1 = Cpu.arg_reduce(ArgReduceOp::ArgMin, &x, &l, 1).unwrap();
+        assert_eq!(a1, vec![0; 8]);
+    }
+
+    #[test]
+    fn transposed_view_by_hand() {
+        // View [4, 3, 2]: v[c][b][a] = x[a*12 + b*4 + c].
+        let x = iota(24);
+        let l = Layout::contiguous(&[2, 3, 4]).swap(0, 2);
+        let s = Cpu.reduce(ReduceOp::Sum, &x, &l, 2).unwrap();
+        let want: Vec<f32> = (0..4)
+            .flat_map(|c| (0..3).map(move |b| (2 * (b * 4 + c) + 12) as f32))
+            .collect();
+        assert_eq!(s, want);
+        let a = Cpu.arg_reduce(ArgReduceOp::ArgMax, &x, &l, 0).unwrap();
+        assert_eq!(a, vec![3; 6]);
+    }
+
+    #[test]
+    fn broadcast_view_by_hand() {
+        // [3, 1] -> [2, 3, 4] with strides [0, 1, 0].
+        let x = vec![1.0f32, 2., 3.];
+        let l = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]);
+        let s0 = Cpu.reduce(ReduceOp::Sum, &x, &l, 0).unwrap();
+        let want: Vec<f32> = (1..=3).flat_map(|b| [2.0 * b as f32; 4]).collect();
+        assert_eq!(s0, want);
+        let s2 = Cpu.reduce(ReduceOp::Sum, &x, &l, 2).unwrap();
+        assert_eq!(s2, vec![4., 8., 12., 4., 8., 12.]);
+        let v = Cpu.reduce(ReduceOp::Var { ddof: 1 }, &x, &l, 2).unwrap();
+        assert_eq!(v, vec![0.; 6]);
+        // Ties: the first index wins.
+        let a = Cpu.arg_reduce(ArgReduceOp::ArgMax, &x, &l, 2).unwrap();
+        assert_eq!(a, vec![0; 6]);
+    }
+
+    #[test]
+    fn every_op_every_axis_matches_reference() {
+        let x: Vec<f32> = (0..24)
+            .map(|i| ((i * 7) % 11) as f32 * 0.25 - 1.0)
+            .collect();
+        let c = Layout::contiguous(&[2, 3, 4]);
+        check_all(&x, &c);
+        check_all(&x, &c.swap(0, 2));
+        check_all(&x, &c.permute(&[1, 2, 0]));
+        check_all(&x, &c.narrow(2, 1, 2));
+        check_all(&x, &c.narrow(1, 1, 2).swap(1, 2));
+        check_all(&x, &c.slice_step(2, 0, 2, 2));
+        check_all(
+            &x[..3],
+            &Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]),
+        );
+        let mut off = Layout::contiguous(&[5]);
+        off.offset = 7;
+        check_all(&x, &off);
+    }
+
+    #[test]
+    fn large_inputs_take_the_parallel_paths() {
+        let x: Vec<f32> = (0..150_000)
+            .map(|i| ((i % 97) as f32 - 48.0) / 16.0)
+            .collect();
+        // Many short lanes (both layouts), a few long lanes, one very long lane.
+        // (Long products overflow f32 midway, so prod is left to the small cases.)
+        let ops: Vec<ReduceOp> = OPS.into_iter().filter(|&o| o != ReduceOp::Prod).collect();
+        for dims in [[3000, 50], [50, 3000], [2, 75_000]] {
+            let l = Layout::contiguous(&dims);
+            check_ops(&x, &l, &ops);
+            check_ops(
+                &x,
+                &Layout::contiguous(&[dims[1], dims[0]]).swap(0, 1),
+                &ops,
+            );
+        }
+        let l = Layout::contiguous(&[150_000]);
+        let s = Cpu.reduce(ReduceOp::Sum, &x, &l, 0).unwrap();
+        let want: f64 = x.iter().map(|&v| v as f64).sum();
+        assert!((s[0] as f64 - want).abs() < 1e-3, "{} vs {want}", s[0]);
+    }
+
+    #[test]
+    fn empty_axis() {
+        let x: Vec<f32> = vec![];
+        let l = Layout::contiguous(&[3, 0]);
+        let r = |op| Cpu.reduce(op, &x, &l, 1);
+        assert_eq!(r(ReduceOp::Sum).unwrap(), vec![0.; 3]);
+        assert_eq!(r(ReduceOp::Prod).unwrap(), vec![1.; 3]);
+        assert!(r(ReduceOp::Mean).unwrap().iter().all(|v| v.is_nan()));
+        assert!(r(ReduceOp::Var { ddof: 0 })
+            .unwrap()
+            .iter()
+            .all(|v| v.is_nan()));
+        assert_eq!(r(ReduceOp::LogSumExp).unwrap(), vec![f32::NEG_INFINITY; 3]);
+        assert_eq!(
+            r(ReduceOp::Max),
+            Err(Error::invalid("max", "cannot reduce an empty axis"))
+        );
+        assert_eq!(
+            r(ReduceOp::Min),
+            Err(Error::invalid("min", "cannot reduce an empty axis"))
+        );
+        assert!(Cpu.arg_reduce(ArgReduceOp::ArgMax, &x, &l, 1).is_err());
+        // Reducing the non-empty axis of an empty tensor gives an empty result.
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Max, &x, &l, 0).unwrap(),
+            Vec::<f32>::new()
+        );
+        assert_eq!(
+            Cpu.arg_reduce(ArgReduceOp::ArgMin, &x, &l, 0).unwrap(),
+            vec![]
+        );
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Sum, &x, &l, 0).unwrap(),
+            Vec::<f32>::new()
+        );
+        // An empty axis is an error for max even when the output is empty (PyTorch).
+        let l00 = Layout::contiguous(&[0, 0]);
+        assert!(Cpu.reduce(ReduceOp::Max, &x, &l00, 1).is_err());
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Sum, &x, &l00, 1).unwrap(),
+            Vec::<f32>::new()
+        );
+    }
+
+    #[test]
+    fn nan_propagates() {
+        let nan = f32::NAN;
+        let x = vec![1.0, nan, 3.0, 5.0, 2.0, 4.0];
+        let l = Layout::contiguous(&[2, 3]);
+        for op in OPS {
+            let r = Cpu.reduce(op, &x, &l, 1).unwrap();
+            assert!(r[0].is_nan(), "{op:?}");
+            assert!(!r[1].is_nan(), "{op:?}");
+        }
+        assert_eq!(Cpu.reduce(ReduceOp::Max, &x, &l, 1).unwrap()[1], 5.0);
+        assert_eq!(Cpu.reduce(ReduceOp::Min, &x, &l, 1).unwrap()[1], 2.0);
+        // NaN first or last in a lane.
+        for x in [vec![nan, 1.0, 2.0], vec![1.0, 2.0, nan]] {
+            let l = Layout::contiguous(&[3]);
+            assert!(Cpu.reduce(ReduceOp::Max, &x, &l, 0).unwrap()[0].is_nan());
+            assert!(Cpu.reduce(ReduceOp::Min, &x, &l, 0).unwrap()[0].is_nan());
+        }
+    }
+
+    #[test]
+    fn argmax_ties_and_nan() {
+        let nan = f32::NAN;
+        let l = Layout::contiguous(&[5]);
+        let am = |x: Vec<f32>| Cpu.arg_reduce(ArgReduceOp::ArgMax, &x, &l, 0).unwrap()[0];
+        let an = |x: Vec<f32>| Cpu.arg_reduce(ArgReduceOp::ArgMin, &x, &l, 0).unwrap()[0];
+        assert_eq!(am(vec![1., 3., 2., 3., 0.]), 1);
+        assert_eq!(an(vec![1., 0., 2., 0., 3.]), 1);
+        assert_eq!(am(vec![1., 3., nan, 9., nan]), 2);
+        assert_eq!(an(vec![1., 3., nan, -9., nan]), 2);
+        assert_eq!(am(vec![nan, 3., 2., 1., 0.]), 0);
+        let inf = f32::INFINITY;
+        assert_eq!(am(vec![1., inf, 2., inf, 0.]), 1);
+        assert_eq!(an(vec![1., -inf, 2., -inf, 0.]), 1);
+        assert_eq!(am(vec![-inf; 5]), 0);
+    }
+
+    #[test]
+    fn logsumexp_extremes() {
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        let l = Layout::contiguous(&[3]);
+        let lse = |x: Vec<f32>| Cpu.reduce(ReduceOp::LogSumExp, &x, &l, 0).unwrap()[0];
+        assert_eq!(lse(vec![ninf; 3]), ninf);
+        assert_eq!(lse(vec![1., inf, ninf]), inf);
+        assert_eq!(lse(vec![inf, inf, 0.]), inf);
+        assert_eq!(lse(vec![0., ninf, ninf]), 0.);
+        assert!(lse(vec![0., f32::NAN, 1.]).is_nan());
+        let big = lse(vec![1000., 1000., ninf]);
+        assert!((big - (1000. + 2f32.ln())).abs() < 1e-4, "{big}");
+        let small = lse(vec![-1000., -1000., -1000.]);
+        assert!((small - (-1000. + 3f32.ln())).abs() < 1e-4, "{small}");
+    }
+
+    #[test]
+    fn var_ddof() {
+        let x = vec![1.0f32, 2., 3., 4.];
+        let l = Layout::contiguous(&[4]);
+        let v0 = Cpu.reduce(ReduceOp::Var { ddof: 0 }, &x, &l, 0).unwrap()[0];
+        let v1 = Cpu.reduce(ReduceOp::Var { ddof: 1 }, &x, &l, 0).unwrap()[0];
+        assert_eq!(v0, 1.25);
+        assert!((v1 - 5.0 / 3.0).abs() < 1e-6);
+        // A single element: 0 biased, 0/0 = NaN unbiased (as torch.var).
+        let one = Layout::contiguous(&[1]);
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Var { ddof: 0 }, &x, &one, 0).unwrap(),
+            vec![0.]
+        );
+        assert!(Cpu.reduce(ReduceOp::Var { ddof: 1 }, &x, &one, 0).unwrap()[0].is_nan());
+        // ddof beyond n - 1 with a non-zero spread: x/0 = inf, as PyTorch.
+        let two = Layout::contiguous(&[2]);
+        let v = Cpu.reduce(ReduceOp::Var { ddof: 3 }, &x, &two, 0).unwrap()[0];
+        assert_eq!(v, f32::INFINITY);
+        // Two-pass stays accurate with a large offset.
+        let y = vec![1e4f32 + 1., 1e4 + 2., 1e4 + 3., 1e4 + 4.];
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Var { ddof: 0 }, &y, &l, 0).unwrap(),
+            vec![1.25]
+        );
+        let mean = Cpu.reduce(ReduceOp::Mean, &x, &l, 0).unwrap();
+        assert_eq!(mean, vec![2.5]);
+    }
+
+    #[test]
+    fn half_types_accumulate_in_f32() {
+        let l = Layout::contiguous(&[4096]);
+        let h = vec![f16::ONE; 4096];
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Sum, &h, &l, 0).unwrap(),
+            vec![f16::from_f32(4096.)]
+        );
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Mean, &h, &l, 0).unwrap(),
+            vec![f16::ONE]
+        );
+        let b = vec![bf16::ONE; 4096];
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Sum, &b, &l, 0).unwrap(),
+            vec![bf16::from_f32(4096.)]
+        );
+        // f16 tops out at 65504; the f32 accumulator does not overflow midway.
+        let big = vec![f16::from_f32(60000.); 4];
+        let l4 = Layout::contiguous(&[4]);
+        let m = Cpu.reduce(ReduceOp::Mean, &big, &l4, 0).unwrap();
+        assert_eq!(m, vec![f16::from_f32(60000.)]);
+        let a = Cpu.arg_reduce(ArgReduceOp::ArgMax, &big, &l4, 0).unwrap();
+        assert_eq!(a, vec![0]);
+    }
+
+    #[test]
+    fn f64_reduces() {
+        let x: Vec<f64> = (0..6).map(|i| i as f64).collect();
+        let l = Layout::contiguous(&[2, 3]);
+        assert_eq!(
+            Cpu.reduce(ReduceOp::Prod, &x, &l, 0).unwrap(),
+            vec![0., 4., 10.]
+        );
+        assert_eq!(Cpu.reduce(ReduceOp::Mean, &x, &l, 1).unwrap(), vec![1., 4.]);
     }
 }

@@ -55,17 +55,21 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         let s = crate::tensor::ok(self.device.unary(op, &self.storage(), &self.layout));
         let y = Self::from_storage(s, &self.layout.dims, self.device.clone());
         let (xs, ys) = (self.raw(), y.raw());
-        y.record(Op::NAME, &[self.var.clone()], move |g: &Raw<E, D>| {
-            let s = g.device.unary_backward(
-                op,
-                &xs.storage(),
-                &xs.layout,
-                &ys.storage(),
-                &ys.layout,
-                &g.storage(),
-                &g.layout,
-            )?;
-            Ok(vec![Some(Raw::new(s, &g.layout.dims, g.device.clone()))])
-        })
+        y.record(
+            Op::NAME,
+            std::slice::from_ref(&self.var),
+            move |g: &Raw<E, D>| {
+                let s = g.device.unary_backward(
+                    op,
+                    &xs.storage(),
+                    &xs.layout,
+                    &ys.storage(),
+                    &ys.layout,
+                    &g.storage(),
+                    &g.layout,
+                )?;
+                Ok(vec![Some(Raw::new(s, &g.layout.dims, g.device.clone()))])
+            },
+        )
     }
 }

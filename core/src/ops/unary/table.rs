@@ -99,5 +99,5 @@ unary_table! {
     /// Clamps into `[min, max]`, like `x.clamp(min, max)`; NaN stays NaN.
     clamp => Clamp { min, max } : |x, s| {
         if x.is_nan() { x } else { x.max(R::c(s.min)).min(R::c(s.max)) }
-    }, d|x, y| if x >= R::c(s.min) && x <= R::c(s.max) { R::one() } else { R::zero() };
+    }, d|x, y| if x > R::c(s.min) && x < R::c(s.max) { R::one() } else { R::zero() };
 }
