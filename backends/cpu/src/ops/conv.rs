@@ -365,7 +365,7 @@ impl<E: Float> ConvKernel<E> for Cpu {
         p: &Conv2dParams,
     ) -> Result<(Vec<E>, Vec<E>)> {
         let g = geometry(lx, lw, p)?;
-        if &*lg.dims != [g.n, g.c_out, g.oh, g.ow]
+        if *lg.dims != [g.n, g.c_out, g.oh, g.ow]
             || lx.span() > x.len()
             || lw.span() > w.len()
             || lg.span() > gy.len()
