@@ -141,3 +141,13 @@ fn anomaly_mode_names_the_first_bad_op() {
     set_anomaly_detection(false);
     assert!(err.to_string().contains("`log`"), "{err}");
 }
+
+#[test]
+fn anomaly_mode_names_a_backward_that_overflows() {
+    set_anomaly_detection(true);
+    let x = leaf(vec![0.0, 1.0, 4.0]);
+    let y = x.sqrt().sum_all(); // finite forward, but d sqrt / dx at 0 is inf
+    let err = y.try_backward().unwrap_err();
+    set_anomaly_detection(false);
+    assert!(err.to_string().contains("the backward of `sqrt`"), "{err}");
+}

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 
 static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
 static LIVE_SAVED: AtomicUsize = AtomicUsize::new(0);
-static ANOMALY: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    static ANOMALY: Cell<bool> = const { Cell::new(false) };
     static FIRST_ANOMALY: RefCell<Option<&'static str>> = const { RefCell::new(None) };
 }
 
@@ -53,18 +53,18 @@ pub fn no_grad() -> NoGradGuard {
     NoGradGuard { prev }
 }
 
-/// Turns anomaly detection on or off (process-wide), like
+/// Turns anomaly detection on or off for this thread (like grad mode), like
 /// `torch.autograd.set_detect_anomaly`. When on, every op checks its output,
 /// and backward fails naming the first op whose forward or backward produced
 /// NaN or Inf.
 pub fn set_anomaly_detection(on: bool) {
-    ANOMALY.store(on, Ordering::SeqCst);
+    ANOMALY.with(|a| a.set(on));
     FIRST_ANOMALY.with(|a| *a.borrow_mut() = None);
 }
 
 /// Whether anomaly detection is on.
 pub fn anomaly_detection() -> bool {
-    ANOMALY.load(Ordering::Relaxed)
+    ANOMALY.with(Cell::get)
 }
 
 /// Notes that op `name`'s forward produced NaN or Inf (the first one is kept).

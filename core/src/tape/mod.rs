@@ -17,7 +17,7 @@
 //! activations; a second backward through the same graph is an error unless
 //! the first used [`Tensor::backward_retain`]. Recording stops under a
 //! [`no_grad`] guard. [`set_anomaly_detection`] makes backward (and recording
-//! ops) name the first op that produced a NaN or an infinity.
+//! ops on this thread) name the first op that produced a NaN or an infinity.
 
 mod gradcheck;
 mod graph;

@@ -1,6 +1,7 @@
 //! `Debug` and `Display` in the style of PyTorch's print: nested brackets,
-//! aligned values, large tensors summarised with `...`, then shape, dtype and
-//! device.
+//! aligned values, one number style per tensor (integers as `3.`, four
+//! decimals, or scientific), large tensors summarised with `...`, then shape,
+//! dtype and device.
 
 use super::Tensor;
 use crate::device::Backend;
@@ -13,14 +14,56 @@ const THRESHOLD: usize = 1000;
 /// Elements kept at each edge of a summarised dim.
 const EDGE: usize = 3;
 
-fn fmt_value(v: f64, dtype: DType, sci: bool) -> String {
+/// How float values are written, chosen once per tensor as PyTorch does.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Every finite value is an integer: `3.`
+    Int,
+    /// Four decimals: `0.2500`
+    Fixed,
+    /// Scientific, when magnitudes span more than 1000x or leave [1e-4, 1e8): `1.0000e+03`
+    Sci,
+}
+
+fn choose_mode(vals: &[f64]) -> Mode {
+    let finite: Vec<f64> = vals.iter().copied().filter(|v| v.is_finite()).collect();
+    if finite.iter().all(|v| v.fract() == 0.0) {
+        return Mode::Int;
+    }
+    let nonzero: Vec<f64> = finite
+        .iter()
+        .filter(|v| **v != 0.0)
+        .map(|v| v.abs())
+        .collect();
+    let (lo, hi) = nonzero
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    if !nonzero.is_empty() && (hi / lo > 1000.0 || hi > 1e8 || lo < 1e-4) {
+        Mode::Sci
+    } else {
+        Mode::Fixed
+    }
+}
+
+fn fmt_value(v: f64, dtype: DType, mode: Mode) -> String {
     match dtype {
         DType::Bool => (if v != 0.0 { "True" } else { "False" }).to_string(),
         DType::I64 | DType::U32 => format!("{v}"),
         _ if v.is_nan() => "nan".to_string(),
         _ if v.is_infinite() => (if v > 0.0 { "inf" } else { "-inf" }).to_string(),
-        _ if sci => format!("{v:.4e}"),
-        _ => format!("{v:.4}"),
+        _ => match mode {
+            Mode::Int => format!("{v:.0}."),
+            Mode::Fixed => format!("{v:.4}"),
+            Mode::Sci => {
+                // Rust writes `1.0000e3`; PyTorch writes `1.0000e+03`.
+                let s = format!("{v:.4e}");
+                let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+                let e: i32 = exp.parse().unwrap_or(0);
+                format!("{mant}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+            }
+        },
     }
 }
 
@@ -79,14 +122,8 @@ impl<S: Shape, E: Dtype, D: Backend> fmt::Display for Tensor<S, E, D> {
         };
         let dims = self.dims();
         let vals: Vec<f64> = data.iter().map(|v| v.to_f64()).collect();
-        let finite: Vec<f64> = vals
-            .iter()
-            .copied()
-            .filter(|v| v.is_finite() && *v != 0.0)
-            .map(f64::abs)
-            .collect();
-        let sci = finite.iter().any(|&v| !(1e-4..1e8).contains(&v));
-        let mut strs: Vec<String> = vals.iter().map(|&v| fmt_value(v, E::DTYPE, sci)).collect();
+        let mode = choose_mode(&vals);
+        let mut strs: Vec<String> = vals.iter().map(|&v| fmt_value(v, E::DTYPE, mode)).collect();
         let width = strs.iter().map(String::len).max().unwrap_or(0);
         for s in &mut strs {
             *s = format!("{s:>width$}");
