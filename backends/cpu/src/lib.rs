@@ -23,41 +23,71 @@ impl DefaultDevice for Cpu {
     }
 }
 
-/// Fills `out` (row-major over `layout`'s sizes) with `f(offset)` for each
-/// element's storage offset, in parallel chunks for large outputs.
-pub fn fill_strided<T: Send>(out: &mut [T], layout: &Layout, f: impl Fn(usize) -> T + Sync) {
-    if let Some(r) = layout.contiguous_range() {
-        let start = r.start;
-        if out.len() >= 2 * PAR_CHUNK {
-            out.par_chunks_mut(PAR_CHUNK)
-                .enumerate()
-                .for_each(|(c, chunk)| {
-                    for (i, o) in chunk.iter_mut().enumerate() {
-                        *o = f(start + c * PAR_CHUNK + i);
-                    }
-                });
-        } else {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = f(start + i);
-            }
-        }
+/// Fills `out` (row-major over the common sizes of `layouts`) with
+/// `f(offsets)`, the storage offset of each element in each layout. The walk
+/// goes row by row: an inner loop over the last dim with fixed strides (which
+/// the compiler vectorises for strides 0 and 1), and parallel chunks of rows
+/// for large outputs. Dense, unbroadcast operands are walked as one row.
+pub fn map_strided<T: Send, const K: usize>(
+    out: &mut [T],
+    layouts: [&Layout; K],
+    f: impl Fn([usize; K]) -> T + Sync,
+) {
+    let Some(first) = layouts.first() else { return };
+    debug_assert!(layouts.iter().all(|l| l.dims == first.dims) && out.len() == first.numel());
+    if out.is_empty() {
         return;
     }
-    if out.len() >= 2 * PAR_CHUNK {
+    let dense = layouts.iter().all(|l| l.is_contiguous());
+    let (outer, n, strides): ([Layout; K], usize, [usize; K]) = if dense || first.rank() == 0 {
+        let flat = |l: &Layout| Layout {
+            offset: l.offset,
+            ..Layout::contiguous(&[])
+        };
+        (layouts.map(flat), out.len(), [if dense { 1 } else { 0 }; K])
+    } else {
+        let r = first.rank();
+        (
+            layouts.map(|l| l.remove_axis(r - 1)),
+            first.dims[r - 1],
+            layouts.map(|l| l.strides[r - 1]),
+        )
+    };
+    let run = |row0: usize, chunk: &mut [T]| {
+        let mut its = outer.each_ref().map(|l| StridedIter::new(l, row0));
+        for orow in chunk.chunks_mut(n) {
+            let bases: [usize; K] = std::array::from_fn(|i| its[i].next_offset());
+            for (k, o) in orow.iter_mut().enumerate() {
+                *o = f(std::array::from_fn(|i| bases[i] + k * strides[i]));
+            }
+        }
+    };
+    if out.len() >= 2 * PAR_CHUNK && n < out.len() {
+        let rows_per = (PAR_CHUNK / n).max(1);
+        out.par_chunks_mut(rows_per * n)
+            .enumerate()
+            .for_each(|(c, chunk)| run(c * rows_per, chunk));
+    } else if out.len() >= 2 * PAR_CHUNK {
+        // One long row: split it, each piece starting mid-row.
         out.par_chunks_mut(PAR_CHUNK)
             .enumerate()
             .for_each(|(c, chunk)| {
-                let mut it = StridedIter::new(layout, c * PAR_CHUNK);
-                for o in chunk.iter_mut() {
-                    *o = f(it.next_offset());
+                let start = c * PAR_CHUNK;
+                let bases: [usize; K] =
+                    std::array::from_fn(|i| outer[i].offset + start * strides[i]);
+                for (k, o) in chunk.iter_mut().enumerate() {
+                    *o = f(std::array::from_fn(|i| bases[i] + k * strides[i]));
                 }
             });
     } else {
-        let mut it = StridedIter::new(layout, 0);
-        for o in out.iter_mut() {
-            *o = f(it.next_offset());
-        }
+        run(0, out);
     }
+}
+
+/// Fills `out` (row-major over `layout`'s sizes) with `f(offset)` for each
+/// element's storage offset.
+pub fn fill_strided<T: Send>(out: &mut [T], layout: &Layout, f: impl Fn(usize) -> T + Sync) {
+    map_strided(out, [layout], |[o]| f(o));
 }
 
 /// Gathers a strided view into a new row-major `Vec`.
@@ -101,6 +131,10 @@ impl Backend for Cpu {
         dst_layout: &Layout,
     ) -> Result<()> {
         debug_assert_eq!(src_layout.dims, dst_layout.dims);
+        if let Some(r) = dst_layout.contiguous_range() {
+            fill_strided(&mut dst[r], src_layout, |o| src[o]);
+            return Ok(());
+        }
         let mut si = StridedIter::new(src_layout, 0);
         let mut di = StridedIter::new(dst_layout, 0);
         for _ in 0..src_layout.numel() {

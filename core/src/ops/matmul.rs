@@ -121,6 +121,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             },
         );
         let (da, db, gfull) = (self.layout.dims, rhs.layout.dims, full([m, n]));
+        let (need_a, need_b) = (self.var.is_some(), rhs.var.is_some());
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
             "matmul",
             &[self.var.clone(), rhs.var.clone()],
@@ -128,22 +129,39 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 let g = reshape(g, &gfull)?;
                 let r = g.layout.rank();
                 let dev = &g.device;
-                // dA = dC @ B^T and dB = A^T @ dC, then summed over broadcast batch dims.
-                let ga = dev.matmul(
-                    &g.storage(),
-                    &g.layout,
-                    &br.storage(),
-                    &br.layout.swap(r - 2, r - 1),
-                )?;
-                let gb = dev.matmul(
-                    &ar.storage(),
-                    &ar.layout.swap(r - 2, r - 1),
-                    &g.storage(),
-                    &g.layout,
-                )?;
-                let ga = sum_to(&Raw::new(ga, &ar.layout.dims, dev.clone()), &pa)?;
-                let gb = sum_to(&Raw::new(gb, &br.layout.dims, dev.clone()), &pb)?;
-                Ok(vec![Some(reshape(&ga, &da)?), Some(reshape(&gb, &db)?)])
+                // dA = dC @ B^T and dB = A^T @ dC, then summed over broadcast batch
+                // dims; only operands on the tape get one (an input batch needs none).
+                let ga = match need_a {
+                    true => {
+                        let ga = dev.matmul(
+                            &g.storage(),
+                            &g.layout,
+                            &br.storage(),
+                            &br.layout.swap(r - 2, r - 1),
+                        )?;
+                        Some(reshape(
+                            &sum_to(&Raw::new(ga, &ar.layout.dims, dev.clone()), &pa)?,
+                            &da,
+                        )?)
+                    }
+                    false => None,
+                };
+                let gb = match need_b {
+                    true => {
+                        let gb = dev.matmul(
+                            &ar.storage(),
+                            &ar.layout.swap(r - 2, r - 1),
+                            &g.storage(),
+                            &g.layout,
+                        )?;
+                        Some(reshape(
+                            &sum_to(&Raw::new(gb, &br.layout.dims, dev.clone()), &pb)?,
+                            &db,
+                        )?)
+                    }
+                    false => None,
+                };
+                Ok(vec![ga, gb])
             },
         ))
     }

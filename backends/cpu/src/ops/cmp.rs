@@ -1,8 +1,7 @@
 //! Comparisons and `where`.
 
 use super::binary::zip_strided;
-use crate::strided::StridedIter;
-use crate::Cpu;
+use crate::{map_strided, Cpu};
 use forma_core::ops::cmp::{CmpKernel, CmpOp};
 use forma_core::{Float, Layout, Result};
 
@@ -37,21 +36,12 @@ impl<E: Float> CmpKernel<E> for Cpu {
         b: &Vec<E>,
         lb: &Layout,
     ) -> Result<Vec<E>> {
-        let n = la.numel();
-        let mut out = Vec::with_capacity(n);
-        let (mut ic, mut ia, mut ib) = (
-            StridedIter::new(lc, 0),
-            StridedIter::new(la, 0),
-            StridedIter::new(lb, 0),
+        let mut out = vec![E::default(); la.numel()];
+        map_strided(
+            &mut out,
+            [lc, la, lb],
+            |[i, j, k]| if cond[i] { a[j] } else { b[k] },
         );
-        for _ in 0..n {
-            let (c, x, y) = (
-                cond[ic.next_offset()],
-                a[ia.next_offset()],
-                b[ib.next_offset()],
-            );
-            out.push(if c { x } else { y });
-        }
         Ok(out)
     }
 }

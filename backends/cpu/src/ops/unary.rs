@@ -1,7 +1,6 @@
 //! Every unary table row through one kernel, monomorphised per op.
 
-use crate::strided::StridedIter;
-use crate::{fill_strided, Cpu};
+use crate::{fill_strided, map_strided, Cpu};
 use forma_core::ops::unary::{UnaryKernel, UnaryOp};
 use forma_core::{Float, Layout, Result};
 
@@ -22,21 +21,10 @@ impl<E: Float> UnaryKernel<E> for Cpu {
         g: &Vec<E>,
         lg: &Layout,
     ) -> Result<Vec<E>> {
-        let n = lx.numel();
-        let (mut ix, mut iy, mut ig) = (
-            StridedIter::new(lx, 0),
-            StridedIter::new(ly, 0),
-            StridedIter::new(lg, 0),
-        );
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (a, b, d) = (
-                x[ix.next_offset()].to_acc(),
-                y[iy.next_offset()].to_acc(),
-                g[ig.next_offset()].to_acc(),
-            );
-            out.push(E::from_acc(d * op.df(a, b)));
-        }
+        let mut out = vec![E::default(); lx.numel()];
+        map_strided(&mut out, [lx, ly, lg], |[i, j, k]| {
+            E::from_acc(g[k].to_acc() * op.df(x[i].to_acc(), y[j].to_acc()))
+        });
         Ok(out)
     }
 }
