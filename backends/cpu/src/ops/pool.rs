@@ -41,6 +41,21 @@ fn spans(
         .collect()
 }
 
+/// The windows of every output row and column of an `h x w` plane.
+fn window_spans(p: &Pool2dParams, out: [usize; 2], h: usize, w: usize) -> (Vec<Span>, Vec<Span>) {
+    let along = |i: usize, size: usize| {
+        spans(
+            out[i],
+            p.kernel[i],
+            p.stride[i],
+            p.padding[i],
+            p.dilation[i],
+            size,
+        )
+    };
+    (along(0, h), along(1, w))
+}
+
 /// Max pooling of one dense `h x w` plane; windows of only padding give -inf.
 fn max_plane<E: Float>(
     x: &[E],
@@ -293,22 +308,7 @@ impl<E: Float> PoolKernel<E> for Cpu {
     ) -> Result<Vec<E>> {
         let (xs, dims) = prepare("max_pool2d", x, lx, p)?;
         let [_, _, h, w] = dims;
-        let rows = spans(
-            out[0],
-            p.kernel[0],
-            p.stride[0],
-            p.padding[0],
-            p.dilation[0],
-            h,
-        );
-        let cols = spans(
-            out[1],
-            p.kernel[1],
-            p.stride[1],
-            p.padding[1],
-            p.dilation[1],
-            w,
-        );
+        let (rows, cols) = window_spans(p, out, h, w);
         let window = p.kernel[0] * p.kernel[1];
         Ok(per_plane(
             &xs,
@@ -346,22 +346,7 @@ impl<E: Float> PoolKernel<E> for Cpu {
         let (xs, dims) = prepare("max_pool2d_backward", x, lx, p)?;
         let [_, _, h, w] = dims;
         let out = [lg.dims[2], lg.dims[3]];
-        let rows = spans(
-            out[0],
-            p.kernel[0],
-            p.stride[0],
-            p.padding[0],
-            p.dilation[0],
-            h,
-        );
-        let cols = spans(
-            out[1],
-            p.kernel[1],
-            p.stride[1],
-            p.padding[1],
-            p.dilation[1],
-            w,
-        );
+        let (rows, cols) = window_spans(p, out, h, w);
         let gs = gather_vec(g, lg);
         Ok(per_plane_backward(&xs, dims, &gs, out, |xp, gp, gxp| {
             max_plane_backward(xp, w, gp, gxp, &rows, &cols, p.dilation)
