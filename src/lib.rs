@@ -25,8 +25,7 @@ pub use forma_macros as macros;
 pub use forma_nn as nn;
 
 pub use forma_core::{
-    manual_seed, DType, Dim, Dtype, Dyn, Error, Float, Layout, One, Result, Rng, Shape, ShapeError,
-    C,
+    DType, Dim, Dtype, Dyn, Error, Float, Layout, One, Result, Rng, Shape, ShapeError, C,
 };
 pub use forma_cpu::Cpu;
 

@@ -19,6 +19,6 @@ pub use device::{Backend, DefaultDevice};
 pub use dtype::{DType, Dtype, Float};
 pub use error::{Error, Result, ShapeError};
 pub use layout::Layout;
-pub use rng::{manual_seed, Rng};
+pub use rng::Rng;
 pub use shape::{Dim, Dyn, One, Shape, C};
 pub use tensor::Tensor;

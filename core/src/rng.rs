@@ -2,8 +2,6 @@
 //! initialisation. xoshiro256++ seeded through SplitMix64: fast, small state,
 //! and the same stream on every platform, so a seeded run is reproducible.
 
-use std::cell::RefCell;
-
 /// A seedable random generator.
 #[derive(Clone, Debug)]
 pub struct Rng {
@@ -66,20 +64,6 @@ impl Rng {
             }
         }
     }
-}
-
-thread_local! {
-    static GLOBAL: RefCell<Rng> = RefCell::new(Rng::seed_from(0x5EED));
-}
-
-/// Seeds this thread's default generator, like `torch.manual_seed`.
-pub fn manual_seed(seed: u64) {
-    GLOBAL.with(|g| *g.borrow_mut() = Rng::seed_from(seed));
-}
-
-/// Runs `f` with this thread's default generator.
-pub fn with_global<T>(f: impl FnOnce(&mut Rng) -> T) -> T {
-    GLOBAL.with(|g| f(&mut g.borrow_mut()))
 }
 
 #[cfg(test)]

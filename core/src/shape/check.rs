@@ -85,17 +85,3 @@ pub const fn assert_same_numel(op: &str, from: Option<usize>, to: Option<usize>)
         }
     }
 }
-
-/// The product of the static sizes in `dims` and whether all were static.
-pub const fn static_product(dims: &[Option<usize>]) -> Option<usize> {
-    let mut p = 1;
-    let mut i = 0;
-    while i < dims.len() {
-        match dims[i] {
-            Some(v) => p *= v,
-            None => return None,
-        }
-        i += 1;
-    }
-    Some(p)
-}
