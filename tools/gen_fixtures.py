@@ -36,16 +36,14 @@ Conventions (mirrored by the Rust tests; change both together):
 
 Total size is kept well under 1 MB (tensors of tens to hundreds of elements).
 """
-import json
 import warnings
+
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from fixture_file import FixtureFile
 
-OUT = Path(__file__).resolve().parent / "fixtures"
-META = {"torch": torch.__version__, "generator": "tools/gen_fixtures.py"}
 
 NAN = float("nan")
 INF = float("inf")
@@ -60,19 +58,10 @@ torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
 
-class Family:
+class Family(FixtureFile):
     """The tensors of one fixture file."""
 
-    def __init__(self, name, seed):
-        self.name = name
-        self.tensors = {}
-        self.g = torch.Generator().manual_seed(seed)
-
-    def put(self, key, t):
-        assert key not in self.tensors, f"duplicate key {key}"
-        assert isinstance(t, torch.Tensor), key
-        self.tensors[key] = t.detach().clone().contiguous()
-        return t
+    GENERATOR = "tools/gen_fixtures.py"
 
     # Float64 master data, rounded to the test dtype.
     def uniform(self, shape, lo=-3.0, hi=3.0, dtype=F32):
@@ -89,31 +78,6 @@ class Family:
     def index(self, shape, hi):
         return torch.randint(0, hi, shape, generator=self.g, dtype=torch.int64)
 
-    def save(self):
-        OUT.mkdir(parents=True, exist_ok=True)
-        path = OUT / f"{self.name}.safetensors"
-        save_file(self.tensors, str(path), metadata=META)
-        _canonical_header(path)
-        return path
-
-
-def _canonical_header(path):
-    """Rewrites the safetensors header with sorted metadata keys.
-
-    The writer serialises `__metadata__` from a hash map, so its key order (and
-    thus the file's bytes) varies between runs; sorting makes reruns
-    byte-identical. Tensor entries keep their order and data offsets.
-    """
-    raw = path.read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + n])
-    meta = header.pop("__metadata__", None)
-    ordered = {"__metadata__": dict(sorted(meta.items()))} if meta else {}
-    ordered.update(header)
-    text = json.dumps(ordered, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the format pads the header to 8 bytes
-    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
-    path.chmod(0o644)  # the writer creates files readable by the owner only
 
 
 def t(values, dtype=F32):

@@ -41,35 +41,24 @@ Conventions (mirrored by the Rust tests; change both together):
 
 Total size stays small (tensors of tens to hundreds of elements).
 """
-import json
 import math
+
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from fixture_file import FixtureFile
 
-OUT = Path(__file__).resolve().parent / "fixtures"
-META = {"torch": torch.__version__, "generator": "tools/gen_grad_fixtures.py"}
 F64 = torch.float64
 
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
 
-class Family:
+class Family(FixtureFile):
     """The tensors of one fixture file."""
 
-    def __init__(self, name, seed):
-        self.name = name
-        self.tensors = {}
-        self.g = torch.Generator().manual_seed(seed)
-
-    def put(self, key, t):
-        assert key not in self.tensors, f"duplicate key {key}"
-        assert isinstance(t, torch.Tensor), key
-        self.tensors[key] = t.detach().clone().contiguous()
-        return t
+    GENERATOR = "tools/gen_grad_fixtures.py"
 
     # ---------------------------------------------------------- input domains
     def uniform(self, shape, lo=-2.0, hi=2.0):
@@ -114,26 +103,6 @@ class Family:
         self.put(f"{name}.out", out)
         self.put(f"{name}.gout", gout)
 
-    def save(self):
-        OUT.mkdir(parents=True, exist_ok=True)
-        path = OUT / f"{self.name}.safetensors"
-        save_file(self.tensors, str(path), metadata=META)
-        _canonical_header(path)
-        return path
-
-
-def _canonical_header(path):
-    """Rewrites the safetensors header with sorted metadata keys, so reruns are
-    byte-identical (the writer serialises `__metadata__` from a hash map)."""
-    raw = path.read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + n])
-    meta = header.pop("__metadata__", None)
-    ordered = {"__metadata__": dict(sorted(meta.items()))} if meta else {}
-    ordered.update(header)
-    text = json.dumps(ordered, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the format pads the header to 8 bytes
-    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
 
 
 def t(values):
