@@ -21,4 +21,4 @@ pub use error::{Error, Result, ShapeError};
 pub use layout::Layout;
 pub use rng::Rng;
 pub use shape::{Dim, Dyn, One, Shape, C};
-pub use tensor::Tensor;
+pub use tensor::{Tensor, TensorData};

@@ -1,6 +1,13 @@
-//! Neural-network building blocks in PyTorch's names and defaults. Layers,
-//! losses, optimizers and data loading arrive with the nn issue; the tensor
-//! kernels they wrap (conv, pooling, softmax, embedding) are in `forma-core`.
+//! Neural-network building blocks in PyTorch's names and defaults: the
+//! [`Module`] trait that `#[derive(Module)]` implements, state dicts, and the
+//! layers. The tensor kernels the layers wrap (conv, pooling, softmax,
+//! embedding) are in `forma-core`.
+
+pub mod module;
+pub mod state;
+
+pub use module::{Cx, Forward, Module, ReprNode, Role, TensorField, Training, Visitor, VisitorMut};
+pub use state::{LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
 
 /// Activation functions as plain functions, so layers and user code share them.
 pub mod functional {

@@ -3,8 +3,11 @@
 
 mod convert;
 mod create;
+mod data;
 mod fmt;
 mod view;
+
+pub use data::{dtype_size, TensorData};
 
 use crate::device::Backend;
 use crate::dtype::{DType, Dtype};

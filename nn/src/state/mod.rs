@@ -1,0 +1,378 @@
+//! State dicts: a module's tensors by dotted name, as PyTorch's `state_dict()`
+//! holds them, and the strict or lenient load that writes them back.
+
+use crate::module::{Cx, Module, Role, Visitor, VisitorMut};
+use forma_core::error::fmt_dims;
+use forma_core::{Backend, DType, Dtype, Shape, Tensor, TensorData};
+use std::collections::HashMap;
+use std::fmt;
+
+/// What a tensor of a module is, without its values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The sizes.
+    pub dims: Vec<usize>,
+    /// The dtype.
+    pub dtype: DType,
+    /// Whether it accumulates a gradient.
+    pub requires_grad: bool,
+}
+
+impl TensorInfo {
+    /// Describes a tensor.
+    pub fn of<S: Shape, E: Dtype, D: Backend>(t: &Tensor<S, E, D>) -> Self {
+        TensorInfo {
+            dims: t.dims().to_vec(),
+            dtype: t.dtype(),
+            requires_grad: t.needs_grad(),
+        }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
+/// Named tensors in insertion order (a module's state_dict keeps PyTorch's
+/// order), with lookup by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StateDict {
+    entries: Vec<(String, TensorData)>,
+    index: HashMap<String, usize>,
+}
+
+impl StateDict {
+    /// An empty state dict.
+    pub fn new() -> Self {
+        StateDict::default()
+    }
+
+    /// Adds or replaces an entry (a replaced entry keeps its position).
+    pub fn insert(&mut self, key: impl Into<String>, data: TensorData) {
+        let key = key.into();
+        match self.index.get(&key) {
+            Some(&i) => self.entries[i].1 = data,
+            None => {
+                self.index.insert(key.clone(), self.entries.len());
+                self.entries.push((key, data));
+            }
+        }
+    }
+
+    /// The entry for `key`.
+    pub fn get(&self, key: &str) -> Option<&TensorData> {
+        self.index.get(key).map(|&i| &self.entries[i].1)
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
+    /// Removes and returns the entry for `key`.
+    pub fn remove(&mut self, key: &str) -> Option<TensorData> {
+        let i = self.index.remove(key)?;
+        let (_, data) = self.entries.remove(i);
+        for v in self.index.values_mut() {
+            if *v > i {
+                *v -= 1;
+            }
+        }
+        Some(data)
+    }
+
+    /// The keys in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// The entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &TensorData)> {
+        self.entries.iter().map(|(k, d)| (k.as_str(), d))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Renames every key with `f` (for checkpoints whose layout differs);
+    /// `None` drops the entry.
+    pub fn remap(self, mut f: impl FnMut(&str) -> Option<String>) -> Self {
+        let mut out = StateDict::new();
+        for (k, d) in self.entries {
+            if let Some(k2) = f(&k) {
+                out.insert(k2, d);
+            }
+        }
+        out
+    }
+}
+
+impl FromIterator<(String, TensorData)> for StateDict {
+    fn from_iter<I: IntoIterator<Item = (String, TensorData)>>(iter: I) -> Self {
+        let mut sd = StateDict::new();
+        for (k, d) in iter {
+            sd.insert(k, d);
+        }
+        sd
+    }
+}
+
+/// How [`Module::load_state_dict_with`] treats keys that do not match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Require every key of the module and no other (PyTorch's `strict=True`).
+    pub strict: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { strict: true }
+    }
+}
+
+/// What a successful load skipped (always empty for a strict load), like
+/// PyTorch's `_IncompatibleKeys`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Keys of the module that the state dict lacks (left unchanged).
+    pub missing_keys: Vec<String>,
+    /// Keys of the state dict that the module lacks (ignored).
+    pub unexpected_keys: Vec<String>,
+}
+
+/// A key whose tensor does not fit the module's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The dotted name.
+    pub key: String,
+    /// The module's sizes and dtype.
+    pub expected: (Vec<usize>, DType),
+    /// The state dict's sizes and dtype.
+    pub found: (Vec<usize>, DType),
+}
+
+/// Why a load was refused. Nothing was written: the module is as it was.
+#[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
+pub struct LoadError {
+    /// Keys of the module that the state dict lacks.
+    pub missing_keys: Vec<String>,
+    /// Keys of the state dict that the module lacks, each with the closest
+    /// missing key when one is near (a likely typo or renamed layer).
+    pub unexpected_keys: Vec<(String, Option<String>)>,
+    /// Keys whose sizes or dtype do not fit.
+    pub mismatched: Vec<Mismatch>,
+    /// A device failure while copying values.
+    pub device: Option<String>,
+}
+
+impl LoadError {
+    /// A load that failed on the device side.
+    pub fn device(e: forma_core::Error) -> Self {
+        LoadError {
+            device: Some(e.to_string()),
+            ..LoadError::default()
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.missing_keys.is_empty()
+            && self.unexpected_keys.is_empty()
+            && self.mismatched.is_empty()
+            && self.device.is_none()
+    }
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error(s) in loading state_dict:")?;
+        if !self.missing_keys.is_empty() {
+            write!(f, "\n  missing keys: {}", self.missing_keys.join(", "))?;
+        }
+        for (k, hint) in &self.unexpected_keys {
+            write!(f, "\n  unexpected key: {k}")?;
+            if let Some(h) = hint {
+                write!(f, " (did you mean {h}?)")?;
+            }
+        }
+        for m in &self.mismatched {
+            write!(
+                f,
+                "\n  {}: the checkpoint has {} {} but the model needs {} {}",
+                m.key,
+                fmt_dims(&m.found.0),
+                m.found.1,
+                fmt_dims(&m.expected.0),
+                m.expected.1
+            )?;
+        }
+        if let Some(d) = &self.device {
+            write!(f, "\n  device: {d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether values of `from` may be stored in a tensor of `to` (floats among
+/// floats, integers among integers, bools as bools).
+fn convertible(from: DType, to: DType) -> bool {
+    let class = |d: DType| match d {
+        _ if d.is_float() => 0,
+        DType::Bool => 2,
+        _ => 1,
+    };
+    class(from) == class(to)
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+fn closest<'a>(key: &str, candidates: &'a [String]) -> Option<&'a String> {
+    candidates
+        .iter()
+        .map(|c| (edit_distance(key, c), c))
+        .filter(|(d, c)| *d * 3 <= key.len().max(c.len()))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// The persistent tensors of a module, in order.
+fn expected<M: Module>(m: &M) -> Vec<(String, TensorInfo)> {
+    struct Spec(Vec<(String, TensorInfo)>);
+    impl Visitor for Spec {
+        fn tensor<S: Shape, E: Dtype, D: Backend>(&mut self, cx: &Cx, t: &Tensor<S, E, D>) {
+            if cx.role() != Role::NonPersistentBuffer {
+                self.0.push((cx.path().to_string(), TensorInfo::of(t)));
+            }
+        }
+    }
+    let mut s = Spec(Vec::new());
+    m.visit(&mut Cx::new(), &mut s);
+    s.0
+}
+
+pub(crate) fn collect<M: Module>(m: &M) -> forma_core::Result<StateDict> {
+    struct Collect(StateDict, Option<forma_core::Error>);
+    impl Visitor for Collect {
+        fn tensor<S: Shape, E: Dtype, D: Backend>(&mut self, cx: &Cx, t: &Tensor<S, E, D>) {
+            if cx.role() == Role::NonPersistentBuffer || self.1.is_some() {
+                return;
+            }
+            match t.try_to_data() {
+                Ok(d) => self.0.insert(cx.path(), d),
+                Err(e) => self.1 = Some(e),
+            }
+        }
+    }
+    let mut c = Collect(StateDict::new(), None);
+    m.visit(&mut Cx::new(), &mut c);
+    match c.1 {
+        Some(e) => Err(e),
+        None => Ok(c.0),
+    }
+}
+
+pub(crate) fn load<M: Module>(
+    m: &mut M,
+    sd: &StateDict,
+    options: LoadOptions,
+) -> Result<LoadReport, LoadError> {
+    let want = expected(m);
+    let mut err = LoadError::default();
+    for (key, info) in &want {
+        match sd.get(key) {
+            None => err.missing_keys.push(key.clone()),
+            Some(d) if d.dims() != info.dims || !convertible(d.dtype(), info.dtype) => {
+                err.mismatched.push(Mismatch {
+                    key: key.clone(),
+                    expected: (info.dims.clone(), info.dtype),
+                    found: (d.dims().to_vec(), d.dtype()),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    let known: std::collections::HashSet<&str> = want.iter().map(|(k, _)| k.as_str()).collect();
+    for key in sd.keys().filter(|k| !known.contains(k)) {
+        let hint = closest(key, &err.missing_keys).cloned();
+        err.unexpected_keys.push((key.to_string(), hint));
+    }
+    let report = LoadReport {
+        missing_keys: err.missing_keys.clone(),
+        unexpected_keys: err.unexpected_keys.iter().map(|(k, _)| k.clone()).collect(),
+    };
+    if !options.strict {
+        err.missing_keys.clear();
+        err.unexpected_keys.clear();
+    }
+    if !err.is_empty() {
+        return Err(err);
+    }
+
+    struct Apply<'a>(&'a StateDict, Option<forma_core::Error>);
+    impl VisitorMut for Apply<'_> {
+        fn tensor<S: Shape, E: Dtype, D: Backend>(&mut self, cx: &Cx, t: &mut Tensor<S, E, D>) {
+            if cx.role() == Role::NonPersistentBuffer || self.1.is_some() {
+                return;
+            }
+            if let Some(d) = self.0.get(cx.path()) {
+                if let Err(e) = t.try_assign_data(d) {
+                    self.1 = Some(e);
+                }
+            }
+        }
+    }
+    let mut apply = Apply(sd, None);
+    m.visit_mut(&mut Cx::new(), &mut apply);
+    match apply.1 {
+        Some(e) => Err(LoadError::device(e)),
+        None => Ok(report),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_near_misses_only() {
+        let missing = vec!["layers.0.weight".to_string(), "head.bias".to_string()];
+        assert_eq!(
+            closest("layers.0.wieght", &missing),
+            Some(&"layers.0.weight".to_string())
+        );
+        assert_eq!(closest("encoder.pos", &missing), None);
+    }
+
+    #[test]
+    fn remove_keeps_order_and_lookup() {
+        let d = || TensorData::from_vec(&[1.0f32], vec![1]).unwrap();
+        let mut sd: StateDict = ["a", "b", "c"]
+            .iter()
+            .map(|k| (k.to_string(), d()))
+            .collect();
+        sd.remove("a");
+        assert_eq!(sd.keys().collect::<Vec<_>>(), ["b", "c"]);
+        assert!(sd.get("c").is_some());
+    }
+}
