@@ -28,6 +28,11 @@ pub use forma_core::{
     DType, Dim, Dtype, Dyn, Error, Float, Layout, One, Result, Rng, Shape, ShapeError, C,
 };
 pub use forma_cpu::Cpu;
+/// `Module` is both the trait (in the type namespace) and its derive (in the
+/// macro namespace), as with serde's `Serialize`; `Shape` and `Tensor` are
+/// both a type and a macro that writes one (`Tensor![B, 3, 224, 224]`).
+pub use forma_macros::{Module, Sequential, Shape, Tensor};
+pub use forma_nn::{Forward, Module};
 
 /// A tensor of shape `S`, element type `E` (default f32) on device `D`
 /// (default the CPU). See [`forma_core::Tensor`] for its methods.
@@ -45,6 +50,9 @@ pub mod prelude {
         cat, stack, where_cond, Ax, Conv2dParams, Cpu, Dim, Dyn, One, Pool2dParams, Rng, Shape,
         Tensor, C,
     };
+    pub use forma_macros::{Module, Sequential};
+    pub use forma_nn::{Forward, Module};
+    pub use forma_core::device::Device;
     pub use forma_core::dtype::{DType, Dtype, Float};
     pub use half::{bf16, f16};
 }

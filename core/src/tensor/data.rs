@@ -172,6 +172,44 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     }
 }
 
+impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
+    /// Overwrites the values in place with those of `src` (same sizes), outside
+    /// the autograd graph, like `self.copy_(src)` under no-grad. Every view and
+    /// clone of `self` sees the new values.
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the sizes differ.
+    pub fn try_assign<S2: Shape>(&self, src: &Tensor<S2, E, D>) -> Result<()> {
+        if src.layout.dims != self.layout.dims {
+            return Err(Error::shape(
+                "assign",
+                fmt_dims(&self.layout.dims),
+                &src.layout.dims,
+            ));
+        }
+        // Reading and writing one storage would deadlock its lock: copy first.
+        let src = if std::sync::Arc::ptr_eq(&self.storage, &src.storage) {
+            let s = self.device.contiguous(&src.storage(), &src.layout)?;
+            Tensor::<S2, E, D>::from_storage(s, &src.layout.dims, self.device.clone())
+        } else {
+            src.clone()
+        };
+        let from = src.storage();
+        let mut dst = self.storage_mut();
+        self.device
+            .copy_strided(&from, &src.layout, &mut dst, &self.layout)
+    }
+
+    /// [`Tensor::try_assign`] for sizes the types already guarantee equal
+    /// (`Dyn` sizes are checked at run time).
+    ///
+    /// # Panics
+    /// If `Dyn` sizes differ.
+    pub fn assign(&self, src: &Tensor<S, E, D>) {
+        ok(self.try_assign(src))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

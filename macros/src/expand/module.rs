@@ -1,0 +1,188 @@
+//! `#[derive(Module)]`: the `visit`, `visit_mut` and `describe` of a struct.
+
+use super::respan;
+use crate::ast::{Container, Field};
+use crate::check;
+use crate::ctxt::Ctxt;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::DeriveInput;
+
+pub fn derive(input: &DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let cont = Container::from_ast(&cx, input);
+    check::check(&cx, &cont);
+    match cx.check() {
+        Ok(()) => expand(&cont),
+        Err(errors) => {
+            let fallback = minimal_impl(&cont);
+            quote!(#fallback #errors)
+        }
+    }
+}
+
+/// What a user's mistake expands to beside its `compile_error!`: an impl that
+/// visits nothing, so that uses of the type as a module raise no second error.
+fn minimal_impl(cont: &Container) -> TokenStream {
+    let root = &cont.attrs.root;
+    let ident = cont.ident;
+    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #root::Module for #ident #ty_generics #where_clause {
+            fn visit<__V: #root::Visitor>(&self, _: &mut #root::Cx, _: &mut __V) {}
+            fn visit_mut<__V: #root::VisitorMut>(&mut self, _: &mut #root::Cx, _: &mut __V) {}
+        }
+    }
+}
+
+fn expand(cont: &Container) -> TokenStream {
+    let root = &cont.attrs.root;
+    let ident = cont.ident;
+    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let visited: Vec<&Field> = cont.fields.iter().filter(|f| f.visited()).collect();
+
+    let mut predicates: Vec<TokenStream> = where_clause
+        .map(|w| w.predicates.iter().map(ToTokens::to_token_stream).collect())
+        .unwrap_or_default();
+    predicates.extend(visited.iter().flat_map(|f| bounds(cont, f)));
+    let where_clause = (!predicates.is_empty()).then(|| quote!(where #(#predicates),*));
+
+    let visit = visit_fn(root, &visited, false);
+    let visit_mut = visit_fn(root, &visited, true);
+    let describe = describe_fn(cont, &visited);
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #root::Module for #ident #ty_generics #where_clause {
+            #visit
+            #visit_mut
+            #describe
+        }
+    }
+}
+
+/// `Ty: Module` for a visited field, spanned on its type, so an unsupported
+/// type is reported at the field; and `Ty: TensorField` for a buffer, spanned
+/// on the `buffer` word. A field whose type names the struct itself (`Vec<Self>`,
+/// `Option<Box<Tree>>`) gets no bound: proving it would need the impl being
+/// written, and rustc reports an overflow instead.
+fn bounds(cont: &Container, field: &Field) -> Vec<TokenStream> {
+    let root = &cont.attrs.root;
+    let ty = field.ty;
+    let mut out = Vec::new();
+    if !mentions_self(cont.ident, ty.to_token_stream()) {
+        let module = spanned_over(quote!(: #root::Module), ty);
+        out.push(quote!(#ty #module));
+    }
+    if let Some((_, buffer)) = &field.attrs.buffer {
+        out.push(respan(quote!(#ty: #root::TensorField), buffer.span));
+    }
+    out
+}
+
+/// `tokens` spanned over all of `over`: the first token takes the span of
+/// `over`'s first token and the last that of its last, so that rustc, which
+/// spans a path from its first token to its last, underlines the whole of
+/// `over` (a joined span is not available to proc macros on stable).
+fn spanned_over(tokens: TokenStream, over: &impl ToTokens) -> TokenStream {
+    let mut spans = over.to_token_stream().into_iter().map(|t| t.span());
+    let first = spans.next().unwrap_or_else(Span::call_site);
+    let last = spans.last().unwrap_or(first);
+    let mut out: Vec<TokenTree> = respan(tokens, first).into_iter().collect();
+    if let Some(t) = out.last_mut() {
+        t.set_span(last);
+    }
+    out.into_iter().collect()
+}
+
+/// Whether a type names the struct (`Self` or its name) anywhere.
+fn mentions_self(ident: &syn::Ident, tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "Self" || i == *ident,
+        TokenTree::Group(g) => mentions_self(ident, g.stream()),
+        _ => false,
+    })
+}
+
+/// The role of a field's tensors.
+fn role(root: &syn::Path, field: &Field) -> TokenStream {
+    match &field.attrs.buffer {
+        None => quote!(#root::Role::Parameter),
+        Some((_, b)) if b.persistent => quote!(#root::Role::Buffer),
+        Some(_) => quote!(#root::Role::NonPersistentBuffer),
+    }
+}
+
+/// `visit` (or `visit_mut`): one pass per phase over the fields, so the
+/// struct's own parameters come first, then its buffers, then its children.
+fn visit_fn(root: &syn::Path, fields: &[&Field], mutable: bool) -> TokenStream {
+    let (name, visitor, receiver, borrow) = if mutable {
+        (
+            quote!(visit_mut),
+            quote!(VisitorMut),
+            quote!(&mut self),
+            quote!(&mut),
+        )
+    } else {
+        (quote!(visit), quote!(Visitor), quote!(&self), quote!(&))
+    };
+    if fields.is_empty() {
+        return quote! {
+            fn #name<__V: #root::#visitor>(#receiver, _: &mut #root::Cx, _: &mut __V) {}
+        };
+    }
+    let steps = fields.iter().map(|f| {
+        let ty = f.ty;
+        let member = &f.member;
+        let key = f.key();
+        let role = role(root, f);
+        quote! {
+            if __cx.enter_field(__phase, <#ty as #root::Module>::IS_TENSOR, #key, #role) {
+                #root::Module::#name(#borrow self.#member, __cx, __v);
+                __cx.leave();
+            }
+        }
+    });
+    quote! {
+        fn #name<__V: #root::#visitor>(#receiver, __cx: &mut #root::Cx, __v: &mut __V) {
+            for __phase in #root::module::Phase::ALL {
+                #(#steps)*
+            }
+        }
+    }
+}
+
+/// `describe`: a node named after the struct, with its `extra_repr` text and
+/// a child for every visited field that is a module.
+fn describe_fn(cont: &Container, fields: &[&Field]) -> TokenStream {
+    let root = &cont.attrs.root;
+    let name = &cont.attrs.name;
+    let extra = match &cont.attrs.extra_repr {
+        Some(path) => quote!(#path(self)),
+        None => quote!(""),
+    };
+    let node = quote!(#root::ReprNode::new(#name, #extra));
+    if fields.is_empty() {
+        return quote! {
+            fn describe(&self) -> ::core::option::Option<#root::ReprNode> {
+                ::core::option::Option::Some(#node)
+            }
+        };
+    }
+    let children = fields.iter().map(|f| {
+        let member = &f.member;
+        let key = f.key();
+        quote! {
+            if let ::core::option::Option::Some(__child) = #root::Module::describe(&self.#member) {
+                __node.child(#key, __child);
+            }
+        }
+    });
+    quote! {
+        fn describe(&self) -> ::core::option::Option<#root::ReprNode> {
+            let mut __node = #node;
+            #(#children)*
+            ::core::option::Option::Some(__node)
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! `Conv2d`, like `nn.Conv2d`.
+
+use super::check::assert_window;
+use super::fan_in_uniform;
+use crate::Forward;
+use forma_core::device::Device;
+use forma_core::ops::conv::{add_channel_bias, Conv2dParams};
+use forma_core::{Dim, Dyn, Float, Rng, Tensor, C};
+use forma_cpu::Cpu;
+use forma_macros::Module;
+
+/// A 2-d convolution from `I` to `O` channels with a `K`x`K` kernel, stride
+/// `S`, zero padding `P` and dilation `L`, like
+/// `nn.Conv2d(I, O, K, stride=S, padding=P, dilation=L)`. `weight` is
+/// `[O, I / groups, K, K]`, `bias` `[O]`; both start from PyTorch's default.
+///
+/// The output height and width are the caller's to state (stable Rust cannot
+/// compute them in a type); a static size that disagrees with
+/// `(h + 2P - L(K - 1) - 1) / S + 1` fails `cargo build` with both sizes.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::Conv2d, Forward};
+/// let mut rng = Rng::seed_from(0);
+/// let conv = Conv2d::<1, 6, 5>::new(&Cpu, &mut rng);
+/// let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::zeros_with((Dyn(2), C, C, C));
+/// let y: Tensor<(Dyn, C<6>, C<24>, C<24>)> = conv.forward(x);
+/// assert_eq!(y.dims()[..], [2, 6, 24, 24]);
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct Conv2d<
+    const I: usize,
+    const O: usize,
+    const K: usize,
+    const S: usize = 1,
+    const P: usize = 0,
+    const L: usize = 1,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// `[out_channels, in_channels / groups, K, K]`.
+    pub weight: Tensor<(C<O>, Dyn, C<K>, C<K>), E, D>,
+    /// `[out_channels]`, absent for `bias=False`.
+    pub bias: Option<Tensor<(C<O>,), E, D>>,
+    /// Channel groups (`groups=`), dividing both `I` and `O`.
+    pub groups: usize,
+}
+
+impl<
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > Conv2d<I, O, K, S, P, L, E, D>
+{
+    /// A convolution with a bias and one group.
+    pub fn new(device: &D, rng: &mut Rng) -> Self {
+        Self::with_options(1, true, device, rng)
+    }
+
+    /// A convolution with `groups` channel groups, with or without a bias.
+    ///
+    /// # Panics
+    /// If `groups` does not divide both channel counts.
+    pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
+        assert!(
+            groups > 0 && I % groups == 0 && O % groups == 0,
+            "Conv2d: groups={groups} must divide in_channels={I} and out_channels={O}"
+        );
+        let fan_in = I / groups * K * K;
+        let weight = fan_in_uniform((C, Dyn(I / groups), C, C), fan_in, device, rng);
+        let bias = bias.then(|| fan_in_uniform((C,), fan_in, device, rng));
+        Conv2d {
+            weight,
+            bias,
+            groups,
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        let mut s = format!("{I}, {O}, kernel_size=({K}, {K}), stride=({S}, {S})");
+        if P != 0 {
+            s += &format!(", padding=({P}, {P})");
+        }
+        if L != 1 {
+            s += &format!(", dilation=({L}, {L})");
+        }
+        if self.groups != 1 {
+            s += &format!(", groups={}", self.groups);
+        }
+        if self.bias.is_none() {
+            s += ", bias=False";
+        }
+        s
+    }
+}
+
+impl<
+        B: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, C<I>, H, W), E, D>, Tensor<(B, C<O>, H2, W2), E, D>>
+    for Conv2d<I, O, K, S, P, L, E, D>
+{
+    fn forward(&self, x: Tensor<(B, C<I>, H, W), E, D>) -> Tensor<(B, C<O>, H2, W2), E, D> {
+        const {
+            assert_window("Conv2d", "height", H::STATIC, K, S, P, L, H2::STATIC);
+            assert_window("Conv2d", "width", W::STATIC, K, S, P, L, W2::STATIC);
+        };
+        let p = Conv2dParams {
+            stride: [S, S],
+            padding: [P, P],
+            dilation: [L, L],
+            groups: self.groups,
+        };
+        let y = x.conv2d(&self.weight, p);
+        let y = match &self.bias {
+            Some(b) => add_channel_bias(&y, b),
+            None => y,
+        };
+        super::pool::stated_output("Conv2d", y)
+    }
+}

@@ -1,0 +1,60 @@
+//! Layers in PyTorch's names, parameter shapes and default initialisation.
+//! Each is a derived [`crate::Module`], so its `state_dict` keys are PyTorch's.
+//!
+//! Sizes that decide a layer's parameter shapes are const generics
+//! (`Linear<784, 512>`); a layer's output size that needs arithmetic stable Rust
+//! cannot do in types (a convolution's height) is stated by the caller's type
+//! annotation and checked when the program is built (see [`check`]).
+
+pub mod activation;
+pub mod attention;
+pub mod check;
+pub mod conv;
+pub mod dropout;
+pub mod flatten;
+pub mod linear;
+pub mod norm;
+pub mod pool;
+
+pub use activation::{Gelu, Identity, Relu, Sigmoid, Silu, Tanh};
+pub use attention::MultiheadAttention;
+pub use conv::Conv2d;
+pub use dropout::Dropout;
+pub use flatten::Flatten;
+pub use linear::Linear;
+pub use norm::{BatchNorm2d, LayerNorm};
+pub use pool::{AvgPool2d, MaxPool2d};
+
+use forma_core::{Backend, Float, Rng, Shape, Tensor};
+
+/// PyTorch's default init for Linear and Conv weights and biases
+/// (`kaiming_uniform_(a=sqrt(5))`, which is `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`).
+pub(crate) fn fan_in_uniform<S: Shape, E: Float, D: forma_core::device::Device<E>>(
+    shape: S,
+    fan_in: usize,
+    device: &D,
+    rng: &mut Rng,
+) -> Tensor<S, E, D> {
+    let bound = if fan_in == 0 {
+        0.0
+    } else {
+        1.0 / (fan_in as f64).sqrt()
+    };
+    Tensor::uniform_on(shape, -bound, bound, rng, device).requires_grad()
+}
+
+/// Gives a result computed on erased (`Dyn`) sizes back its caller's shape
+/// type. Layers compute on erased sizes so that their generic batch and
+/// length dims need no broadcasting bounds; the sizes are unchanged, so this
+/// cannot fail.
+pub(crate) fn restore<S: Shape, S2: Shape, E: Float, D: Backend>(y: Tensor<S2, E, D>) -> Tensor<S, E, D> {
+    match y.try_into_shape::<S>() {
+        Ok(y) => y,
+        Err(e) => unreachable!("a layer changed its output sizes: {e}"),
+    }
+}
+
+/// A buffer or parameter filled with `value`.
+pub(crate) fn filled<S: Shape, E: Float, D: Backend>(shape: S, value: f64, device: &D) -> Tensor<S, E, D> {
+    Tensor::full_on(shape, E::from_f64(value), device)
+}
