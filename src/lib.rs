@@ -50,9 +50,9 @@ pub mod prelude {
         cat, stack, where_cond, Ax, Conv2dParams, Cpu, Dim, Dyn, One, Pool2dParams, Rng, Shape,
         Tensor, C,
     };
-    pub use forma_macros::{Module, Sequential};
-    pub use forma_nn::{Forward, Module};
     pub use forma_core::device::Device;
     pub use forma_core::dtype::{DType, Dtype, Float};
+    pub use forma_macros::{Module, Sequential};
+    pub use forma_nn::{Forward, Module};
     pub use half::{bf16, f16};
 }

@@ -32,10 +32,9 @@ fn module_items(cx: &Ctxt, attrs: &[syn::Attribute]) -> Vec<Meta> {
                     Err(e) => cx.syn_error(e),
                 }
             }
-            other => cx.error_spanned_by(
-                other,
-                "expected attributes in parentheses: #[module(...)]",
-            ),
+            other => {
+                cx.error_spanned_by(other, "expected attributes in parentheses: #[module(...)]")
+            }
         }
     }
     items
@@ -64,27 +63,29 @@ impl<T> Attr<T> {
 /// The string literal of `name = "..."`, or an error showing the syntax.
 fn string_value(cx: &Ctxt, meta: &Meta, example: &str) -> Option<LitStr> {
     let name = path_str(meta.path());
-    match meta {
-        Meta::NameValue(nv) => match &nv.value {
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(s), ..
-            }) => Some(s.clone()),
-            other => {
-                cx.error_spanned_by(
-                    other,
-                    format!("#[module({name} = ...)] takes a string literal: {name} = \"{example}\""),
-                );
-                None
-            }
-        },
-        _ => {
-            cx.error_spanned_by(
-                meta,
-                format!("#[module({name})] needs a value: {name} = \"{example}\""),
-            );
-            None
-        }
+    let Meta::NameValue(nv) = meta else {
+        let msg = format!("#[module({name})] needs a value: {name} = \"{example}\"");
+        cx.error_spanned_by(meta, msg);
+        return None;
+    };
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Str(s), ..
+    }) = ungroup(&nv.value)
+    {
+        return Some(s.clone());
     }
+    let msg = format!("#[module({name} = ...)] takes a string literal: {name} = \"{example}\"");
+    cx.error_spanned_by(&nv.value, msg);
+    None
+}
+
+/// `expr` without the invisible group a `macro_rules!` fragment (`$name:expr`)
+/// puts around it.
+fn ungroup(mut expr: &Expr) -> &Expr {
+    while let Expr::Group(g) = expr {
+        expr = &g.expr;
+    }
+    expr
 }
 
 /// Whether `meta` is a bare word (`skip`), recording an error if it has a value.
@@ -292,7 +293,7 @@ fn buffer_options(cx: &Ctxt, meta: &Meta) -> Option<bool> {
             continue;
         }
         match &item {
-            Meta::NameValue(nv) => match &nv.value {
+            Meta::NameValue(nv) => match ungroup(&nv.value) {
                 Expr::Lit(ExprLit {
                     lit: Lit::Bool(b), ..
                 }) => persistent.set(cx, word, b.value),

@@ -17,7 +17,10 @@ pub fn check(cx: &Ctxt, cont: &Container) {
 fn check_conflicts(cx: &Ctxt, field: &Field) {
     let a = &field.attrs;
     let others: [(&str, Option<&dyn ToTokens>); 3] = [
-        ("rename", a.rename.as_ref().map(|r| &r.word as &dyn ToTokens)),
+        (
+            "rename",
+            a.rename.as_ref().map(|r| &r.word as &dyn ToTokens),
+        ),
         ("buffer", a.buffer.as_ref().map(|(w, _)| w as &dyn ToTokens)),
         ("flatten", a.flatten.as_ref().map(|w| w as &dyn ToTokens)),
     ];

@@ -2,10 +2,10 @@
 //! `Shape![..]` for writing tensor types with literal sizes.
 //!
 //! This file holds only the entry points. The derive runs in steps, like
-//! serde_derive: [`ast`] reads the struct (with [`attr`] reading its
-//! `#[module(...)]` attributes), [`check`] rejects attributes that contradict
-//! each other, and [`expand`] writes the code. Every error is collected in a
-//! [`ctxt::Ctxt`] and reported at once, each spanned on the user's token.
+//! serde_derive: `ast` reads the struct (with `attr` reading its
+//! `#[module(...)]` attributes), `check` rejects attributes that contradict
+//! each other, and `expand` writes the code. Every error is collected in a
+//! `ctxt::Ctxt` and reported at once, each spanned on the user's token.
 
 mod ast;
 mod attr;

@@ -3,8 +3,13 @@
 //! layers. The tensor kernels the layers wrap (conv, pooling, softmax,
 //! embedding) are in `forma-core`.
 
+pub mod data;
+pub mod init;
 pub mod layers;
+pub mod loss;
 pub mod module;
+pub mod optim;
+pub mod sched;
 pub mod state;
 
 pub use module::{Cx, Forward, Module, ReprNode, Role, TensorField, Training, Visitor, VisitorMut};

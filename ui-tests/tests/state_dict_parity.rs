@@ -51,7 +51,11 @@ fn check<M: Module>(name: &str, model: &M) -> Value {
                 .iter()
                 .map(|d| d.as_u64().expect("size") as usize)
                 .collect();
-            (e[0].as_str().expect("key").to_string(), dims, e[2].as_str().expect("dtype").to_string())
+            (
+                e[0].as_str().expect("key").to_string(),
+                dims,
+                e[2].as_str().expect("dtype").to_string(),
+            )
         })
         .collect();
     let sd = model.state_dict();
@@ -60,8 +64,16 @@ fn check<M: Module>(name: &str, model: &M) -> Value {
         .map(|(k, d)| (k.to_string(), d.dims().to_vec(), d.dtype().to_string()))
         .collect();
     assert_eq!(got, expected, "{name}: state_dict keys, shapes and dtypes");
-    let params: Vec<String> = model.named_parameters().into_iter().map(|(k, _)| k).collect();
-    assert_eq!(params, names(&f["named_parameters"]), "{name}: named_parameters");
+    let params: Vec<String> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        params,
+        names(&f["named_parameters"]),
+        "{name}: named_parameters"
+    );
     let buffers: Vec<String> = model.named_buffers().into_iter().map(|(k, _)| k).collect();
     assert_eq!(buffers, names(&f["named_buffers"]), "{name}: named_buffers");
     assert_eq!(
@@ -117,5 +129,24 @@ fn state_dicts_round_trip_between_models() {
     b.copy_from(&a).expect("same architecture");
     let wa = a.fc3.weight.to_vec();
     let wb = b.fc3.weight.to_vec();
-    assert!(wa.iter().zip(&wb).all(|(x, y)| (*x as f64 - y).abs() < 1e-7));
+    assert!(wa
+        .iter()
+        .zip(&wb)
+        .all(|(x, y)| (*x as f64 - y).abs() < 1e-7));
+}
+
+#[test]
+fn models_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    let m = lenet5::LeNet5::<f32, Cpu>::new(&Cpu, &mut Rng::seed_from(0));
+    send_sync(&m);
+    send_sync(&encoder_block::EncoderBlock::new(&mut Rng::seed_from(0)));
+    // Concurrent inference through a shared reference gives the same answer.
+    let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(1), C, C, C), &mut Rng::seed_from(1));
+    let want = m.forward(x.clone()).to_vec();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| assert_eq!(m.forward(x.clone()).to_vec(), want));
+        }
+    });
 }

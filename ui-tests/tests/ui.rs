@@ -31,9 +31,11 @@ fn ui() {
     t.compile_fail("tests/ui/reshape/*.rs");
     t.compile_fail("tests/ui/view/*.rs");
     t.compile_fail("tests/ui/dims/*.rs");
+    t.compile_fail("tests/ui/derive/*.rs");
     t.compile_fail("tests/ui/cat/*.rs");
     t.compile_fail("tests/ui/select/*.rs");
     t.compile_fail("tests/ui/index/*.rs");
     t.compile_fail("tests/ui/dtype/*.rs");
     t.compile_fail("tests/ui/conv/*.rs");
+    t.compile_fail("tests/ui/layers/*.rs");
 }

@@ -5,7 +5,7 @@ use crate::ast::{Container, Field};
 use crate::check;
 use crate::ctxt::Ctxt;
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{quote, quote_spanned, ToTokens};
+use quote::{quote, ToTokens};
 use syn::DeriveInput;
 
 pub fn derive(input: &DeriveInput) -> TokenStream {

@@ -15,7 +15,10 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Data, DeriveInput, Fields, GenericArgument, GenericParam, LitInt, Member, PathArguments, Token, Type};
+use syn::{
+    Data, DeriveInput, Fields, GenericArgument, GenericParam, LitInt, Member, PathArguments, Token,
+    Type,
+};
 
 /// One dim of a declared shape.
 #[derive(Clone)]
@@ -76,6 +79,7 @@ impl Parse for ShapeList {
 
 #[derive(Default)]
 struct Attrs {
+    had_error: bool,
     input: Option<ShapeList>,
     output: Option<(ShapeList, Span)>,
     dtype: Option<Type>,
@@ -84,9 +88,17 @@ struct Attrs {
 
 fn parse_attrs(cx: &Ctxt, input: &DeriveInput) -> Attrs {
     let mut a = Attrs::default();
-    for attr in input.attrs.iter().filter(|a| a.path().is_ident("sequential")) {
+    for attr in input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("sequential"))
+    {
         let r = attr.parse_nested_meta(|meta| {
-            let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+            let key = meta
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default();
             match key.as_str() {
                 "input" => a.input = Some(meta.value()?.parse()?),
                 "output" => {
@@ -97,12 +109,15 @@ fn parse_attrs(cx: &Ctxt, input: &DeriveInput) -> Attrs {
                 "device" => a.device = Some(meta.value()?.parse()?),
                 _ => {
                     let path = meta.path.to_token_stream().to_string().replace(' ', "");
-                    return Err(meta.error(format!("unknown attribute #[sequential({path})]")));
+                    return Err(meta.error(format!(
+                        "unknown attribute #[sequential({path})], expected `input`, `output`, `dtype` or `device`"
+                    )));
                 }
             }
             Ok(())
         });
         if let Err(e) = r {
+            a.had_error = true;
             cx.syn_error(e);
         }
     }
@@ -166,6 +181,7 @@ fn window(input: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize>
 /// cannot tell (unknown layer or non-literal sizes), `Err(msg)` for a mismatch.
 fn step(
     name: &str,
+    prev: &str,
     kind: &str,
     args: &[Option<usize>],
     shape: &[SDim],
@@ -186,7 +202,7 @@ fn step(
             if let Some(n) = size(last) {
                 if n != i {
                     return Err(format!(
-                        "layer `{name}` ({kind}) takes {i} input features, but the layer before it gives {} ({n} features)",
+                        "layer `{name}` ({kind}) takes {i} input features, but receives {} ({n} features) from {prev}",
                         show(shape)
                     ));
                 }
@@ -203,12 +219,21 @@ fn step(
         "Conv2d" | "MaxPool2d" | "AvgPool2d" | "BatchNorm2d" => {
             if shape.len() != 4 {
                 return Err(format!(
-                    "layer `{name}` ({kind}) takes a [batch, channels, height, width] input, but the layer before it gives {}",
+                    "layer `{name}` ({kind}) takes a [batch, channels, height, width] input, but receives {} from {prev}",
                     show(shape)
                 ));
             }
             let (ch_in, ch_out, geometry) = match kind {
-                "Conv2d" => (arg(0, None), arg(1, None), Some((arg(2, None), arg(3, Some(1)), arg(4, Some(0)), arg(5, Some(1))))),
+                "Conv2d" => (
+                    arg(0, None),
+                    arg(1, None),
+                    Some((
+                        arg(2, None),
+                        arg(3, Some(1)),
+                        arg(4, Some(0)),
+                        arg(5, Some(1)),
+                    )),
+                ),
                 "BatchNorm2d" => (arg(0, None), arg(0, None), None),
                 _ => {
                     let k = arg(0, None);
@@ -218,7 +243,7 @@ fn step(
             if let (Some(want), Some(got)) = (ch_in, size(&shape[1])) {
                 if want != got {
                     return Err(format!(
-                        "layer `{name}` ({kind}) takes {want} input channels, but the layer before it gives {} ({got} channels)",
+                        "layer `{name}` ({kind}) takes {want} input channels, but receives {} ({got} channels) from {prev}",
                         show(shape)
                     ));
                 }
@@ -296,13 +321,24 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
         }
     };
     let layers: Vec<&(Member, &syn::Field)> = fields.iter().filter(|(_, f)| !skipped(f)).collect();
-    if attrs.input.is_none() {
-        cx.error_spanned_by(&input.ident, "#[derive(Sequential)] needs #[sequential(input = [..], output = [..])]");
+    if attrs.had_error {
+        // The attribute's own error says what is wrong; a missing key would repeat it.
+    } else if attrs.input.is_none() {
+        cx.error_spanned_by(
+            &input.ident,
+            "#[derive(Sequential)] needs #[sequential(input = [..], output = [..])]",
+        );
     } else if attrs.output.is_none() {
-        cx.error_spanned_by(&input.ident, "#[derive(Sequential)] needs #[sequential(output = [..])] beside `input`");
+        cx.error_spanned_by(
+            &input.ident,
+            "#[derive(Sequential)] needs #[sequential(output = [..])] beside `input`",
+        );
     }
     if layers.is_empty() && matches!(input.data, Data::Struct(_)) {
-        cx.error_spanned_by(&input.ident, "#[derive(Sequential)] needs at least one layer field");
+        cx.error_spanned_by(
+            &input.ident,
+            "#[derive(Sequential)] needs at least one layer field",
+        );
     }
     let (Some(in_shape), Some((out_shape, out_span))) = (&attrs.input, &attrs.output) else {
         return cx.check().err().unwrap_or_default();
@@ -360,11 +396,12 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
 
     let mut shape = Some(in_dims);
     let mut steps = Vec::new();
+    let mut prev = "the model's input".to_string();
     for (member, field) in &layers {
         let name = member.to_token_stream().to_string();
         let span = field.ty.span();
         let next = match (&shape, layer_kind(&field.ty)) {
-            (Some(s), Some((kind, args))) => match step(&name, &kind, &args, s) {
+            (Some(s), Some((kind, args))) => match step(&name, &prev, &kind, &args, s) {
                 Ok(n) => n,
                 Err(msg) => {
                     cx.error_spanned_by(&field.ty, msg);
@@ -381,6 +418,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
             let __x #annotation = ::forma::nn::Forward::forward(&self.#member, __x);
         });
         shape = next;
+        prev = format!("`{name}`");
     }
     if let Some(last) = &shape {
         if show(last) != show(&out_dims) {

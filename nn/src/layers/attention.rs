@@ -25,7 +25,12 @@ use forma_macros::Module;
 /// ```
 #[derive(Module, Clone, Debug)]
 #[module(crate = "crate")]
-pub struct MultiheadAttention<const EMBED: usize, const HEADS: usize, E: Float = f32, D: Device<E> = Cpu> {
+pub struct MultiheadAttention<
+    const EMBED: usize,
+    const HEADS: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
     /// The stacked query, key and value projections, `[3 * EMBED, EMBED]`.
     pub in_proj_weight: Tensor<(Dyn, C<EMBED>), E, D>,
     /// Their biases, `[3 * EMBED]`.
@@ -34,7 +39,9 @@ pub struct MultiheadAttention<const EMBED: usize, const HEADS: usize, E: Float =
     pub out_proj: Linear<EMBED, EMBED, E, D>,
 }
 
-impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>> MultiheadAttention<EMBED, HEADS, E, D> {
+impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
+    MultiheadAttention<EMBED, HEADS, E, D>
+{
     /// A layer initialised like PyTorch's (Xavier-uniform input projection,
     /// zero biases).
     pub fn new(device: &D, rng: &mut Rng) -> Self {
@@ -56,12 +63,21 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>> MultiheadAt
 
     /// One of the query/key/value projections, split into heads:
     /// `[batch, len, EMBED]` to `[batch, HEADS, len, EMBED / HEADS]`.
-    fn project(&self, x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>, part: usize) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
+    fn project(
+        &self,
+        x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        part: usize,
+    ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
         let w = self.in_proj_weight.narrow_static::<0, EMBED>(part * EMBED);
         let b = self.in_proj_bias.narrow_static::<0, EMBED>(part * EMBED);
         let y = &x.matmul(&w.t()) + &b;
         let split = y
-            .try_reshape_to((Dyn(y.size(0)), Dyn(y.size(1)), Dyn(HEADS), Dyn(EMBED / HEADS)))
+            .try_reshape_to((
+                Dyn(y.size(0)),
+                Dyn(y.size(1)),
+                Dyn(HEADS),
+                Dyn(EMBED / HEADS),
+            ))
             .expect("EMBED splits into HEADS (checked at build time)");
         split.transpose::<1, 2>()
     }
@@ -91,11 +107,16 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>> MultiheadAt
         if causal {
             let (t, s) = (query.size(1), key.size(1));
             let hide: Vec<bool> = (0..t).flat_map(|i| (0..s).map(move |j| j > i)).collect();
-            let hide = Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), query.device())
-                .expect("the mask has t * s entries");
+            let hide =
+                Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), query.device())
+                    .expect("the mask has t * s entries");
             scores = scores.masked_fill(&hide, f64::NEG_INFINITY);
         }
-        let ctx = scores.softmax::<3>().matmul(&v).transpose::<1, 2>().contiguous();
+        let ctx = scores
+            .softmax::<3>()
+            .matmul(&v)
+            .transpose::<1, 2>()
+            .contiguous();
         let merged = ctx
             .try_reshape_to((Dyn(query.size(0)), Dyn(query.size(1)), C::<EMBED>))
             .expect("heads merge back into EMBED");

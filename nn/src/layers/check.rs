@@ -8,7 +8,13 @@
 use forma_core::shape::check::ConstMsg;
 
 /// The output length of a window: `None` when the kernel does not fit.
-pub const fn window_out(input: usize, kernel: usize, stride: usize, padding: usize, dilation: usize) -> Option<usize> {
+pub const fn window_out(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> Option<usize> {
     let span = dilation * (kernel - 1) + 1;
     let padded = input + 2 * padding;
     if kernel == 0 || stride == 0 || padded < span {
@@ -44,7 +50,9 @@ pub const fn assert_window(
         .s(", padding ")
         .n(padding);
     match window_out(input, kernel, stride, padding, dilation) {
-        None => msg.s(" leaves no output (the kernel is larger than the padded input)").panic(),
+        None => msg
+            .s(" leaves no output (the kernel is larger than the padded input)")
+            .panic(),
         Some(out) => {
             if let Some(stated) = output {
                 if stated != out {
@@ -63,7 +71,7 @@ pub const fn assert_window(
 
 /// Asserts that attention's embedding size splits evenly into heads.
 pub const fn assert_heads(embed: usize, heads: usize) {
-    if heads == 0 || embed % heads != 0 {
+    if heads == 0 || !embed.is_multiple_of(heads) {
         ConstMsg::new()
             .s("MultiheadAttention: an embedding size of ")
             .n(embed)

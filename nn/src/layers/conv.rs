@@ -69,7 +69,7 @@ impl<
     /// If `groups` does not divide both channel counts.
     pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
         assert!(
-            groups > 0 && I % groups == 0 && O % groups == 0,
+            groups > 0 && I.is_multiple_of(groups) && O.is_multiple_of(groups),
             "Conv2d: groups={groups} must divide in_channels={I} and out_channels={O}"
         );
         let fan_in = I / groups * K * K;

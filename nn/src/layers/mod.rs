@@ -15,6 +15,8 @@ pub mod flatten;
 pub mod linear;
 pub mod norm;
 pub mod pool;
+pub mod recurrent;
+pub mod transformer;
 
 pub use activation::{Gelu, Identity, Relu, Sigmoid, Silu, Tanh};
 pub use attention::MultiheadAttention;
@@ -47,7 +49,9 @@ pub(crate) fn fan_in_uniform<S: Shape, E: Float, D: forma_core::device::Device<E
 /// type. Layers compute on erased sizes so that their generic batch and
 /// length dims need no broadcasting bounds; the sizes are unchanged, so this
 /// cannot fail.
-pub(crate) fn restore<S: Shape, S2: Shape, E: Float, D: Backend>(y: Tensor<S2, E, D>) -> Tensor<S, E, D> {
+pub(crate) fn restore<S: Shape, S2: Shape, E: Float, D: Backend>(
+    y: Tensor<S2, E, D>,
+) -> Tensor<S, E, D> {
     match y.try_into_shape::<S>() {
         Ok(y) => y,
         Err(e) => unreachable!("a layer changed its output sizes: {e}"),
@@ -55,6 +59,10 @@ pub(crate) fn restore<S: Shape, S2: Shape, E: Float, D: Backend>(y: Tensor<S2, E
 }
 
 /// A buffer or parameter filled with `value`.
-pub(crate) fn filled<S: Shape, E: Float, D: Backend>(shape: S, value: f64, device: &D) -> Tensor<S, E, D> {
+pub(crate) fn filled<S: Shape, E: Float, D: Backend>(
+    shape: S,
+    value: f64,
+    device: &D,
+) -> Tensor<S, E, D> {
     Tensor::full_on(shape, E::from_f64(value), device)
 }

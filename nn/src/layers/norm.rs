@@ -90,13 +90,18 @@ impl<const CH: usize, E: Float, D: Device<E>> BatchNorm2d<CH, E, D> {
 }
 
 impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
-    Forward<Tensor<(B, C<CH>, H, W), E, D>, Tensor<(B, C<CH>, H, W), E, D>> for BatchNorm2d<CH, E, D>
+    Forward<Tensor<(B, C<CH>, H, W), E, D>, Tensor<(B, C<CH>, H, W), E, D>>
+    for BatchNorm2d<CH, E, D>
 {
     fn forward(&self, x: Tensor<(B, C<CH>, H, W), E, D>) -> Tensor<(B, C<CH>, H, W), E, D> {
         let x = x.into_dyn();
-        let per_channel = |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
+        let per_channel =
+            |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
         let (mean, var) = if self.training.is_on() {
-            let mean = x.mean_keepdim::<0>().mean_keepdim::<2>().mean_keepdim::<3>();
+            let mean = x
+                .mean_keepdim::<0>()
+                .mean_keepdim::<2>()
+                .mean_keepdim::<3>();
             let diff = &x - &mean;
             let var = (&diff * &diff)
                 .mean_keepdim::<0>()
@@ -162,7 +167,10 @@ impl<const N: usize, E: Float, D: Device<E>> LayerNorm<N, E, D> {
     }
 
     fn extra_repr(&self) -> String {
-        format!("({N},), eps={}, elementwise_affine=True, bias=True", py_float(self.eps))
+        format!(
+            "({N},), eps={}, elementwise_affine=True, bias=True",
+            py_float(self.eps)
+        )
     }
 }
 

@@ -9,9 +9,9 @@
 /// output follows from the input (Linear, activations, norms) have one impl
 /// per input, so their output is inferred.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot take a `{X}` and return a `{Y}`",
+    message = "`{Self}` cannot take a `{X}` as input",
     label = "this layer does not accept what the layer before it produces",
-    note = "compare this layer's input features or channels with the previous layer's output (and the model's declared input and output)"
+    note = "compare this layer's input features or channels with what the previous layer produces (the output asked of it is `{Y}`, where `_` means inferred)"
 )]
 pub trait Forward<X, Y> {
     /// Runs the layer.

@@ -11,11 +11,13 @@
 mod cx;
 mod forward;
 mod impls;
+mod params;
 mod repr;
 
 pub use cx::{Cx, Phase, Role};
 pub use forward::Forward;
 pub use impls::{TensorField, Training};
+pub use params::{parameters, ParamRef};
 pub use repr::ReprNode;
 
 use crate::state::{LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
@@ -250,4 +252,42 @@ fn collect_infos<M: Module>(m: &M, keep: impl Fn(Role) -> bool) -> Vec<(String, 
     let mut v = Infos(Vec::new(), keep);
     m.visit(&mut Cx::new(), &mut v);
     v.0
+}
+
+/// The tensor a visitor received, as element type `F` on device `B` when it
+/// is one (a visitor's `tensor` method is generic over every dtype, since a
+/// module may hold `i64` buffers beside its float parameters).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::module::{downcast_mut, Cx, VisitorMut};
+///
+/// // Plain SGD over every f32 parameter, through the mutable traversal.
+/// struct Sgd(f64);
+/// impl VisitorMut for Sgd {
+///     fn tensor<S: Shape, E: Dtype, D: forma::core::Backend>(&mut self, _: &Cx, t: &mut forma::core::Tensor<S, E, D>) {
+///         let Some(p) = downcast_mut::<_, _, _, f32, Cpu>(t) else { return };
+///         if let Some(g) = p.grad() {
+///             let _guard = forma::core::tape::no_grad();
+///             let flat = p.flatten_all();
+///             flat.assign(&(&flat - &g.flatten_all().mul_scalar(self.0)));
+///         }
+///     }
+/// }
+/// let mut w = Tensor::<(C<2>,)>::ones().requires_grad();
+/// (&w * &w).sum_all().backward();
+/// w.visit_mut(&mut Cx::new(), &mut Sgd(0.25));
+/// assert_eq!(w.to_vec(), [0.5, 0.5]);
+/// ```
+pub fn downcast_mut<S: Shape, E: Dtype, D: Backend, F: Dtype, B: Backend>(
+    t: &mut Tensor<S, E, D>,
+) -> Option<&mut Tensor<S, F, B>> {
+    (t as &mut dyn std::any::Any).downcast_mut()
+}
+
+/// The read-only form of [`downcast_mut`].
+pub fn downcast_ref<S: Shape, E: Dtype, D: Backend, F: Dtype, B: Backend>(
+    t: &Tensor<S, E, D>,
+) -> Option<&Tensor<S, F, B>> {
+    (t as &dyn std::any::Any).downcast_ref()
 }

@@ -1,0 +1,1 @@
+//! Datasets, the DataLoader, and readers for MNIST-format IDX files.

@@ -1,0 +1,2 @@
+//! Parameter initialisation: PyTorch's `nn.init` functions, drawing from one
+//! seedable generator.

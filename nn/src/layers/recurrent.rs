@@ -1,0 +1,1 @@
+//! Recurrent layers: LSTM and GRU with PyTorch's parameter names.

@@ -1,0 +1,1 @@
+//! Transformer encoder and decoder layers, like PyTorch's.

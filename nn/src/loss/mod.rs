@@ -1,0 +1,1 @@
+//! Loss functions with PyTorch's reductions (`mean`, `sum`, `none`).

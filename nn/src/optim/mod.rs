@@ -1,0 +1,2 @@
+//! Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad) with parameter groups, and
+//! gradient clipping.

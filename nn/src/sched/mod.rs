@@ -1,0 +1,1 @@
+//! Learning-rate schedulers, stepping an optimizer's groups like PyTorch's.
