@@ -25,7 +25,8 @@ pub use forma_macros as macros;
 pub use forma_nn as nn;
 
 pub use forma_core::{
-    DType, Dim, Dtype, Dyn, Error, Float, Layout, One, Result, Rng, Shape, ShapeError, C,
+    DType, Dim, Dtype, Dyn, Error, Float, Layout, One, Result, Rng, Shape, ShapeError, TensorData,
+    C,
 };
 pub use forma_cpu::Cpu;
 /// `Module` is both the trait (in the type namespace) and its derive (in the

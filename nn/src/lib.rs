@@ -13,7 +13,9 @@ pub mod sched;
 pub mod state;
 
 pub use module::{Cx, Forward, Module, ReprNode, Role, TensorField, Training, Visitor, VisitorMut};
-pub use state::{LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
+pub use state::{
+    Checkpoint, CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo,
+};
 
 /// Activation functions as plain functions, so layers and user code share them.
 pub mod functional {

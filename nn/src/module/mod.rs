@@ -20,7 +20,7 @@ pub use impls::{TensorField, Training};
 pub use params::{parameters, ParamRef};
 pub use repr::ReprNode;
 
-use crate::state::{LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
+use crate::state::{CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
 use forma_core::{Backend, Dtype, Shape, Tensor};
 
 /// Receives every tensor of a module, read-only.
@@ -166,6 +166,61 @@ pub trait Module {
     {
         let sd = other.try_state_dict().map_err(LoadError::device)?;
         self.load_state_dict(&sd)
+    }
+
+    /// Saves the state_dict as a safetensors file (atomically: a failure
+    /// leaves any previous file intact), loadable by PyTorch with
+    /// `load_state_dict(safetensors.torch.load_file(path), strict=True)`.
+    ///
+    /// # Errors
+    /// A [`CheckpointError`] naming the file.
+    fn save_safetensors(&self, path: impl AsRef<std::path::Path>) -> Result<(), CheckpointError>
+    where
+        Self: Sized,
+    {
+        let path = path.as_ref();
+        let sd = self.try_state_dict().map_err(|e| CheckpointError::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        crate::state::save_file(&sd, path, &Default::default())
+    }
+
+    /// Loads a safetensors file (PyTorch's or Forma's) strictly: see
+    /// [`Module::load_state_dict`]. On any error the module is unchanged.
+    ///
+    /// # Errors
+    /// A [`CheckpointError`] naming the file and every problem.
+    fn load_safetensors(
+        &mut self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<LoadReport, CheckpointError>
+    where
+        Self: Sized,
+    {
+        self.load_safetensors_with(path, LoadOptions::default())
+    }
+
+    /// [`Module::load_safetensors`] with options (`strict: false` reports
+    /// what was skipped).
+    ///
+    /// # Errors
+    /// As [`Module::load_safetensors`].
+    fn load_safetensors_with(
+        &mut self,
+        path: impl AsRef<std::path::Path>,
+        options: LoadOptions,
+    ) -> Result<LoadReport, CheckpointError>
+    where
+        Self: Sized,
+    {
+        let path = path.as_ref();
+        let ck = crate::state::load_file(path)?;
+        self.load_state_dict_with(&ck.tensors, options)
+            .map_err(|source| CheckpointError::Load {
+                path: path.display().to_string(),
+                source,
+            })
     }
 
     /// Sets every [`Training`] flag below this module, like `train(mode)`.

@@ -1,6 +1,10 @@
 //! State dicts: a module's tensors by dotted name, as PyTorch's `state_dict()`
 //! holds them, and the strict or lenient load that writes them back.
 
+pub mod file;
+
+pub use file::{load_file, save_file, Checkpoint, CheckpointError};
+
 use crate::module::{Cx, Module, Role, Visitor, VisitorMut};
 use forma_core::error::fmt_dims;
 use forma_core::{Backend, DType, Dtype, Shape, Tensor, TensorData};
