@@ -10,7 +10,7 @@
 
 use super::StateDict;
 use forma_core::{DType, TensorData};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io::Write;
@@ -260,26 +260,18 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Checkpoint, CheckpointError> 
 }
 
 /// The bytes of a safetensors file holding `sd`, with `metadata` plus
-/// Forma's format version and `"format": "pt"` (what PyTorch's loaders expect).
+/// Forma's format version and `"format": "pt"` (what PyTorch's loaders
+/// expect). The bytes depend only on the contents: keys (and metadata) are
+/// written sorted, so saving the same weights twice gives the same file.
 ///
 /// # Errors
-/// [`CheckpointError::Format`] if the serializer rejects the data.
+/// Never for a state dict built through [`TensorData`] (kept fallible for
+/// future formats).
 pub fn to_bytes(
     sd: &StateDict,
     metadata: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CheckpointError> {
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = sd
-        .iter()
-        .map(|(k, d)| {
-            safetensors::tensor::TensorView::new(st_dtype(d.dtype()), d.dims().to_vec(), d.bytes())
-                .map(|v| (k.to_string(), v))
-        })
-        .collect::<Result<_, _>>()
-        .map_err(|e| CheckpointError::Format {
-            path: "<bytes>".to_string(),
-            msg: e.to_string(),
-        })?;
-    let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
+    let mut meta = metadata.clone();
     meta.entry("format".to_string())
         .or_insert_with(|| "pt".to_string());
     meta.insert(FORMAT_VERSION_KEY.to_string(), FORMAT_VERSION.to_string());
@@ -287,10 +279,39 @@ pub fn to_bytes(
         "framework".to_string(),
         format!("forma {}", env!("CARGO_PKG_VERSION")),
     );
-    safetensors::serialize(views, Some(meta)).map_err(|e| CheckpointError::Format {
+    let mut entries: Vec<(&str, &TensorData)> = sd.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    // serde_json's map is ordered by key, so the header text is canonical.
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".to_string(), serde_json::json!(meta));
+    let mut offset = 0usize;
+    for (key, d) in &entries {
+        let end = offset + d.bytes().len();
+        header.insert(
+            key.to_string(),
+            serde_json::json!({
+                "dtype": st_dtype(d.dtype()).to_string(),
+                "shape": d.dims(),
+                "data_offsets": [offset, end],
+            }),
+        );
+        offset = end;
+    }
+    let mut text = serde_json::to_string(&header).map_err(|e| CheckpointError::Format {
         path: "<bytes>".to_string(),
         msg: e.to_string(),
-    })
+    })?;
+    // The format pads the header with spaces to a multiple of 8 bytes.
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut out = Vec::with_capacity(8 + text.len() + offset);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+    for (_, d) in entries {
+        out.extend_from_slice(d.bytes());
+    }
+    Ok(out)
 }
 
 /// Writes `sd` to `path` atomically (see the module docs).
@@ -406,6 +427,19 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
         assert_eq!(left.len(), 1, "the temporary file was removed");
         std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn the_same_weights_give_the_same_bytes_and_safetensors_reads_them() {
+        let a = to_bytes(&sample(), &BTreeMap::new()).unwrap();
+        let b = to_bytes(&sample(), &BTreeMap::new()).unwrap();
+        assert_eq!(a, b);
+        let st = safetensors::SafeTensors::deserialize(&a).unwrap();
+        assert_eq!(st.tensor("b.weight").unwrap().shape(), [2, 2]);
+        assert_eq!(
+            st.tensor("a.count").unwrap().dtype(),
+            safetensors::Dtype::I64
+        );
     }
 
     #[test]
