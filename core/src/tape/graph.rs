@@ -236,6 +236,10 @@ impl<E: Dtype, D: Backend> Var<E, D> {
         self.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    pub(crate) fn set_grad(&self, grad: Raw<E, D>) {
+        *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(grad);
+    }
+
     pub(crate) fn clear_grad(&self) {
         *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }

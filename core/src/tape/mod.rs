@@ -60,6 +60,13 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         self.var.is_some()
     }
 
+    /// This tensor's autograd variable (`None` when it needs no gradient): an
+    /// input to pass to [`Tensor::record`] when an op outside this crate
+    /// records its own backward (e.g. a loss with PyTorch's fused gradient).
+    pub fn tape_var(&self) -> Option<Arc<Var<E, D>>> {
+        self.var.clone()
+    }
+
     /// Whether this tensor is a leaf of the graph (a parameter or a constant).
     pub fn is_leaf(&self) -> bool {
         self.var.as_ref().is_none_or(|v| v.is_leaf())
@@ -85,6 +92,35 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         if let Some(v) = &self.var {
             v.clear_grad();
         }
+    }
+
+    /// Replaces the accumulated gradient, like `tensor.grad = grad` under
+    /// no-grad: how gradient clipping (`forma::nn::optim::clip_grad_norm_`)
+    /// rewrites a gradient between `backward` and the optimizer's step.
+    /// Write a changed gradient back with this rather than assigning into the
+    /// tensor [`Tensor::grad`] returns: backward may share that storage with
+    /// other tensors' gradients. The next backward accumulates onto the new
+    /// gradient.
+    ///
+    /// # Errors
+    /// When this tensor does not require a gradient, or when `grad`'s sizes
+    /// differ from this tensor's (a `Dyn` size).
+    pub fn try_set_grad(&self, grad: &Self) -> Result<()> {
+        let var = self.var.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "set_grad",
+                "this tensor does not require a gradient (mark it with `requires_grad`)",
+            )
+        })?;
+        if grad.layout.dims != self.layout.dims {
+            return Err(Error::shape(
+                "set_grad",
+                crate::error::fmt_dims(&self.layout.dims),
+                &grad.layout.dims,
+            ));
+        }
+        var.set_grad(grad.raw());
+        Ok(())
     }
 
     /// Keeps this non-leaf tensor's gradient after backward, like `retain_grad()`.

@@ -2,8 +2,10 @@
 //! holds them, and the strict or lenient load that writes them back.
 
 pub mod file;
+mod training;
 
 pub use file::{load_file, save_file, Checkpoint, CheckpointError};
+pub use training::TrainingState;
 
 use crate::module::{Cx, Module, Role, Visitor, VisitorMut};
 use forma_core::error::fmt_dims;

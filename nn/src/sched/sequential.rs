@@ -1,0 +1,254 @@
+//! [`SequentialLR`]: schedulers run one after another, switching at
+//! milestone epochs, like `torch.optim.lr_scheduler.SequentialLR`: the usual
+//! way to put a warmup ([`super::LinearLR`]) before another schedule.
+
+use super::{LrScheduler, SchedulerState};
+use crate::optim::{LrGroups, OptimError};
+
+/// Runs `schedulers[0]` until `milestones[0]`, then `schedulers[1]` (started
+/// at its epoch 0 from its closed form) until `milestones[1]`, and so on,
+/// like `torch.optim.lr_scheduler.SequentialLR`.
+///
+/// Build the schedulers first, each on the same optimizer, then this; as in
+/// PyTorch, construction resets each group's learning rate to its
+/// `initial_lr`, rewinds every scheduler's construction step and restarts the
+/// first scheduler.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::optim::{Sgd, SgdOptions};
+/// use forma::nn::sched::{CosineAnnealingLR, LinearLR, LrScheduler, SequentialLR};
+///
+/// let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.1));
+/// let warmup = LinearLR::new(&mut opt, 0.1, 1.0, 3);
+/// let cosine = CosineAnnealingLR::new(&mut opt, 10, 0.0);
+/// let mut sched = SequentialLR::new(&mut opt, vec![Box::new(warmup), Box::new(cosine)], vec![3]);
+/// let mut lrs = vec![sched.get_last_lr()[0]];
+/// for _ in 0..4 {
+///     sched.step(&mut opt);
+///     lrs.push(sched.get_last_lr()[0]);
+/// }
+/// assert!((lrs[0] - 0.01).abs() < 1e-12);   // warmup from 0.1 * 0.1
+/// assert!((lrs[3] - 0.1).abs() < 1e-12);    // the cosine starts at the base lr
+/// assert!(lrs[4] < lrs[3]);
+/// ```
+#[derive(Debug)]
+pub struct SequentialLR {
+    schedulers: Vec<Box<dyn LrScheduler>>,
+    milestones: Vec<i64>,
+    last_epoch: i64,
+    last_lr: Vec<f64>,
+}
+
+const NAME: &str = "SequentialLR";
+
+impl SequentialLR {
+    /// Chains `schedulers` (built on `opt`) at `milestones` (one fewer than
+    /// the schedulers, ascending), like `SequentialLR(opt, schedulers,
+    /// milestones)`.
+    ///
+    /// # Errors
+    /// [`OptimError::InvalidOption`] for no scheduler, a milestone count
+    /// that is not one fewer, or milestones out of order;
+    /// [`OptimError::MissingKey`] when a group has no `initial_lr` (no
+    /// scheduler was built on `opt`).
+    pub fn try_new(
+        opt: &mut dyn LrGroups,
+        mut schedulers: Vec<Box<dyn LrScheduler>>,
+        milestones: Vec<i64>,
+    ) -> Result<Self, OptimError> {
+        if schedulers.is_empty() {
+            return Err(OptimError::invalid(
+                NAME,
+                "schedulers",
+                "[]",
+                "it needs at least one scheduler",
+            ));
+        }
+        if milestones.len() + 1 != schedulers.len() {
+            return Err(OptimError::invalid(
+                NAME,
+                "milestones",
+                format!("{milestones:?}"),
+                format!(
+                    "expected one fewer milestone than schedulers ({})",
+                    schedulers.len()
+                ),
+            ));
+        }
+        if milestones.windows(2).any(|w| w[0] > w[1]) {
+            return Err(OptimError::invalid(
+                NAME,
+                "milestones",
+                format!("{milestones:?}"),
+                "they must be in ascending order",
+            ));
+        }
+        let initial: Vec<f64> = (0..opt.num_groups())
+            .map(|i| {
+                opt.initial_lr(i)
+                    .ok_or_else(|| OptimError::MissingKey(format!("param_groups.{i}.initial_lr")))
+            })
+            .collect::<Result<_, _>>()?;
+        for (i, lr) in initial.into_iter().enumerate() {
+            opt.set_lr(i, lr);
+        }
+        for s in &mut schedulers {
+            s.rewind();
+        }
+        let idx = bisect_right(&milestones, 0);
+        schedulers[idx].restart(opt)?;
+        let last_lr = schedulers[idx].get_last_lr().to_vec();
+        Ok(SequentialLR {
+            schedulers,
+            milestones,
+            last_epoch: 0,
+            last_lr,
+        })
+    }
+
+    /// [`SequentialLR::try_new`], panicking on its errors.
+    ///
+    /// # Panics
+    /// On the errors of [`SequentialLR::try_new`].
+    pub fn new(
+        opt: &mut dyn LrGroups,
+        schedulers: Vec<Box<dyn LrScheduler>>,
+        milestones: Vec<i64>,
+    ) -> Self {
+        Self::try_new(opt, schedulers, milestones).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The schedulers, in order.
+    pub fn schedulers(&self) -> &[Box<dyn LrScheduler>] {
+        &self.schedulers
+    }
+}
+
+/// Python's `bisect_right`: how many milestones are `<= x`.
+fn bisect_right(milestones: &[i64], x: i64) -> usize {
+    milestones.iter().filter(|&&m| m <= x).count()
+}
+
+impl LrScheduler for SequentialLR {
+    fn try_step(&mut self, opt: &mut dyn LrGroups) -> Result<(), OptimError> {
+        self.last_epoch += 1;
+        let idx = bisect_right(&self.milestones, self.last_epoch);
+        let s = &mut self.schedulers[idx];
+        if idx > 0 && self.milestones[idx - 1] == self.last_epoch {
+            s.jump_to(opt, 0)?;
+        } else {
+            s.try_step(opt)?;
+        }
+        self.last_lr = s.get_last_lr().to_vec();
+        Ok(())
+    }
+
+    fn get_last_lr(&self) -> &[f64] {
+        &self.last_lr
+    }
+
+    fn last_epoch(&self) -> i64 {
+        self.last_epoch
+    }
+
+    fn state_dict(&self) -> SchedulerState {
+        let mut out = SchedulerState::default();
+        out.meta.insert("scheduler".into(), NAME.into());
+        out.put("last_epoch", &self.last_epoch);
+        out.put("milestones", &self.milestones);
+        out.put("last_lr", &self.last_lr);
+        out.put("schedulers", &(self.schedulers.len() as u64));
+        for (i, s) in self.schedulers.iter().enumerate() {
+            for (k, v) in s.state_dict().meta {
+                out.meta.insert(format!("schedulers.{i}.{k}"), v);
+            }
+        }
+        out
+    }
+
+    fn load_state_dict(&mut self, state: &SchedulerState) -> Result<(), OptimError> {
+        state.check_kind(NAME)?;
+        let n: u64 = state.value("schedulers")?;
+        if n as usize != self.schedulers.len() {
+            return Err(OptimError::invalid(
+                NAME,
+                "schedulers",
+                n,
+                format!("this SequentialLR has {}", self.schedulers.len()),
+            ));
+        }
+        let mut subs: Vec<SchedulerState> = vec![SchedulerState::default(); self.schedulers.len()];
+        for (k, v) in &state.meta {
+            if [
+                "scheduler",
+                "last_epoch",
+                "milestones",
+                "last_lr",
+                "schedulers",
+            ]
+            .contains(&k.as_str())
+            {
+                continue;
+            }
+            let sub = k
+                .strip_prefix("schedulers.")
+                .and_then(|r| r.split_once('.'))
+                .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
+                .filter(|(i, _)| *i < subs.len());
+            let Some((i, rest)) = sub else {
+                return Err(OptimError::UnexpectedKey {
+                    key: k.clone(),
+                    reason: format!("not a setting of {NAME}"),
+                });
+            };
+            subs[i].meta.insert(rest.to_string(), v.clone());
+        }
+        let last_epoch = state.value("last_epoch")?;
+        let milestones: Vec<i64> = state.value("milestones")?;
+        let last_lr = state.value("last_lr")?;
+        if milestones.len() + 1 != self.schedulers.len() {
+            return Err(OptimError::BadValue {
+                key: "milestones".into(),
+                value: state.get("milestones")?.into(),
+                expected: "one fewer milestone than schedulers",
+            });
+        }
+        // Load every scheduler into a copy first, so a failure changes nothing:
+        // round-trip the current states to restore them on error.
+        let saved: Vec<SchedulerState> = self.schedulers.iter().map(|s| s.state_dict()).collect();
+        for (i, sub) in subs.iter().enumerate() {
+            if let Err(e) = self.schedulers[i].load_state_dict(sub) {
+                for (s, old) in self.schedulers.iter_mut().zip(&saved).take(i) {
+                    // Their own exports always load back.
+                    let _ = s.load_state_dict(old);
+                }
+                return Err(e);
+            }
+        }
+        self.last_epoch = last_epoch;
+        self.milestones = milestones;
+        self.last_lr = last_lr;
+        Ok(())
+    }
+
+    fn restart(&mut self, opt: &mut dyn LrGroups) -> Result<(), OptimError> {
+        self.try_step(opt)
+    }
+
+    fn jump_to(&mut self, opt: &mut dyn LrGroups, epoch: i64) -> Result<(), OptimError> {
+        let _ = (opt, epoch);
+        Err(OptimError::invalid(
+            NAME,
+            "milestones",
+            epoch,
+            "a SequentialLR inside another one cannot start at a milestone (it has no closed form, as in PyTorch)",
+        ))
+    }
+
+    fn rewind(&mut self) {
+        for s in &mut self.schedulers {
+            s.rewind();
+        }
+    }
+}
