@@ -54,6 +54,8 @@ pub mod prelude {
     pub use forma_core::device::Device;
     pub use forma_core::dtype::{DType, Dtype, Float};
     pub use forma_macros::{Module, Sequential};
+    pub use forma_nn::optim::Optimizer;
+    pub use forma_nn::sched::LrScheduler;
     pub use forma_nn::{Forward, Module};
     pub use half::{bf16, f16};
 }

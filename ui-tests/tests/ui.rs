@@ -38,4 +38,5 @@ fn ui() {
     t.compile_fail("tests/ui/dtype/*.rs");
     t.compile_fail("tests/ui/conv/*.rs");
     t.compile_fail("tests/ui/layers/*.rs");
+    t.compile_fail("tests/ui/loss/*.rs");
 }

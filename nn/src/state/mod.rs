@@ -121,6 +121,31 @@ impl StateDict {
     }
 }
 
+impl StateDict {
+    /// Applies prefix rules to every key (the first matching rule wins), for
+    /// checkpoints whose layout differs only by where a model sits: e.g.
+    /// `[("bert.", ""), ("module.", "")]` strips a wrapper's prefix.
+    ///
+    /// ```
+    /// use forma::nn::StateDict;
+    /// use forma::TensorData;
+    /// let mut sd = StateDict::new();
+    /// sd.insert("module.fc.weight", TensorData::from_vec(&[1.0f32], vec![1]).unwrap());
+    /// let sd = sd.rename_prefixes(&[("module.", "")]);
+    /// assert_eq!(sd.keys().collect::<Vec<_>>(), ["fc.weight"]);
+    /// ```
+    pub fn rename_prefixes(self, rules: &[(&str, &str)]) -> Self {
+        self.remap(|k| {
+            Some(
+                rules
+                    .iter()
+                    .find_map(|(from, to)| k.strip_prefix(from).map(|rest| format!("{to}{rest}")))
+                    .unwrap_or_else(|| k.to_string()),
+            )
+        })
+    }
+}
+
 impl FromIterator<(String, TensorData)> for StateDict {
     fn from_iter<I: IntoIterator<Item = (String, TensorData)>>(iter: I) -> Self {
         let mut sd = StateDict::new();
