@@ -17,7 +17,10 @@ mod lenet5 {
 }
 
 use forma::core::{Backend, Dtype, Shape};
-use forma::nn::layers::{BatchNorm2d, Conv2d, LayerNorm, Linear, Relu};
+use forma::nn::layers::transformer::TransformerOptions;
+use forma::nn::layers::{
+    BatchNorm2d, Conv2d, LayerNorm, Linear, Lstm, Relu, TransformerEncoderLayer,
+};
 use forma::nn::module::{downcast_mut, Cx, Role, VisitorMut};
 use forma::nn::state::file::{load_file, to_bytes};
 use forma::nn::{Checkpoint, StateDict};
@@ -337,6 +340,50 @@ fn gpt2_block_in_hugging_face_layout() {
     round_trip("gpt2_block", Gpt2Block::new, |m| {
         m.forward(input("gpt2_block", (Dyn(2), Dyn(6), C))).to_vec()
     });
+}
+
+#[test]
+fn transformer_encoder_layer() {
+    round_trip(
+        "encoder_layer",
+        || {
+            let options = TransformerOptions {
+                dropout: 0.0,
+                ..TransformerOptions::default()
+            };
+            TransformerEncoderLayer::<64, 4, 128>::with_options(
+                options,
+                &Cpu,
+                &mut Rng::seed_from(0),
+            )
+        },
+        |m| {
+            m.forward(input("encoder_layer", (Dyn(2), Dyn(5), C::<64>)))
+                .to_vec()
+        },
+    );
+}
+
+/// PyTorch's zoo wraps `nn.LSTM` in a module attribute `lstm`.
+#[derive(Module)]
+struct LstmNet {
+    lstm: Lstm<8, 16>,
+}
+
+#[test]
+fn lstm() {
+    round_trip(
+        "lstm",
+        || LstmNet {
+            lstm: Lstm::new(2, &Cpu, &mut Rng::seed_from(0)),
+        },
+        |m| {
+            let (y, _): (Tensor<(Dyn, Dyn, C<16>)>, _) = m
+                .lstm
+                .forward_with(input("lstm", (Dyn(2), Dyn(5), C::<8>)), None);
+            y.to_vec()
+        },
+    );
 }
 
 #[test]

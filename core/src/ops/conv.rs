@@ -1,4 +1,5 @@
-//! Convolutions (`conv1d`, `conv2d`) with stride, padding, dilation and groups,
+//! Convolutions (`conv1d`, `conv2d`, and `conv_transpose2d`, computed by the
+//! convolution's backward kernel) with stride, padding, dilation and groups,
 //! as kernels the nn layers wrap. The output's spatial sizes depend on runtime
 //! options here, so they are `Dyn`; typed layers pin them.
 
@@ -253,4 +254,239 @@ pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>
             ])
         },
     )
+}
+
+/// Options of a 2-d transposed convolution, in PyTorch's names and defaults
+/// (`F.conv_transpose2d(x, weight, stride, padding, output_padding, groups,
+/// dilation)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTranspose2dParams {
+    /// Step between the input's positions in the output, `[h, w]`.
+    pub stride: [usize; 2],
+    /// Rows and columns removed from each side of the full output, `[h, w]`
+    /// (the padding of the convolution this one transposes).
+    pub padding: [usize; 2],
+    /// Rows and columns added at the end of the output, `[h, w]`; each must be
+    /// smaller than the stride or the dilation of its dim.
+    pub output_padding: [usize; 2],
+    /// Spacing of the kernel taps, `[h, w]`.
+    pub dilation: [usize; 2],
+    /// Channel groups (input and output channels must divide by it).
+    pub groups: usize,
+}
+
+impl Default for ConvTranspose2dParams {
+    fn default() -> Self {
+        ConvTranspose2dParams {
+            stride: [1, 1],
+            padding: [0, 0],
+            output_padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+impl ConvTranspose2dParams {
+    /// The options of the convolution this one transposes (the one whose
+    /// input gradient it computes).
+    pub fn conv(&self) -> Conv2dParams {
+        Conv2dParams {
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+            groups: self.groups,
+        }
+    }
+}
+
+/// Output size of one spatial dim of a transposed convolution,
+/// `(in - 1) s - 2p + d(k - 1) + output_padding + 1`, or `None` when that is
+/// not positive.
+pub fn conv_transpose_out_size(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    output_padding: usize,
+    dilation: usize,
+) -> Option<usize> {
+    let full =
+        input.checked_sub(1)? * stride + dilation * kernel.checked_sub(1)? + output_padding + 1;
+    full.checked_sub(2 * padding).filter(|&n| n > 0)
+}
+
+fn check_conv_transpose(x: &[usize], w: &[usize], p: &ConvTranspose2dParams) -> Result<[usize; 4]> {
+    let op = "conv_transpose2d";
+    let g = p.groups;
+    if g == 0 || !x[1].is_multiple_of(g) {
+        return Err(Error::invalid(
+            op,
+            format!("{} input channels do not divide into {g} groups", x[1]),
+        ));
+    }
+    if w[0] != x[1] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "[_, {}, _, _] (the weight's first dim is the input channels)",
+                w[0]
+            ),
+            x,
+        ));
+    }
+    if (0..2).any(|i| p.stride[i] == 0 || p.dilation[i] == 0) {
+        return Err(Error::invalid(
+            op,
+            format!("stride and dilation must be positive, got {p:?}"),
+        ));
+    }
+    if (0..2).any(|i| p.output_padding[i] >= p.stride[i].max(p.dilation[i])) {
+        return Err(Error::invalid(
+            op,
+            format!("output padding must be smaller than either stride or dilation, got {p:?}"),
+        ));
+    }
+    let size = |i: usize| {
+        conv_transpose_out_size(
+            x[2 + i],
+            w[2 + i],
+            p.stride[i],
+            p.padding[i],
+            p.output_padding[i],
+            p.dilation[i],
+        )
+    };
+    match (size(0), size(1)) {
+        (Some(oh), Some(ow)) => Ok([x[0], w[1] * g, oh, ow]),
+        _ => Err(Error::invalid(
+            op,
+            format!(
+                "a {}x{} input with a {}x{} kernel and {p:?} leaves no output",
+                x[2], x[3], w[2], w[3]
+            ),
+        )),
+    }
+}
+
+impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
+    Tensor<(N, Ci, H, W), E, D>
+{
+    /// 2-d transposed convolution of `[n, c_in, h, w]` by
+    /// `[c_in, c_out / groups, kh, kw]`, like `F.conv_transpose2d`: the
+    /// gradient of [`Tensor::conv2d`] with respect to its input, so its
+    /// output is `[n, c_out, (h - 1) s - 2p + d(kh - 1) + output_padding + 1, ..]`.
+    ///
+    /// Computed by the backend's convolution backward kernel; its own gradient
+    /// is a convolution (for the input) and a convolution's weight gradient
+    /// (for the weight).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::core::ops::conv::ConvTranspose2dParams;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
+    /// let w = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
+    /// let p = ConvTranspose2dParams { stride: [2, 2], ..Default::default() };
+    /// let y = x.conv_transpose2d(&w, p);
+    /// assert_eq!(y.dims()[..], [1, 1, 4, 4]);
+    /// assert_eq!(y.to_vec(), vec![1.0; 16]);
+    /// ```
+    ///
+    /// # Errors
+    /// When the weight's first dim is not the input channels, the channels do
+    /// not divide into the groups, an output padding is not smaller than its
+    /// stride or dilation, or the output would be empty.
+    pub fn try_conv_transpose2d<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
+        p: ConvTranspose2dParams,
+    ) -> Result<Tensor<(N, Dyn, Dyn, Dyn), E, D>> {
+        self.same_device("conv_transpose2d", weight)?;
+        let xdims = self.layout.dims;
+        let wdims = weight.layout.dims;
+        let out = check_conv_transpose(&xdims, &wdims, &p)?;
+        let cp = p.conv();
+        // The convolution of an `out`-sized input reaches one more row (or
+        // column) than `x` has when the output padding is not smaller than
+        // the stride (allowed when it is smaller than the dilation): that
+        // row's gradient is zero, so `x` is padded with zeros to match.
+        let covered = [
+            xdims[0],
+            xdims[1],
+            conv_out_size(out[2], wdims[2], p.stride[0], p.padding[0], p.dilation[0])
+                .expect("the transposed size fits its convolution"),
+            conv_out_size(out[3], wdims[3], p.stride[1], p.padding[1], p.dilation[1])
+                .expect("the transposed size fits its convolution"),
+        ];
+        let xr = if covered[..] == xdims[..] {
+            self.raw()
+        } else {
+            let place = Layout::contiguous(&covered)
+                .narrow(2, 0, xdims[2])
+                .narrow(3, 0, xdims[3]);
+            crate::tape::util::embed(&self.raw(), &covered, &place)?
+        };
+        // The input gradient of the convolution does not read the
+        // convolution's input values, only its sizes: zeros stand in.
+        let zeros = self.device.full(out.iter().product(), E::from_f64(0.0))?;
+        let (s, _) = self.device.conv2d_backward(
+            &zeros,
+            &Layout::contiguous(&out),
+            &weight.storage(),
+            &weight.layout,
+            &xr.storage(),
+            &xr.layout,
+            &cp,
+        )?;
+        let wr = weight.raw();
+        let (need_x, need_w) = (self.var.is_some(), weight.var.is_some());
+        Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
+            "conv_transpose2d",
+            &[self.var.clone(), weight.var.clone()],
+            move |g| {
+                let dev = &g.device;
+                let gx = match need_x {
+                    true => {
+                        let s =
+                            dev.conv2d(&g.storage(), &g.layout, &wr.storage(), &wr.layout, &cp)?;
+                        let full = Raw::new(s, &covered, dev.clone());
+                        Some(if covered[..] == xdims[..] {
+                            full
+                        } else {
+                            let crop = full.layout.narrow(2, 0, xdims[2]).narrow(3, 0, xdims[3]);
+                            Raw::new(dev.contiguous(&full.storage(), &crop)?, &xdims, dev.clone())
+                        })
+                    }
+                    false => None,
+                };
+                let gw = match need_w {
+                    true => {
+                        // The weight gradient of the convolution from the
+                        // output's gradient to (the padded) `x`.
+                        let (_, s) = dev.conv2d_backward(
+                            &g.storage(),
+                            &g.layout,
+                            &wr.storage(),
+                            &wr.layout,
+                            &xr.storage(),
+                            &xr.layout,
+                            &cp,
+                        )?;
+                        Some(Raw::new(s, &wr.layout.dims, dev.clone()))
+                    }
+                    false => None,
+                };
+                Ok(vec![gx, gw])
+            },
+        ))
+    }
+
+    /// [`Tensor::try_conv_transpose2d`] that panics on bad sizes.
+    pub fn conv_transpose2d<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
+        p: ConvTranspose2dParams,
+    ) -> Tensor<(N, Dyn, Dyn, Dyn), E, D> {
+        ok(self.try_conv_transpose2d(weight, p))
+    }
 }

@@ -1,27 +1,350 @@
-//! `MultiheadAttention`, like `nn.MultiheadAttention(EMBED, HEADS, batch_first=True)`.
+//! `MultiheadAttention`, like `nn.MultiheadAttention(EMBED, HEADS, batch_first=True)`,
+//! the masks it takes ([`Mask`], [`AttnMasks`]) and its output projection
+//! ([`NonDynamicallyQuantizableLinear`], PyTorch's name for it).
 
 use super::check::assert_heads;
 use super::{fan_in_uniform, filled, restore, Linear};
-use crate::Forward;
+use crate::{Forward, Training};
 use forma_core::device::Device;
-use forma_core::{Dim, Dyn, Float, Rng, Tensor, C};
+use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Shape, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
+use std::sync::Mutex;
 
-/// Multi-head scaled dot-product attention over `[batch, seq, EMBED]`
-/// tensors, with PyTorch's parameter layout: the query, key and value
-/// projections stacked in `in_proj_weight` (`[3 * EMBED, EMBED]`) and
-/// `in_proj_bias`, then `out_proj`. `EMBED` must split evenly into `HEADS`
-/// heads, checked when the program is built.
+/// An attention mask in either of PyTorch's two forms.
+pub enum Mask<'a, S: Shape, E: Float = f32, D: Device<E> = Cpu> {
+    /// A bool mask: `true` hides the position (its score becomes `-inf`).
+    Hide(&'a Tensor<S, bool, D>),
+    /// A float mask, added to the scores (`-inf` hides, other values bias).
+    Add(&'a Tensor<S, E, D>),
+}
+
+impl<S: Shape, E: Float, D: Device<E>> Clone for Mask<'_, S, E, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Shape, E: Float, D: Device<E>> Copy for Mask<'_, S, E, D> {}
+
+impl<S: Shape, E: Float, D: Device<E>> std::fmt::Debug for Mask<'_, S, E, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mask::Hide(m) => write!(f, "Mask::Hide({:?})", m.dims()),
+            Mask::Add(m) => write!(f, "Mask::Add({:?})", m.dims()),
+        }
+    }
+}
+
+impl<S: Shape, E: Float, D: Device<E>> Mask<'_, S, E, D> {
+    fn dims(&self) -> Vec<usize> {
+        match self {
+            Mask::Hide(m) => m.dims().to_vec(),
+            Mask::Add(m) => m.dims().to_vec(),
+        }
+    }
+
+    fn erase(&self) -> ErasedMask<E, D> {
+        match self {
+            Mask::Hide(m) => ErasedMask::Hide(m.reshape_dyn2()),
+            Mask::Add(m) => ErasedMask::Add(m.reshape_dyn2()),
+        }
+    }
+}
+
+/// A rank-2 tensor's sizes forgotten (both masks are rank 2).
+trait Dyn2<E: forma_core::Dtype, D: forma_core::Backend> {
+    fn reshape_dyn2(&self) -> Tensor<(Dyn, Dyn), E, D>;
+}
+
+impl<S: Shape, E: forma_core::Dtype, D: forma_core::Backend> Dyn2<E, D> for Tensor<S, E, D> {
+    fn reshape_dyn2(&self) -> Tensor<(Dyn, Dyn), E, D> {
+        match self.try_into_shape() {
+            Ok(t) => t,
+            Err(e) => unreachable!("masks are rank 2 by their types: {e}"),
+        }
+    }
+}
+
+/// The masks of one attention call, like the `key_padding_mask`, `attn_mask`
+/// and `is_causal` arguments of PyTorch's `MultiheadAttention.forward`, for a
+/// batch `B` of `T` queries over `S` keys. Every mask left out hides nothing.
 ///
 /// ```
 /// use forma::prelude::*;
-/// use forma::nn::{layers::MultiheadAttention, Forward};
+/// use forma::nn::layers::{AttnMasks, Mask};
+/// // Hide the last of three keys in the second sequence, and later positions.
+/// let pad = Tensor::<(Dyn, Dyn), bool>::from_vec(
+///     vec![false, false, false, false, false, true], (Dyn(2), Dyn(3))).unwrap();
+/// let masks = AttnMasks::<Dyn, Dyn, Dyn> {
+///     key_padding_mask: Some(Mask::Hide(&pad)),
+///     ..AttnMasks::causal()
+/// };
+/// assert!(masks.is_causal);
+/// ```
+pub struct AttnMasks<'a, B: Dim, T: Dim, S: Dim, E: Float = f32, D: Device<E> = Cpu> {
+    /// `[batch, S]`: keys to ignore per sequence (padding).
+    pub key_padding_mask: Option<Mask<'a, (B, S), E, D>>,
+    /// `[T, S]`: a mask shared by the whole batch (PyTorch's 2-D `attn_mask`).
+    pub attn_mask: Option<Mask<'a, (T, S), E, D>>,
+    /// Hides key `j` from query `i` when `j > i`, as
+    /// `nn.Transformer.generate_square_subsequent_mask` given as `attn_mask`
+    /// does. It adds to `attn_mask` if both are given (PyTorch treats
+    /// `is_causal` as a hint that `attn_mask` is that mask).
+    pub is_causal: bool,
+}
+
+impl<B: Dim, T: Dim, S: Dim, E: Float, D: Device<E>> Default for AttnMasks<'_, B, T, S, E, D> {
+    fn default() -> Self {
+        AttnMasks {
+            key_padding_mask: None,
+            attn_mask: None,
+            is_causal: false,
+        }
+    }
+}
+
+impl<B: Dim, T: Dim, S: Dim, E: Float, D: Device<E>> Clone for AttnMasks<'_, B, T, S, E, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Dim, T: Dim, S: Dim, E: Float, D: Device<E>> Copy for AttnMasks<'_, B, T, S, E, D> {}
+
+impl<B: Dim, T: Dim, S: Dim, E: Float, D: Device<E>> std::fmt::Debug
+    for AttnMasks<'_, B, T, S, E, D>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttnMasks")
+            .field("key_padding_mask", &self.key_padding_mask)
+            .field("attn_mask", &self.attn_mask)
+            .field("is_causal", &self.is_causal)
+            .finish()
+    }
+}
+
+impl<B: Dim, T: Dim, S: Dim, E: Float, D: Device<E>> AttnMasks<'_, B, T, S, E, D> {
+    /// Only the causal mask.
+    pub fn causal() -> Self {
+        AttnMasks {
+            is_causal: true,
+            ..AttnMasks::default()
+        }
+    }
+
+    /// The masks on erased sizes, checked against the batch, query and key
+    /// sizes.
+    pub(crate) fn erase(&self, b: usize, t: usize, s: usize) -> Result<Masks<E, D>> {
+        if let Some(m) = &self.key_padding_mask {
+            let dims = m.dims();
+            if dims != [b, s] {
+                return Err(Error::shape(
+                    "MultiheadAttention",
+                    format!("a key_padding_mask of [{b}, {s}] (batch, keys)"),
+                    &dims,
+                ));
+            }
+        }
+        if let Some(m) = &self.attn_mask {
+            let dims = m.dims();
+            if dims != [t, s] {
+                return Err(Error::shape(
+                    "MultiheadAttention",
+                    format!("an attn_mask of [{t}, {s}] (queries, keys)"),
+                    &dims,
+                ));
+            }
+        }
+        Ok(Masks {
+            key_padding: self.key_padding_mask.as_ref().map(Mask::erase),
+            attn: self.attn_mask.as_ref().map(Mask::erase),
+            causal: self.is_causal,
+        })
+    }
+}
+
+/// A [`Mask`] on erased sizes, owned.
+pub(crate) enum ErasedMask<E: Float, D: Device<E>> {
+    Hide(Tensor<(Dyn, Dyn), bool, D>),
+    Add(Tensor<(Dyn, Dyn), E, D>),
+}
+
+/// [`AttnMasks`] on erased sizes, owned: what the computation reads.
+pub(crate) struct Masks<E: Float, D: Device<E>> {
+    pub key_padding: Option<ErasedMask<E, D>>,
+    pub attn: Option<ErasedMask<E, D>>,
+    pub causal: bool,
+}
+
+impl<E: Float, D: Device<E>> Masks<E, D> {
+    /// Applies the masks to scores `[batch, heads, T, S]`.
+    fn apply(
+        &self,
+        mut scores: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+    ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
+        match &self.attn {
+            Some(ErasedMask::Hide(m)) => scores = scores.masked_fill(m, f64::NEG_INFINITY),
+            Some(ErasedMask::Add(m)) => scores = &scores + m,
+            None => {}
+        }
+        match &self.key_padding {
+            Some(ErasedMask::Hide(m)) => {
+                let m = m.unsqueeze::<1>().unsqueeze::<1>();
+                scores = scores.masked_fill(&m, f64::NEG_INFINITY);
+            }
+            Some(ErasedMask::Add(m)) => scores = &scores + &m.unsqueeze::<1>().unsqueeze::<1>(),
+            None => {}
+        }
+        if self.causal {
+            let (t, s) = (scores.size(2), scores.size(3));
+            let hide: Vec<bool> = (0..t).flat_map(|i| (0..s).map(move |j| j > i)).collect();
+            let hide =
+                Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), scores.device())
+                    .expect("the mask has t * s entries");
+            scores = scores.masked_fill(&hide, f64::NEG_INFINITY);
+        }
+        scores
+    }
+}
+
+/// Dropout for layers that apply it without a `Dropout` child (PyTorch's
+/// attention weights, the dropout between recurrent layers): masks drawn
+/// from the layer's own generator, seeded at construction. A clone continues
+/// from a copy of the generator.
+pub(crate) struct DropoutRng(Mutex<Rng>);
+
+impl DropoutRng {
+    pub(crate) fn new(rng: &mut Rng) -> Self {
+        DropoutRng(Mutex::new(Rng::seed_from(rng.next_u64())))
+    }
+
+    /// Zeroes each element with probability `p` and scales the rest by
+    /// `1 / (1 - p)`, like `F.dropout(x, p, training=True)`.
+    pub(crate) fn apply<S: Shape, E: Float, D: Device<E>>(
+        &self,
+        x: Tensor<S, E, D>,
+        p: f64,
+    ) -> Tensor<S, E, D> {
+        if p == 0.0 {
+            return x;
+        }
+        let keep = 1.0 - p;
+        let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
+        let mask: Vec<E> = {
+            let mut rng = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            (0..x.numel())
+                .map(|_| E::from_f64(if rng.uniform() < keep { scale } else { 0.0 }))
+                .collect()
+        };
+        let flat = x.flatten_all();
+        let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())
+            .expect("one mask value per element");
+        match (&flat * &mask).try_reshape_to(x.shape()) {
+            Ok(y) => y,
+            Err(e) => unreachable!("dropout keeps the sizes: {e}"),
+        }
+    }
+}
+
+impl Clone for DropoutRng {
+    fn clone(&self) -> Self {
+        let rng = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        DropoutRng(Mutex::new(rng))
+    }
+}
+
+impl std::fmt::Debug for DropoutRng {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DropoutRng")
+    }
+}
+
+/// Asserts a dropout probability is in `[0, 1]`, as PyTorch's constructors do.
+pub(crate) fn check_dropout(layer: &str, p: f64) {
+    assert!(
+        (0.0..=1.0).contains(&p),
+        "{layer}: dropout probability has to be between 0 and 1, but got {p}"
+    );
+}
+
+/// Attention's output projection: a [`Linear`] that PyTorch names
+/// `NonDynamicallyQuantizableLinear` (so quantization leaves it alone) and
+/// prints under that name. Its keys are the Linear's (`out_proj.weight`,
+/// `out_proj.bias`); it dereferences to the Linear.
+#[derive(Module, Clone, Debug)]
+#[module(
+    crate = "crate",
+    name = "NonDynamicallyQuantizableLinear",
+    extra_repr = "Self::extra_repr"
+)]
+pub struct NonDynamicallyQuantizableLinear<const EMBED: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// The projection; its tensors sit at this module's level.
+    #[module(flatten)]
+    pub linear: Linear<EMBED, EMBED, E, D>,
+}
+
+impl<const EMBED: usize, E: Float, D: Device<E>> NonDynamicallyQuantizableLinear<EMBED, E, D> {
+    fn extra_repr(&self) -> String {
+        let bias = if self.linear.bias.is_some() {
+            "True"
+        } else {
+            "False"
+        };
+        format!("in_features={EMBED}, out_features={EMBED}, bias={bias}")
+    }
+}
+
+impl<const EMBED: usize, E: Float, D: Device<E>> std::ops::Deref
+    for NonDynamicallyQuantizableLinear<EMBED, E, D>
+{
+    type Target = Linear<EMBED, EMBED, E, D>;
+    fn deref(&self) -> &Self::Target {
+        &self.linear
+    }
+}
+
+impl<const EMBED: usize, E: Float, D: Device<E>> std::ops::DerefMut
+    for NonDynamicallyQuantizableLinear<EMBED, E, D>
+{
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.linear
+    }
+}
+
+impl<X, Y, const EMBED: usize, E: Float, D: Device<E>> Forward<X, Y>
+    for NonDynamicallyQuantizableLinear<EMBED, E, D>
+where
+    Linear<EMBED, EMBED, E, D>: Forward<X, Y>,
+{
+    fn forward(&self, x: X) -> Y {
+        self.linear.forward(x)
+    }
+}
+
+/// Multi-head scaled dot-product attention over `[batch, seq, EMBED]`
+/// tensors (PyTorch's `batch_first=True` layout), with PyTorch's parameters:
+/// the query, key and value projections stacked in `in_proj_weight`
+/// (`[3 * EMBED, EMBED]`) and `in_proj_bias` (`[3 * EMBED]`), then
+/// `out_proj`. `EMBED` must split evenly into `HEADS` heads, checked when the
+/// program is built. Dropout on the attention weights (`dropout`, 0 by
+/// default) applies in training mode only.
+///
+/// Not supported: `kdim`/`vdim` different from `EMBED`, `add_bias_kv`,
+/// `add_zero_attn`, and 3-D (per-head) `attn_mask`s.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::{AttnMasks, MultiheadAttention}, Forward, Module};
 /// let mut rng = Rng::seed_from(0);
 /// let mha = MultiheadAttention::<8, 2>::new(&Cpu, &mut rng);
 /// let x = Tensor::<(Dyn, Dyn, C<8>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
-/// let y = mha.forward(x);
+/// let y = mha.forward(x.clone());                    // self-attention, no mask
 /// assert_eq!(y.dims()[..], [2, 5, 8]);
+/// let y = mha.attend_with(&x, &x, &x, AttnMasks::causal());
+/// assert_eq!(y.dims()[..], [2, 5, 8]);
+/// let keys: Vec<String> = mha.state_dict().keys().map(String::from).collect();
+/// assert_eq!(keys, ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]);
 /// ```
 #[derive(Module, Clone, Debug)]
 #[module(crate = "crate")]
@@ -33,31 +356,74 @@ pub struct MultiheadAttention<
 > {
     /// The stacked query, key and value projections, `[3 * EMBED, EMBED]`.
     pub in_proj_weight: Tensor<(Dyn, C<EMBED>), E, D>,
-    /// Their biases, `[3 * EMBED]`.
-    pub in_proj_bias: Tensor<(Dyn,), E, D>,
+    /// Their biases, `[3 * EMBED]` (absent for `bias=False`).
+    pub in_proj_bias: Option<Tensor<(Dyn,), E, D>>,
     /// The output projection.
-    pub out_proj: Linear<EMBED, EMBED, E, D>,
+    pub out_proj: NonDynamicallyQuantizableLinear<EMBED, E, D>,
+    /// Dropout probability on the attention weights (training mode only).
+    pub dropout: f64,
+    /// Train/eval mode.
+    pub training: Training,
+    #[module(skip)]
+    drop: DropoutRng,
+}
+
+/// The result of [`MultiheadAttention::attend_with_weights`].
+#[derive(Clone, Debug)]
+pub struct AttnOutput<
+    B: Dim,
+    T: Dim,
+    S: Dim,
+    const EMBED: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// The attention output, `[batch, T, EMBED]`.
+    pub output: Tensor<(B, T, C<EMBED>), E, D>,
+    /// The attention weights averaged over the heads, `[batch, T, S]`, like
+    /// PyTorch's with `need_weights=True, average_attn_weights=True`.
+    pub weights: Tensor<(B, T, S), E, D>,
 }
 
 impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     MultiheadAttention<EMBED, HEADS, E, D>
 {
-    /// A layer initialised like PyTorch's (Xavier-uniform input projection,
-    /// zero biases).
+    /// A layer like `nn.MultiheadAttention(EMBED, HEADS, batch_first=True)`,
+    /// initialised like PyTorch's: Xavier-uniform `in_proj_weight`, the
+    /// Linear default for `out_proj.weight`, zero biases; no dropout.
     pub fn new(device: &D, rng: &mut Rng) -> Self {
         const { assert_heads(EMBED, HEADS) };
+        Self::build(0.0, true, device, rng)
+    }
+
+    /// A layer with PyTorch's `dropout` and `bias` arguments.
+    ///
+    /// # Panics
+    /// If `dropout` is outside `[0, 1]`.
+    pub fn with_options(dropout: f64, bias: bool, device: &D, rng: &mut Rng) -> Self {
+        const { assert_heads(EMBED, HEADS) };
+        check_dropout("MultiheadAttention", dropout);
+        Self::build(dropout, bias, device, rng)
+    }
+
+    fn build(dropout: f64, bias: bool, device: &D, rng: &mut Rng) -> Self {
         // xavier_uniform_ on [3E, E]: bound sqrt(6 / (fan_in + fan_out)).
         let bound = (6.0 / (4 * EMBED) as f64).sqrt();
         let in_proj_weight =
             Tensor::uniform_on((Dyn(3 * EMBED), C), -bound, bound, rng, device).requires_grad();
-        let in_proj_bias = filled((Dyn(3 * EMBED),), 0.0, device).requires_grad();
-        let mut out_proj = Linear::new(device, rng);
-        out_proj.weight = fan_in_uniform((C, C), EMBED, device, rng);
-        out_proj.bias = Some(filled((C,), 0.0, device).requires_grad());
+        let in_proj_bias = bias.then(|| filled((Dyn(3 * EMBED),), 0.0, device).requires_grad());
+        let mut linear = Linear::with_bias(bias, device, rng);
+        linear.weight = fan_in_uniform((C, C), EMBED, device, rng);
+        if bias {
+            linear.bias = Some(filled((C,), 0.0, device).requires_grad());
+        }
         MultiheadAttention {
             in_proj_weight,
             in_proj_bias,
-            out_proj,
+            out_proj: NonDynamicallyQuantizableLinear { linear },
+            dropout,
+            training: Training::default(),
+            drop: DropoutRng::new(rng),
         }
     }
 
@@ -69,8 +435,11 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         part: usize,
     ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
         let w = self.in_proj_weight.narrow_static::<0, EMBED>(part * EMBED);
-        let b = self.in_proj_bias.narrow_static::<0, EMBED>(part * EMBED);
-        let y = &x.matmul(&w.t()) + &b;
+        let y = x.matmul(&w.t());
+        let y = match &self.in_proj_bias {
+            Some(b) => &y + &b.narrow_static::<0, EMBED>(part * EMBED),
+            None => y,
+        };
         let split = y
             .try_reshape_to((
                 Dyn(y.size(0)),
@@ -82,10 +451,132 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         split.transpose::<1, 2>()
     }
 
-    /// Attention of `query` over `key`/`value`, like
-    /// `mha(q, k, v, key_padding_mask=..., is_causal=..., need_weights=False)`:
-    /// `key_padding_mask` is `[batch, src]` with `true` for positions to ignore;
-    /// `causal` hides later positions.
+    /// The computation on erased sizes: the output `[batch, T, EMBED]` and
+    /// the attention weights `[batch, HEADS, T, S]` (after dropout).
+    pub(crate) fn attend_erased(
+        &self,
+        query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        masks: &Masks<E, D>,
+    ) -> (
+        Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+    ) {
+        const { assert_heads(EMBED, HEADS) };
+        let q = self.project(query, 0);
+        let k = self.project(key, 1);
+        let v = self.project(value, 2);
+        // PyTorch scales the queries before the product.
+        let scale = 1.0 / ((EMBED / HEADS) as f64).sqrt();
+        let scores = masks.apply(q.mul_scalar(scale).matmul(&k.transpose::<2, 3>()));
+        let mut weights = scores.softmax::<3>();
+        if self.training.is_on() && self.dropout > 0.0 {
+            weights = self.drop.apply(weights, self.dropout);
+        }
+        let ctx = weights.matmul(&v).transpose::<1, 2>().contiguous();
+        let merged = ctx
+            .try_reshape_to((Dyn(query.size(0)), Dyn(query.size(1)), C::<EMBED>))
+            .expect("heads merge back into EMBED");
+        (self.out_proj.forward(merged), weights)
+    }
+
+    /// Checks the sizes of one call and erases them.
+    #[allow(clippy::type_complexity)] // the three erased inputs and their masks
+    fn prepare<B: Dim, T: Dim, S: Dim>(
+        query: &Tensor<(B, T, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<EMBED>), E, D>,
+        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        masks: &AttnMasks<'_, B, T, S, E, D>,
+    ) -> Result<([Tensor<(Dyn, Dyn, C<EMBED>), E, D>; 3], Masks<E, D>)> {
+        let (b, t, s) = (query.size(0), query.size(1), key.size(1));
+        for (name, x) in [("key", key), ("value", value)] {
+            if x.size(0) != b || x.size(1) != s {
+                return Err(Error::shape(
+                    "MultiheadAttention",
+                    format!(
+                        "a {name} of [{b}, {s}, {EMBED}] (the query's batch, the key's length)"
+                    ),
+                    &x.dims(),
+                ));
+            }
+        }
+        let masks = masks.erase(b, t, s)?;
+        Ok((
+            [
+                restore(query.clone()),
+                restore(key.clone()),
+                restore(value.clone()),
+            ],
+            masks,
+        ))
+    }
+
+    /// Attention of `query` (`[batch, T, EMBED]`) over `key` and `value`
+    /// (`[batch, S, EMBED]`) under `masks`, like
+    /// `mha(query, key, value, key_padding_mask=..., attn_mask=..., is_causal=..., need_weights=False)[0]`.
+    ///
+    /// # Panics
+    /// If run-time sizes disagree; see [`MultiheadAttention::try_attend_with`].
+    pub fn attend_with<B: Dim, T: Dim, S: Dim>(
+        &self,
+        query: &Tensor<(B, T, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<EMBED>), E, D>,
+        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        masks: AttnMasks<'_, B, T, S, E, D>,
+    ) -> Tensor<(B, T, C<EMBED>), E, D> {
+        match self.try_attend_with(query, key, value, masks) {
+            Ok(y) => y,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Fallible [`MultiheadAttention::attend_with`].
+    ///
+    /// # Errors
+    /// A shape error when the key or value's batch or length, or a mask's
+    /// sizes, disagree with the query's and the key's (`Dyn` sizes).
+    pub fn try_attend_with<B: Dim, T: Dim, S: Dim>(
+        &self,
+        query: &Tensor<(B, T, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<EMBED>), E, D>,
+        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        masks: AttnMasks<'_, B, T, S, E, D>,
+    ) -> Result<Tensor<(B, T, C<EMBED>), E, D>> {
+        let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
+        Ok(restore(self.attend_erased(&q, &k, &v, &masks).0))
+    }
+
+    /// [`MultiheadAttention::attend_with`] that also returns the attention
+    /// weights averaged over the heads, like PyTorch's default
+    /// `need_weights=True, average_attn_weights=True`.
+    ///
+    /// # Panics
+    /// If run-time sizes disagree, as [`MultiheadAttention::try_attend_with`].
+    pub fn attend_with_weights<B: Dim, T: Dim, S: Dim>(
+        &self,
+        query: &Tensor<(B, T, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<EMBED>), E, D>,
+        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        masks: AttnMasks<'_, B, T, S, E, D>,
+    ) -> AttnOutput<B, T, S, EMBED, E, D> {
+        let ([q, k, v], masks) = match Self::prepare(query, key, value, &masks) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let (y, w) = self.attend_erased(&q, &k, &v, &masks);
+        AttnOutput {
+            output: restore(y),
+            weights: restore(w.mean::<1>()),
+        }
+    }
+
+    /// Attention with a bool key padding mask (`[batch, S]`, `true` for keys
+    /// to ignore) and an optional causal mask: a shorthand for
+    /// [`MultiheadAttention::attend_with`].
+    ///
+    /// # Panics
+    /// If run-time sizes disagree.
     pub fn attend<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
@@ -94,33 +585,12 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         key_padding_mask: Option<&Tensor<(B, S), bool, D>>,
         causal: bool,
     ) -> Tensor<(B, T, C<EMBED>), E, D> {
-        const { assert_heads(EMBED, HEADS) };
-        let q = self.project(&restore(query.clone()), 0);
-        let k = self.project(&restore(key.clone()), 1);
-        let v = self.project(&restore(value.clone()), 2);
-        let scale = 1.0 / ((EMBED / HEADS) as f64).sqrt();
-        let mut scores = q.mul_scalar(scale).matmul(&k.transpose::<2, 3>());
-        if let Some(m) = key_padding_mask {
-            let m: Tensor<(Dyn, Dyn), bool, D> = m.into_dyn();
-            scores = scores.masked_fill(&m.unsqueeze::<1>().unsqueeze::<1>(), f64::NEG_INFINITY);
-        }
-        if causal {
-            let (t, s) = (query.size(1), key.size(1));
-            let hide: Vec<bool> = (0..t).flat_map(|i| (0..s).map(move |j| j > i)).collect();
-            let hide =
-                Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), query.device())
-                    .expect("the mask has t * s entries");
-            scores = scores.masked_fill(&hide, f64::NEG_INFINITY);
-        }
-        let ctx = scores
-            .softmax::<3>()
-            .matmul(&v)
-            .transpose::<1, 2>()
-            .contiguous();
-        let merged = ctx
-            .try_reshape_to((Dyn(query.size(0)), Dyn(query.size(1)), C::<EMBED>))
-            .expect("heads merge back into EMBED");
-        restore(self.out_proj.forward(merged))
+        let masks = AttnMasks {
+            key_padding_mask: key_padding_mask.map(Mask::Hide),
+            attn_mask: None,
+            is_causal: causal,
+        };
+        self.attend_with(query, key, value, masks)
     }
 }
 
@@ -130,6 +600,6 @@ impl<B: Dim, T: Dim, const EMBED: usize, const HEADS: usize, E: Float, D: Device
 {
     /// Self-attention without masks.
     fn forward(&self, x: Tensor<(B, T, C<EMBED>), E, D>) -> Tensor<(B, T, C<EMBED>), E, D> {
-        self.attend(&x, &x, &x, None, false)
+        self.attend_with(&x, &x, &x, AttnMasks::default())
     }
 }

@@ -1,10 +1,10 @@
-//! `Conv2d`, like `nn.Conv2d`.
+//! Convolutions: `Conv1d`, `Conv2d` and `ConvTranspose2d`, like PyTorch's.
 
-use super::check::assert_window;
+use super::check::{assert_transposed_window, assert_window};
 use super::fan_in_uniform;
 use crate::Forward;
 use forma_core::device::Device;
-use forma_core::ops::conv::{add_channel_bias, Conv2dParams};
+use forma_core::ops::conv::{add_channel_bias, Conv2dParams, ConvTranspose2dParams};
 use forma_core::{Dim, Dyn, Float, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
@@ -134,5 +134,293 @@ impl<
             None => y,
         };
         super::pool::stated_output("Conv2d", y)
+    }
+}
+
+/// A 1-d convolution from `I` to `O` channels with a kernel of `K`, stride
+/// `S`, zero padding `P` and dilation `L`, like
+/// `nn.Conv1d(I, O, K, stride=S, padding=P, dilation=L)`, on
+/// `[batch, channels, length]`. `weight` is `[O, I / groups, K]`, `bias`
+/// `[O]`; both start from PyTorch's default. The caller states the output
+/// length; a static one that disagrees with `(l + 2P - L(K - 1) - 1) / S + 1`
+/// fails `cargo build`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::Conv1d, Forward, Module};
+/// let conv = Conv1d::<2, 4, 3, 1, 1>::new(&Cpu, &mut Rng::seed_from(0));
+/// let x = Tensor::<(Dyn, C<2>, C<10>)>::zeros_with((Dyn(3), C, C));
+/// let y: Tensor<(Dyn, C<4>, C<10>)> = conv.forward(x);
+/// assert_eq!(y.dims()[..], [3, 4, 10]);
+/// assert_eq!(conv.repr(), "Conv1d(2, 4, kernel_size=(3,), stride=(1,), padding=(1,))");
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct Conv1d<
+    const I: usize,
+    const O: usize,
+    const K: usize,
+    const S: usize = 1,
+    const P: usize = 0,
+    const L: usize = 1,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// `[out_channels, in_channels / groups, K]`.
+    pub weight: Tensor<(C<O>, Dyn, C<K>), E, D>,
+    /// `[out_channels]`, absent for `bias=False`.
+    pub bias: Option<Tensor<(C<O>,), E, D>>,
+    /// Channel groups (`groups=`), dividing both `I` and `O`.
+    pub groups: usize,
+}
+
+impl<
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > Conv1d<I, O, K, S, P, L, E, D>
+{
+    /// A convolution with a bias and one group.
+    pub fn new(device: &D, rng: &mut Rng) -> Self {
+        Self::with_options(1, true, device, rng)
+    }
+
+    /// A convolution with `groups` channel groups, with or without a bias.
+    ///
+    /// # Panics
+    /// If `groups` does not divide both channel counts.
+    pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
+        assert!(
+            groups > 0 && I.is_multiple_of(groups) && O.is_multiple_of(groups),
+            "Conv1d: groups={groups} must divide in_channels={I} and out_channels={O}"
+        );
+        let fan_in = I / groups * K;
+        let weight = fan_in_uniform((C, Dyn(I / groups), C), fan_in, device, rng);
+        let bias = bias.then(|| fan_in_uniform((C,), fan_in, device, rng));
+        Conv1d {
+            weight,
+            bias,
+            groups,
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        let mut s = format!("{I}, {O}, kernel_size=({K},), stride=({S},)");
+        if P != 0 {
+            s += &format!(", padding=({P},)");
+        }
+        if L != 1 {
+            s += &format!(", dilation=({L},)");
+        }
+        if self.groups != 1 {
+            s += &format!(", groups={}", self.groups);
+        }
+        if self.bias.is_none() {
+            s += ", bias=False";
+        }
+        s
+    }
+}
+
+impl<
+        B: Dim,
+        Len: Dim,
+        Len2: Dim,
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, C<I>, Len), E, D>, Tensor<(B, C<O>, Len2), E, D>>
+    for Conv1d<I, O, K, S, P, L, E, D>
+{
+    fn forward(&self, x: Tensor<(B, C<I>, Len), E, D>) -> Tensor<(B, C<O>, Len2), E, D> {
+        const {
+            assert_window("Conv1d", "length", Len::STATIC, K, S, P, L, Len2::STATIC);
+        };
+        let y = x.conv1d(&self.weight, S, P, L, self.groups);
+        let y = match &self.bias {
+            Some(b) => add_channel_bias(&y, b),
+            None => y,
+        };
+        match y.try_into_shape() {
+            Ok(y) => y,
+            Err(e) => panic!("Conv1d: the stated output length does not fit: {e}"),
+        }
+    }
+}
+
+/// A 2-d transposed convolution from `I` to `O` channels with a `K`x`K`
+/// kernel, stride `S`, padding `P`, output padding `OP` and dilation `L`, like
+/// `nn.ConvTranspose2d(I, O, K, stride=S, padding=P, output_padding=OP,
+/// dilation=L)`: the gradient of a `Conv2d` with respect to its input, often
+/// used to upsample. `weight` is `[I, O / groups, K, K]`, `bias` `[O]`, both
+/// from PyTorch's default (`U(-1/sqrt(fan_in), ..)` with `fan_in = O / groups
+/// * K * K`).
+///
+/// The caller states the output height and width; a static size that
+/// disagrees with `(h - 1) S - 2P + L(K - 1) + OP + 1` fails `cargo build`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::ConvTranspose2d, Forward, Module};
+/// // Doubles 4x4 to 8x8: kernel 3, stride 2, padding 1, output padding 1.
+/// let up = ConvTranspose2d::<4, 2, 3, 2, 1, 1>::new(&Cpu, &mut Rng::seed_from(0));
+/// let x = Tensor::<(Dyn, C<4>, C<4>, C<4>)>::zeros_with((Dyn(1), C, C, C));
+/// let y: Tensor<(Dyn, C<2>, C<8>, C<8>)> = up.forward(x);
+/// assert_eq!(y.dims()[..], [1, 2, 8, 8]);
+/// assert_eq!(
+///     up.repr(),
+///     "ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), output_padding=(1, 1))"
+/// );
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct ConvTranspose2d<
+    const I: usize,
+    const O: usize,
+    const K: usize,
+    const S: usize = 1,
+    const P: usize = 0,
+    const OP: usize = 0,
+    const L: usize = 1,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// `[in_channels, out_channels / groups, K, K]`.
+    pub weight: Tensor<(C<I>, Dyn, C<K>, C<K>), E, D>,
+    /// `[out_channels]`, absent for `bias=False`.
+    pub bias: Option<Tensor<(C<O>,), E, D>>,
+    /// Channel groups (`groups=`), dividing both `I` and `O`.
+    pub groups: usize,
+}
+
+impl<
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const OP: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > ConvTranspose2d<I, O, K, S, P, OP, L, E, D>
+{
+    /// A transposed convolution with a bias and one group.
+    pub fn new(device: &D, rng: &mut Rng) -> Self {
+        Self::with_options(1, true, device, rng)
+    }
+
+    /// A transposed convolution with `groups` channel groups, with or
+    /// without a bias.
+    ///
+    /// # Panics
+    /// If `groups` does not divide both channel counts.
+    pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
+        assert!(
+            groups > 0 && I.is_multiple_of(groups) && O.is_multiple_of(groups),
+            "ConvTranspose2d: groups={groups} must divide in_channels={I} and out_channels={O}"
+        );
+        // PyTorch computes the fan-in from the weight's dim 1, which for a
+        // transposed convolution is the output channels per group.
+        let fan_in = O / groups * K * K;
+        let weight = fan_in_uniform((C, Dyn(O / groups), C, C), fan_in, device, rng);
+        let bias = bias.then(|| fan_in_uniform((C,), fan_in, device, rng));
+        ConvTranspose2d {
+            weight,
+            bias,
+            groups,
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        let mut s = format!("{I}, {O}, kernel_size=({K}, {K}), stride=({S}, {S})");
+        if P != 0 {
+            s += &format!(", padding=({P}, {P})");
+        }
+        if L != 1 {
+            s += &format!(", dilation=({L}, {L})");
+        }
+        if OP != 0 {
+            s += &format!(", output_padding=({OP}, {OP})");
+        }
+        if self.groups != 1 {
+            s += &format!(", groups={}", self.groups);
+        }
+        if self.bias.is_none() {
+            s += ", bias=False";
+        }
+        s
+    }
+}
+
+impl<
+        B: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const OP: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, C<I>, H, W), E, D>, Tensor<(B, C<O>, H2, W2), E, D>>
+    for ConvTranspose2d<I, O, K, S, P, OP, L, E, D>
+{
+    fn forward(&self, x: Tensor<(B, C<I>, H, W), E, D>) -> Tensor<(B, C<O>, H2, W2), E, D> {
+        const {
+            assert_transposed_window(
+                "ConvTranspose2d",
+                "height",
+                H::STATIC,
+                K,
+                S,
+                P,
+                OP,
+                L,
+                H2::STATIC,
+            );
+            assert_transposed_window(
+                "ConvTranspose2d",
+                "width",
+                W::STATIC,
+                K,
+                S,
+                P,
+                OP,
+                L,
+                W2::STATIC,
+            );
+        };
+        let p = ConvTranspose2dParams {
+            stride: [S, S],
+            padding: [P, P],
+            output_padding: [OP, OP],
+            dilation: [L, L],
+            groups: self.groups,
+        };
+        let y = x.conv_transpose2d(&self.weight, p);
+        let y = match &self.bias {
+            Some(b) => add_channel_bias(&y, b),
+            None => y,
+        };
+        match y.try_into_shape() {
+            Ok(y) => y,
+            Err(e) => panic!("ConvTranspose2d: the stated output size does not fit: {e}"),
+        }
     }
 }

@@ -1,9 +1,11 @@
-//! `Linear`: `y = x W^T + b`, like `nn.Linear`.
+//! `Linear` (`y = x W^T + b`) and `Bilinear` (`y = x1^T W x2 + b`), like
+//! `nn.Linear` and `nn.Bilinear`.
 
 use super::fan_in_uniform;
 use crate::Forward;
 use forma_core::device::Device;
-use forma_core::{Dim, Float, Rng, Tensor, C};
+use forma_core::shape::Ax;
+use forma_core::{Dim, Dyn, Float, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -67,3 +69,128 @@ macro_rules! linear_forward {
 linear_forward!(A);
 linear_forward!(A, B);
 linear_forward!(A, B, F);
+
+/// A bilinear layer, like `nn.Bilinear(I1, I2, O)`:
+/// `y_o = x1^T W_o x2 + b_o`. `weight` is `[O, I1, I2]` and `bias` `[O]`,
+/// both initialised from `U(-1/sqrt(I1), 1/sqrt(I1))` as in PyTorch. Its
+/// input is the pair `(x1, x2)`, `[.., I1]` and `[.., I2]` with the same
+/// leading dims.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::Bilinear, Forward, Module};
+/// let mut rng = Rng::seed_from(0);
+/// let bl = Bilinear::<2, 3, 4>::new(&Cpu, &mut rng);
+/// let x1 = Tensor::<(Dyn, C<2>)>::ones_with((Dyn(5), C));
+/// let x2 = Tensor::<(Dyn, C<3>)>::ones_with((Dyn(5), C));
+/// let y: Tensor<(Dyn, C<4>)> = bl.forward((x1, x2));
+/// assert_eq!(y.dims()[..], [5, 4]);
+/// assert_eq!(bl.repr(), "Bilinear(in1_features=2, in2_features=3, out_features=4, bias=True)");
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct Bilinear<
+    const I1: usize,
+    const I2: usize,
+    const O: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// `[out_features, in1_features, in2_features]`.
+    pub weight: Tensor<(C<O>, C<I1>, C<I2>), E, D>,
+    /// `[out_features]`, absent for `bias=False`.
+    pub bias: Option<Tensor<(C<O>,), E, D>>,
+}
+
+impl<const I1: usize, const I2: usize, const O: usize, E: Float, D: Device<E>>
+    Bilinear<I1, I2, O, E, D>
+{
+    /// A layer with a bias, initialised like PyTorch's.
+    pub fn new(device: &D, rng: &mut Rng) -> Self {
+        Self::with_bias(true, device, rng)
+    }
+
+    /// A layer with or without a bias (`bias=False`).
+    pub fn with_bias(bias: bool, device: &D, rng: &mut Rng) -> Self {
+        let weight = fan_in_uniform((C, C, C), I1, device, rng);
+        let bias = bias.then(|| fan_in_uniform((C,), I1, device, rng));
+        Bilinear { weight, bias }
+    }
+
+    fn extra_repr(&self) -> String {
+        let bias = if self.bias.is_some() { "True" } else { "False" };
+        format!("in1_features={I1}, in2_features={I2}, out_features={O}, bias={bias}")
+    }
+
+    /// `[n, I1]` and `[n, I2]` to `[n, O]`.
+    fn rows(
+        &self,
+        x1: Tensor<(Dyn, Dyn), E, D>,
+        x2: Tensor<(Dyn, Dyn), E, D>,
+    ) -> Tensor<(Dyn, Dyn), E, D> {
+        let n = x1.dims()[0];
+        // x1 @ [I1, O * I2] gives every `x1^T W_o` at once; a batched product
+        // with x2 then finishes each output.
+        let w = self.weight.into_dyn().permute::<(Ax<1>, Ax<0>, Ax<2>)>();
+        let w = reshaped(w.try_reshape_to((Dyn(I1), Dyn(O * I2))));
+        let t = reshaped(x1.matmul(&w).try_reshape_to((Dyn(n), Dyn(O), Dyn(I2))));
+        let y = reshaped(
+            t.matmul(&x2.unsqueeze::<2>())
+                .try_reshape_to((Dyn(n), Dyn(O))),
+        );
+        match &self.bias {
+            Some(b) => &y + &b.into_dyn(),
+            None => y,
+        }
+    }
+}
+
+/// A reshape that keeps the element count, which cannot fail.
+fn reshaped<S: forma_core::Shape, E: Float, D: Device<E>>(
+    t: forma_core::Result<Tensor<S, E, D>>,
+) -> Tensor<S, E, D> {
+    match t {
+        Ok(t) => t,
+        Err(e) => unreachable!("a reshape that keeps the element count: {e}"),
+    }
+}
+
+macro_rules! bilinear_forward {
+    ($($d:ident),*) => {
+        impl<$($d: Dim,)* const I1: usize, const I2: usize, const O: usize, E: Float, D: Device<E>>
+            Forward<
+                (Tensor<($($d,)* C<I1>,), E, D>, Tensor<($($d,)* C<I2>,), E, D>),
+                Tensor<($($d,)* C<O>,), E, D>,
+            > for Bilinear<I1, I2, O, E, D>
+        {
+            /// # Panics
+            /// If the two inputs' leading (`Dyn`) sizes differ.
+            fn forward(
+                &self,
+                (x1, x2): (Tensor<($($d,)* C<I1>,), E, D>, Tensor<($($d,)* C<I2>,), E, D>),
+            ) -> Tensor<($($d,)* C<O>,), E, D> {
+                let (d1, d2) = (x1.dims(), x2.dims());
+                let lead = &d1[..d1.len() - 1];
+                assert!(
+                    lead == &d2[..d2.len() - 1],
+                    "Bilinear: the inputs' leading sizes differ: {:?} and {:?}",
+                    d1,
+                    d2
+                );
+                let n: usize = lead.iter().product();
+                let a = reshaped(x1.try_reshape_to((Dyn(n), Dyn(I1))));
+                let b = reshaped(x2.try_reshape_to((Dyn(n), Dyn(I2))));
+                let mut out = lead.to_vec();
+                out.push(O);
+                match forma_core::Shape::from_dims(&out) {
+                    Some(shape) => reshaped(self.rows(a, b).try_reshape_to(shape)),
+                    None => unreachable!("the output keeps the inputs' leading sizes"),
+                }
+            }
+        }
+    };
+}
+
+bilinear_forward!(A);
+bilinear_forward!(A, B);
+bilinear_forward!(A, B, F);

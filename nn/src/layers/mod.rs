@@ -11,6 +11,7 @@ pub mod attention;
 pub mod check;
 pub mod conv;
 pub mod dropout;
+pub mod embedding;
 pub mod flatten;
 pub mod linear;
 pub mod norm;
@@ -18,14 +19,23 @@ pub mod pool;
 pub mod recurrent;
 pub mod transformer;
 
-pub use activation::{Gelu, Identity, Relu, Sigmoid, Silu, Tanh};
-pub use attention::MultiheadAttention;
-pub use conv::Conv2d;
+pub use activation::{
+    Gelu, GeluTanh, Identity, LeakyRelu, LogSoftmax, Relu, Sigmoid, Silu, Softmax, Tanh,
+};
+pub use attention::{
+    AttnMasks, AttnOutput, Mask, MultiheadAttention, NonDynamicallyQuantizableLinear,
+};
+pub use conv::{Conv1d, Conv2d, ConvTranspose2d};
 pub use dropout::Dropout;
+pub use embedding::Embedding;
 pub use flatten::Flatten;
-pub use linear::Linear;
-pub use norm::{BatchNorm2d, LayerNorm};
-pub use pool::{AvgPool2d, MaxPool2d};
+pub use linear::{Bilinear, Linear};
+pub use norm::{BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm};
+pub use pool::{AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d};
+pub use recurrent::{Gru, Lstm, LstmState, RnnOptions, RnnParams, RnnWeights};
+pub use transformer::{
+    Activation, TransformerDecoderLayer, TransformerEncoderLayer, TransformerOptions,
+};
 
 use forma_core::{Backend, Float, Rng, Shape, Tensor};
 

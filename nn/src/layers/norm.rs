@@ -1,10 +1,12 @@
-//! `BatchNorm2d` and `LayerNorm`, like PyTorch's.
+//! Normalisation layers: `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`,
+//! `GroupNorm` and `RMSNorm`, like PyTorch's.
 
 use super::{filled, restore};
 use crate::{Forward, Training};
 use forma_core::device::Device;
+use forma_core::shape::check::ConstMsg;
 use forma_core::tape::no_grad;
-use forma_core::{Dim, Dyn, Float, One, Tensor, C};
+use forma_core::{Dim, Dtype, Dyn, Float, One, Shape, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -87,6 +89,19 @@ impl<const CH: usize, E: Float, D: Device<E>> BatchNorm2d<CH, E, D> {
             py_float(self.momentum)
         )
     }
+
+    fn state(&self) -> BatchNormState<'_, CH, E, D> {
+        BatchNormState {
+            weight: &self.weight,
+            bias: &self.bias,
+            running_mean: &self.running_mean,
+            running_var: &self.running_var,
+            num_batches_tracked: &self.num_batches_tracked,
+            momentum: self.momentum,
+            eps: self.eps,
+            training: self.training.is_on(),
+        }
+    }
 }
 
 impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
@@ -94,52 +109,178 @@ impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
     for BatchNorm2d<CH, E, D>
 {
     fn forward(&self, x: Tensor<(B, C<CH>, H, W), E, D>) -> Tensor<(B, C<CH>, H, W), E, D> {
-        let x = x.into_dyn();
-        let per_channel =
-            |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
-        let (mean, var) = if self.training.is_on() {
-            let mean = x
-                .mean_keepdim::<0>()
-                .mean_keepdim::<2>()
-                .mean_keepdim::<3>();
-            let diff = &x - &mean;
-            let var = (&diff * &diff)
-                .mean_keepdim::<0>()
-                .mean_keepdim::<2>()
-                .mean_keepdim::<3>();
-            self.update_running_stats(&mean, &var, x.numel() / CH);
-            (mean, var)
-        } else {
-            (
-                per_channel(&self.running_mean).unsqueeze::<0>(),
-                per_channel(&self.running_var).unsqueeze::<0>(),
-            )
-        };
-        let scale = &var.add_scalar(self.eps).rsqrt() * &per_channel(&self.weight);
-        restore(&(&x - &mean) * &scale + per_channel(&self.bias))
+        restore(batch_norm(x.into_dyn(), self.state()))
     }
 }
 
-impl<const CH: usize, E: Float, D: Device<E>> BatchNorm2d<CH, E, D> {
-    /// Folds a batch's statistics into the running ones (outside the graph).
-    fn update_running_stats(
-        &self,
-        mean: &Tensor<(One, Dyn, One, One), E, D>,
-        var: &Tensor<(One, Dyn, One, One), E, D>,
-        n: usize,
-    ) {
-        let _g = no_grad();
-        let unbiased = n as f64 / (n.max(2) - 1) as f64;
-        let m = self.momentum;
-        let mean_c: Tensor<(C<CH>,), E, D> = mean.detach().reshape();
-        let var_c: Tensor<(C<CH>,), E, D> = var.detach().reshape::<(C<CH>,)>().mul_scalar(unbiased);
-        let rm = &self.running_mean.mul_scalar(1.0 - m) + &mean_c.mul_scalar(m);
-        let rv = &self.running_var.mul_scalar(1.0 - m) + &var_c.mul_scalar(m);
-        self.running_mean.assign(&rm);
-        self.running_var.assign(&rv);
-        let seen = self.num_batches_tracked.item() + 1;
-        let seen = Tensor::full_on((), seen, self.num_batches_tracked.device());
-        self.num_batches_tracked.assign(&seen);
+/// What a batch-norm layer holds, borrowed for [`batch_norm`].
+struct BatchNormState<'a, const CH: usize, E: Float, D: Device<E>> {
+    weight: &'a Tensor<(C<CH>,), E, D>,
+    bias: &'a Tensor<(C<CH>,), E, D>,
+    running_mean: &'a Tensor<(C<CH>,), E, D>,
+    running_var: &'a Tensor<(C<CH>,), E, D>,
+    num_batches_tracked: &'a Tensor<(), i64, D>,
+    momentum: f64,
+    eps: f64,
+    training: bool,
+}
+
+/// Batch normalisation of `[n, CH, h, w]` (BatchNorm1d views its input as
+/// `[n, CH, l, 1]`): batch statistics over every axis but the channels in
+/// training mode (folded into the running ones), the running statistics in
+/// eval mode.
+fn batch_norm<const CH: usize, E: Float, D: Device<E>>(
+    x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+    bn: BatchNormState<'_, CH, E, D>,
+) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
+    let per_channel = |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
+    let (mean, var) = if bn.training {
+        let mean = x
+            .mean_keepdim::<0>()
+            .mean_keepdim::<2>()
+            .mean_keepdim::<3>();
+        let diff = &x - &mean;
+        let var = (&diff * &diff)
+            .mean_keepdim::<0>()
+            .mean_keepdim::<2>()
+            .mean_keepdim::<3>();
+        update_running_stats(&bn, &mean, &var, x.numel() / CH);
+        (mean, var)
+    } else {
+        (
+            per_channel(bn.running_mean).unsqueeze::<0>(),
+            per_channel(bn.running_var).unsqueeze::<0>(),
+        )
+    };
+    let scale = &var.add_scalar(bn.eps).rsqrt() * &per_channel(bn.weight);
+    &(&x - &mean) * &scale + per_channel(bn.bias)
+}
+
+/// Folds a batch's statistics into the running ones (outside the graph):
+/// momentum-weighted, with the unbiased variance, as PyTorch does.
+fn update_running_stats<const CH: usize, E: Float, D: Device<E>>(
+    bn: &BatchNormState<'_, CH, E, D>,
+    mean: &Tensor<(One, Dyn, One, One), E, D>,
+    var: &Tensor<(One, Dyn, One, One), E, D>,
+    n: usize,
+) {
+    let _g = no_grad();
+    let unbiased = n as f64 / (n.max(2) - 1) as f64;
+    let m = bn.momentum;
+    let mean_c: Tensor<(C<CH>,), E, D> = mean.detach().reshape();
+    let var_c: Tensor<(C<CH>,), E, D> = var.detach().reshape::<(C<CH>,)>().mul_scalar(unbiased);
+    let rm = &bn.running_mean.mul_scalar(1.0 - m) + &mean_c.mul_scalar(m);
+    let rv = &bn.running_var.mul_scalar(1.0 - m) + &var_c.mul_scalar(m);
+    bn.running_mean.assign(&rm);
+    bn.running_var.assign(&rv);
+    let seen = bn.num_batches_tracked.item() + 1;
+    let seen = Tensor::full_on((), seen, bn.num_batches_tracked.device());
+    bn.num_batches_tracked.assign(&seen);
+}
+
+/// Batch normalisation over the channels of `[n, CH]` or `[n, CH, l]`, like
+/// `nn.BatchNorm1d(CH)`: the same parameters (`weight` ones, `bias` zeros),
+/// buffers (`running_mean`, `running_var`, `num_batches_tracked`) and modes
+/// as [`BatchNorm2d`]; the statistics run over the batch (and the length).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::BatchNorm1d, Forward, Module};
+/// let mut bn = BatchNorm1d::<2, f64>::new(&Cpu);
+/// let x = Tensor::<(Dyn, C<2>), f64>::from_vec(vec![1., 10., 3., 30.], (Dyn(2), C)).unwrap();
+/// let y = bn.forward(x);
+/// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4); // (1 - 2) / sqrt(1 + eps)
+/// assert_eq!(bn.running_mean.to_vec(), [0.2, 2.0]);
+/// bn.eval();
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct BatchNorm1d<const CH: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// The scale `gamma`, `[CH]`.
+    pub weight: Tensor<(C<CH>,), E, D>,
+    /// The shift `beta`, `[CH]`.
+    pub bias: Tensor<(C<CH>,), E, D>,
+    /// Running mean per channel.
+    #[module(buffer)]
+    pub running_mean: Tensor<(C<CH>,), E, D>,
+    /// Running (unbiased) variance per channel.
+    #[module(buffer)]
+    pub running_var: Tensor<(C<CH>,), E, D>,
+    /// Number of training batches seen.
+    #[module(buffer)]
+    pub num_batches_tracked: Tensor<(), i64, D>,
+    /// Weight of the newest batch in the running statistics.
+    pub momentum: f64,
+    /// Added to the variance for stability.
+    pub eps: f64,
+    /// Train/eval mode.
+    pub training: Training,
+}
+
+impl<const CH: usize, E: Float, D: Device<E>> BatchNorm1d<CH, E, D> {
+    /// A layer with PyTorch's defaults (eps 1e-5, momentum 0.1).
+    pub fn new(device: &D) -> Self {
+        BatchNorm1d {
+            weight: filled((C,), 1.0, device).requires_grad(),
+            bias: filled((C,), 0.0, device).requires_grad(),
+            running_mean: filled((C,), 0.0, device),
+            running_var: filled((C,), 1.0, device),
+            num_batches_tracked: Tensor::full_on((), 0, device),
+            momentum: 0.1,
+            eps: 1e-5,
+            training: Training::default(),
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        format!(
+            "{CH}, eps={}, momentum={}, affine=True, bias=True, track_running_stats=True",
+            py_float(self.eps),
+            py_float(self.momentum)
+        )
+    }
+
+    fn state(&self) -> BatchNormState<'_, CH, E, D> {
+        BatchNormState {
+            weight: &self.weight,
+            bias: &self.bias,
+            running_mean: &self.running_mean,
+            running_var: &self.running_var,
+            num_batches_tracked: &self.num_batches_tracked,
+            momentum: self.momentum,
+            eps: self.eps,
+            training: self.training.is_on(),
+        }
+    }
+}
+
+impl<B: Dim, const CH: usize, E: Float, D: Device<E>>
+    Forward<Tensor<(B, C<CH>), E, D>, Tensor<(B, C<CH>), E, D>> for BatchNorm1d<CH, E, D>
+{
+    fn forward(&self, x: Tensor<(B, C<CH>), E, D>) -> Tensor<(B, C<CH>), E, D> {
+        let shape = x.shape();
+        let x4 = ok_view(x.try_reshape_to((Dyn(shape.0.size()), Dyn(CH), Dyn(1), Dyn(1))));
+        ok_view(batch_norm(x4, self.state()).try_reshape_to(shape))
+    }
+}
+
+impl<B: Dim, L: Dim, const CH: usize, E: Float, D: Device<E>>
+    Forward<Tensor<(B, C<CH>, L), E, D>, Tensor<(B, C<CH>, L), E, D>> for BatchNorm1d<CH, E, D>
+{
+    fn forward(&self, x: Tensor<(B, C<CH>, L), E, D>) -> Tensor<(B, C<CH>, L), E, D> {
+        let (shape, d) = (x.shape(), x.dims());
+        let x4 = ok_view(x.try_reshape_to((Dyn(d[0]), Dyn(CH), Dyn(d[2]), Dyn(1))));
+        ok_view(batch_norm(x4, self.state()).try_reshape_to(shape))
+    }
+}
+
+/// A reshape that keeps the element count, which cannot fail.
+fn ok_view<S: Shape, E: Float, D: Device<E>>(
+    t: forma_core::Result<Tensor<S, E, D>>,
+) -> Tensor<S, E, D> {
+    match t {
+        Ok(t) => t,
+        Err(e) => unreachable!("a reshape that keeps the element count: {e}"),
     }
 }
 
@@ -194,6 +335,184 @@ layer_norm_forward!(0;);
 layer_norm_forward!(1; A);
 layer_norm_forward!(2; A, B);
 layer_norm_forward!(3; A, B, F);
+
+/// Group normalisation, like `nn.GroupNorm(G, CH)`: the `CH` channels of
+/// `[n, CH, ...]` split into `G` groups, each normalised over its channels and
+/// every position with its own mean and (biased) variance; then a per-channel
+/// `weight` (ones) and `bias` (zeros) when affine. Statistics never run, so
+/// train and eval mode agree. `G` must divide `CH` (checked when built).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::GroupNorm, Forward, Module};
+/// let gn = GroupNorm::<2, 4>::new(&Cpu);
+/// assert_eq!(gn.repr(), "GroupNorm(2, 4, eps=1e-05, affine=True, bias=True)");
+/// let x = Tensor::<(Dyn, C<4>, C<3>)>::randn((Dyn(2), C, C), &mut Rng::seed_from(0));
+/// let y = gn.forward(x);
+/// let first: f32 = y.to_vec()[..6].iter().sum(); // group 0 of image 0 has mean 0
+/// assert!(first.abs() < 1e-5);
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct GroupNorm<const G: usize, const CH: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// The per-channel scale, `[CH]`; absent for `affine=False`.
+    pub weight: Option<Tensor<(C<CH>,), E, D>>,
+    /// The per-channel shift, `[CH]`; absent for `affine=False`.
+    pub bias: Option<Tensor<(C<CH>,), E, D>>,
+    /// Added to the variance for stability.
+    pub eps: f64,
+}
+
+impl<const G: usize, const CH: usize, E: Float, D: Device<E>> GroupNorm<G, CH, E, D> {
+    const GROUPS_DIVIDE: () = if G == 0 || !CH.is_multiple_of(G) {
+        ConstMsg::new()
+            .s("GroupNorm: ")
+            .n(CH)
+            .s(" channels cannot be split into ")
+            .n(G)
+            .s(" groups of equal size")
+            .panic()
+    };
+
+    /// A layer with PyTorch's defaults (eps 1e-5, affine).
+    pub fn new(device: &D) -> Self {
+        Self::with_options(1e-5, true, device)
+    }
+
+    /// A layer with the given `eps`, with or without the affine parameters.
+    pub fn with_options(eps: f64, affine: bool, device: &D) -> Self {
+        let () = Self::GROUPS_DIVIDE;
+        GroupNorm {
+            weight: affine.then(|| filled((C,), 1.0, device).requires_grad()),
+            bias: affine.then(|| filled((C,), 0.0, device).requires_grad()),
+            eps,
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        let affine = if self.weight.is_some() {
+            "True"
+        } else {
+            "False"
+        };
+        let bias = if self.bias.is_some() { "True" } else { "False" };
+        format!(
+            "{G}, {CH}, eps={}, affine={affine}, bias={bias}",
+            py_float(self.eps)
+        )
+    }
+
+    /// Normalises `[n, CH, m]` (the trailing axes flattened into `m`).
+    fn norm(&self, x: Tensor<(Dyn, Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn, Dyn), E, D> {
+        let () = Self::GROUPS_DIVIDE;
+        let shape = x.shape();
+        let (n, m) = (x.dims()[0], x.dims()[2]);
+        let xg = ok_view(x.try_reshape_to((Dyn(n), Dyn(G), Dyn(CH / G * m))));
+        let mean = xg.mean_keepdim::<2>();
+        let var = xg.var_keepdim::<2>(false);
+        let xhat = &(&xg - &mean) * &var.add_scalar(self.eps).rsqrt();
+        let y = ok_view(xhat.try_reshape_to(shape));
+        let per_channel = |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>();
+        let y = match &self.weight {
+            Some(w) => &y * &per_channel(w),
+            None => y,
+        };
+        match &self.bias {
+            Some(b) => &y + &per_channel(b),
+            None => y,
+        }
+    }
+}
+
+macro_rules! group_norm_forward {
+    ($($d:ident),*) => {
+        impl<B: Dim, $($d: Dim,)* const G: usize, const CH: usize, E: Float, D: Device<E>>
+            Forward<Tensor<(B, C<CH>, $($d,)*), E, D>, Tensor<(B, C<CH>, $($d,)*), E, D>>
+            for GroupNorm<G, CH, E, D>
+        {
+            fn forward(&self, x: Tensor<(B, C<CH>, $($d,)*), E, D>) -> Tensor<(B, C<CH>, $($d,)*), E, D> {
+                let n = x.dims()[0];
+                let m = x.numel() / (n * CH).max(1);
+                let x3 = ok_view(x.try_reshape_to((Dyn(n), Dyn(CH), Dyn(m))));
+                ok_view(self.norm(x3).try_reshape_to(x.shape()))
+            }
+        }
+    };
+}
+
+group_norm_forward!();
+group_norm_forward!(A1);
+group_norm_forward!(A1, A2);
+group_norm_forward!(A1, A2, A3);
+
+/// Root-mean-square normalisation over the last axis (of size `N`), like
+/// `nn.RMSNorm(N, eps)`: `x / sqrt(mean(x^2) + eps) * weight`, `weight` `[N]`
+/// starting at ones. `eps: None` (PyTorch's default) means the machine
+/// epsilon of the element type (`torch.finfo(dtype).eps`).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::RMSNorm, Forward, Module};
+/// let norm = RMSNorm::<2, f64>::new(&Cpu);
+/// assert_eq!(norm.repr(), "RMSNorm((2,), eps=None, elementwise_affine=True)");
+/// let y = norm.forward(Tensor::<(C<2>,), f64>::from_vec(vec![3.0, 4.0], (C,)).unwrap());
+/// let r = (12.5f64 + f64::EPSILON).sqrt();
+/// assert_eq!(y.to_vec(), [3.0 / r, 4.0 / r]);
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct RMSNorm<const N: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// The scale, `[N]`.
+    pub weight: Tensor<(C<N>,), E, D>,
+    /// Added to the mean square; `None` for the element type's epsilon.
+    pub eps: Option<f64>,
+}
+
+impl<const N: usize, E: Float, D: Device<E>> RMSNorm<N, E, D> {
+    /// A layer with PyTorch's defaults (`eps=None`).
+    pub fn new(device: &D) -> Self {
+        Self::with_eps(None, device)
+    }
+
+    /// A layer with the given `eps` (`None`: the element type's epsilon).
+    pub fn with_eps(eps: Option<f64>, device: &D) -> Self {
+        RMSNorm {
+            weight: filled((C,), 1.0, device).requires_grad(),
+            eps,
+        }
+    }
+
+    /// The `eps` the forward adds: the stated one, else `E`'s epsilon.
+    pub fn effective_eps(&self) -> f64 {
+        // `Dtype::to_f64`: the element type also has num-traits' `to_f64`.
+        self.eps.unwrap_or_else(|| Dtype::to_f64(E::epsilon()))
+    }
+
+    fn extra_repr(&self) -> String {
+        let eps = self.eps.map_or_else(|| "None".to_string(), py_float);
+        format!("({N},), eps={eps}, elementwise_affine=True")
+    }
+}
+
+macro_rules! rms_norm_forward {
+    ($last:literal; $($d:ident),*) => {
+        impl<$($d: Dim,)* const N: usize, E: Float, D: Device<E>>
+            Forward<Tensor<($($d,)* C<N>,), E, D>, Tensor<($($d,)* C<N>,), E, D>> for RMSNorm<N, E, D>
+        {
+            fn forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Tensor<($($d,)* C<N>,), E, D> {
+                let x = x.into_dyn();
+                let mean_sq = (&x * &x).mean_keepdim::<$last>();
+                let y = &x * &mean_sq.add_scalar(self.effective_eps()).rsqrt();
+                restore(&y * &self.weight.into_dyn())
+            }
+        }
+    };
+}
+
+rms_norm_forward!(0;);
+rms_norm_forward!(1; A);
+rms_norm_forward!(2; A, B);
+rms_norm_forward!(3; A, B, F);
 
 #[cfg(test)]
 mod tests {

@@ -1,1 +1,706 @@
-//! Recurrent layers: LSTM and GRU with PyTorch's parameter names.
+//! Recurrent layers: [`Lstm`] and [`Gru`], like PyTorch's `nn.LSTM` and
+//! `nn.GRU` with `batch_first=True`: the same parameter names
+//! (`weight_ih_l0`, `bias_hh_l1_reverse`, ...), shapes, gate order,
+//! initialisation and arithmetic.
+
+use super::attention::{check_dropout, DropoutRng};
+use super::norm::py_float;
+use super::restore;
+use crate::module::Phase;
+use crate::{Cx, Forward, Module, Role, Training, Visitor, VisitorMut};
+use forma_core::device::Device;
+use forma_core::ops::cat::{cat, stack};
+use forma_core::shape::check::ConstMsg;
+use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
+use forma_cpu::Cpu;
+use forma_macros::Module;
+
+/// Asserts that the output features a caller states for a recurrent layer
+/// are its hidden size times its number of directions. `None` (`Dyn`) is
+/// always right.
+pub const fn assert_rnn_features(
+    layer: &str,
+    hidden: usize,
+    bidirectional: bool,
+    stated: Option<usize>,
+) {
+    let want = if bidirectional { 2 * hidden } else { hidden };
+    if let Some(stated) = stated {
+        if stated != want {
+            let dirs = if bidirectional {
+                " in both directions"
+            } else {
+                ""
+            };
+            ConstMsg::new()
+                .s(layer)
+                .s(": a hidden size of ")
+                .n(hidden)
+                .s(dirs)
+                .s(" gives ")
+                .n(want)
+                .s(" output features, not ")
+                .n(stated)
+                .panic()
+        }
+    }
+}
+
+/// The constructor arguments of a recurrent layer besides its sizes and
+/// direction, with PyTorch's defaults: `num_layers=1`, `bias=True`,
+/// `dropout=0` (between layers, in training mode). `batch_first` is always
+/// `True` in Forma; `proj_size` is not offered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RnnOptions {
+    /// Number of stacked layers.
+    pub num_layers: usize,
+    /// Whether the layers have biases.
+    pub bias: bool,
+    /// Dropout probability on the outputs of every layer but the last.
+    pub dropout: f64,
+}
+
+impl Default for RnnOptions {
+    fn default() -> Self {
+        RnnOptions {
+            num_layers: 1,
+            bias: true,
+            dropout: 0.0,
+        }
+    }
+}
+
+/// The parameters of one layer in one direction; `G` gates of size `H`
+/// are stacked along the rows (LSTM: input, forget, cell, output; GRU:
+/// reset, update, new).
+#[derive(Clone, Debug)]
+pub struct RnnWeights<const H: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// `weight_ih_l{k}`: `[G * H, input]` (input is the layer's input size,
+    /// `H` or `2 * H` above the first layer).
+    pub weight_ih: Tensor<(Dyn, Dyn), E, D>,
+    /// `weight_hh_l{k}`: `[G * H, H]`.
+    pub weight_hh: Tensor<(Dyn, C<H>), E, D>,
+    /// `bias_ih_l{k}`: `[G * H]`, absent for `bias=False`.
+    pub bias_ih: Option<Tensor<(Dyn,), E, D>>,
+    /// `bias_hh_l{k}`: `[G * H]`, absent for `bias=False`.
+    pub bias_hh: Option<Tensor<(Dyn,), E, D>>,
+}
+
+impl<const H: usize, E: Float, D: Device<E>> RnnWeights<H, E, D> {
+    /// `U(-1/sqrt(H), 1/sqrt(H))` for every tensor, like PyTorch's
+    /// `reset_parameters`.
+    fn init(gates: usize, input: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
+        let k = if H == 0 { 0.0 } else { 1.0 / (H as f64).sqrt() };
+        let rows = gates * H;
+        let weight_ih =
+            Tensor::uniform_on((Dyn(rows), Dyn(input)), -k, k, rng, device).requires_grad();
+        let weight_hh = Tensor::uniform_on((Dyn(rows), C), -k, k, rng, device).requires_grad();
+        let mut vector =
+            || bias.then(|| Tensor::uniform_on((Dyn(rows),), -k, k, rng, device).requires_grad());
+        let bias_ih = vector();
+        let bias_hh = vector();
+        RnnWeights {
+            weight_ih,
+            weight_hh,
+            bias_ih,
+            bias_hh,
+        }
+    }
+
+    /// `x W_ih^T + b_ih` for a whole sequence `[batch, T, input]`.
+    fn input_projection(&self, x: &Tensor<(Dyn, Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn, Dyn), E, D> {
+        let y = x.matmul(&self.weight_ih.t());
+        match &self.bias_ih {
+            Some(b) => &y + b,
+            None => y,
+        }
+    }
+
+    /// `h W_hh^T + b_hh` for one step `[batch, H]`.
+    fn hidden_projection(&self, h: &Tensor<(Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn), E, D> {
+        let y = h.matmul(&self.weight_hh.into_dyn().t());
+        match &self.bias_hh {
+            Some(b) => &y + b,
+            None => y,
+        }
+    }
+}
+
+/// Every layer's and direction's [`RnnWeights`], named as PyTorch names
+/// them: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}`,
+/// with `_reverse` for the backward direction, layer by layer, forward
+/// direction first.
+///
+/// `Module` is implemented by hand here: the layer index and direction are
+/// part of each key's last segment (`weight_ih_l1_reverse`), not a dotted
+/// path, and the number of layers is a run-time value, so neither a `Vec`
+/// (`0.weight_ih`) nor `#[module(rename)]` (fixed keys) can produce these
+/// names. The layers derive `Module` and hold this as a flattened field.
+#[derive(Clone, Debug)]
+pub struct RnnParams<const H: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// The weights, at index `layer * directions + direction` (direction 1
+    /// is the reverse one).
+    pub cells: Vec<RnnWeights<H, E, D>>,
+    directions: usize,
+}
+
+impl<const H: usize, E: Float, D: Device<E>> RnnParams<H, E, D> {
+    fn init(
+        gates: usize,
+        input: usize,
+        bidirectional: bool,
+        options: &RnnOptions,
+        device: &D,
+        rng: &mut Rng,
+    ) -> Self {
+        let directions = if bidirectional { 2 } else { 1 };
+        let mut cells = Vec::with_capacity(options.num_layers * directions);
+        for layer in 0..options.num_layers {
+            let input = if layer == 0 { input } else { H * directions };
+            for _ in 0..directions {
+                cells.push(RnnWeights::init(gates, input, options.bias, device, rng));
+            }
+        }
+        RnnParams { cells, directions }
+    }
+
+    /// The weights of `layer` in the forward or the reverse direction.
+    ///
+    /// # Panics
+    /// If there is no such layer or direction.
+    pub fn get(&self, layer: usize, reverse: bool) -> &RnnWeights<H, E, D> {
+        assert!(
+            !reverse || self.directions == 2,
+            "a unidirectional layer has no reverse weights"
+        );
+        &self.cells[layer * self.directions + reverse as usize]
+    }
+
+    /// The number of stacked layers.
+    pub fn num_layers(&self) -> usize {
+        self.cells.len() / self.directions
+    }
+
+    /// The key suffix of cell `i`: `l0`, `l0_reverse`, ...
+    fn suffix(&self, i: usize) -> String {
+        let rev = if i % self.directions == 1 {
+            "_reverse"
+        } else {
+            ""
+        };
+        format!("l{}{rev}", i / self.directions)
+    }
+}
+
+/// Enters a parameter key of the current module.
+fn enter(cx: &mut Cx, key: &str) -> bool {
+    cx.enter_field(Phase::Parameters, true, key, Role::Parameter)
+}
+
+impl<const H: usize, E: Float, D: Device<E>> Module for RnnParams<H, E, D> {
+    fn visit<V: Visitor>(&self, cx: &mut Cx, v: &mut V) {
+        for (i, w) in self.cells.iter().enumerate() {
+            let sfx = self.suffix(i);
+            if enter(cx, &format!("weight_ih_{sfx}")) {
+                w.weight_ih.visit(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("weight_hh_{sfx}")) {
+                w.weight_hh.visit(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("bias_ih_{sfx}")) {
+                w.bias_ih.visit(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("bias_hh_{sfx}")) {
+                w.bias_hh.visit(cx, v);
+                cx.leave();
+            }
+        }
+    }
+
+    fn visit_mut<V: VisitorMut>(&mut self, cx: &mut Cx, v: &mut V) {
+        for i in 0..self.cells.len() {
+            let sfx = self.suffix(i);
+            let w = &mut self.cells[i];
+            if enter(cx, &format!("weight_ih_{sfx}")) {
+                w.weight_ih.visit_mut(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("weight_hh_{sfx}")) {
+                w.weight_hh.visit_mut(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("bias_ih_{sfx}")) {
+                w.bias_ih.visit_mut(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("bias_hh_{sfx}")) {
+                w.bias_hh.visit_mut(cx, v);
+                cx.leave();
+            }
+        }
+    }
+}
+
+/// PyTorch's `RNNBase.extra_repr` for a batch-first layer.
+fn rnn_extra_repr(
+    input: usize,
+    hidden: usize,
+    options: &RnnOptions,
+    bidirectional: bool,
+) -> String {
+    let mut s = format!("{input}, {hidden}");
+    if options.num_layers != 1 {
+        s += &format!(", num_layers={}", options.num_layers);
+    }
+    if !options.bias {
+        s += ", bias=False";
+    }
+    s += ", batch_first=True";
+    if options.dropout != 0.0 {
+        s += &format!(", dropout={}", py_float(options.dropout));
+    }
+    if bidirectional {
+        s += ", bidirectional=True";
+    }
+    s
+}
+
+/// Runs a stack of recurrent layers over erased sizes. `init` holds one
+/// state per layer and direction; `step` advances a state by one input
+/// projection `[batch, G * H]`; `hidden` reads a state's output `[batch, H]`.
+/// Returns the last layer's outputs `[batch, T, H * directions]` and the
+/// final states.
+#[allow(clippy::too_many_arguments)] // the stack's settings, its input and the cell
+fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
+    params: &RnnParams<H, E, D>,
+    dropout: f64,
+    training: bool,
+    drop: &DropoutRng,
+    x: Tensor<(Dyn, Dyn, Dyn), E, D>,
+    mut init: Vec<St>,
+    step: impl Fn(&RnnWeights<H, E, D>, Tensor<(Dyn, Dyn), E, D>, &St) -> St,
+    hidden: impl Fn(&St) -> Tensor<(Dyn, Dyn), E, D>,
+) -> (Tensor<(Dyn, Dyn, Dyn), E, D>, Vec<St>) {
+    let dirs = params.directions;
+    let layers = params.num_layers();
+    let (b, t) = (x.size(0), x.size(1));
+    let mut input = x;
+    let mut finals = Vec::with_capacity(init.len());
+    init.reverse(); // popped in order below
+    for layer in 0..layers {
+        let mut outs = Vec::with_capacity(dirs);
+        for dir in 0..dirs {
+            let w = &params.cells[layer * dirs + dir];
+            let xw = w.input_projection(&input);
+            let gh = xw.size(2);
+            let mut state = init
+                .pop()
+                .expect("one initial state per layer and direction");
+            let mut seq = Vec::with_capacity(t);
+            let order: Vec<usize> = if dir == 0 {
+                (0..t).collect()
+            } else {
+                (0..t).rev().collect()
+            };
+            for i in order {
+                let xt = xw
+                    .narrow::<1>(i, 1)
+                    .try_reshape_to((Dyn(b), Dyn(gh)))
+                    .expect("one time step");
+                state = step(w, xt, &state);
+                seq.push(hidden(&state));
+            }
+            if dir == 1 {
+                seq.reverse();
+            }
+            outs.push(stack::<1, _, E, D>(&seq));
+            finals.push(state);
+        }
+        let out = if dirs == 1 {
+            outs.pop().expect("one direction")
+        } else {
+            cat::<2, _, E, D>(&outs)
+        };
+        input = if training && dropout > 0.0 && layer + 1 < layers {
+            drop.apply(out, dropout)
+        } else {
+            out
+        };
+    }
+    (input, finals)
+}
+
+/// Splits an initial state `[layers * directions, batch, H]` into one
+/// `[batch, H]` per layer and direction, or zeros when absent.
+fn split_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
+    layer: &'static str,
+    state: Option<&Tensor<(Dyn, B, C<H>), E, D>>,
+    n: usize,
+    b: usize,
+    device: &D,
+) -> Result<Vec<Tensor<(Dyn, Dyn), E, D>>> {
+    match state {
+        None => Ok((0..n)
+            .map(|_| Tensor::zeros_on((Dyn(b), Dyn(H)), device))
+            .collect()),
+        Some(s) => {
+            if s.dims()[..] != [n, b, H] {
+                return Err(Error::shape(
+                    layer,
+                    format!(
+                        "an initial state of [{n}, {b}, {H}] (layers * directions, batch, hidden)"
+                    ),
+                    &s.dims(),
+                ));
+            }
+            Ok((0..n)
+                .map(|i| {
+                    s.narrow::<0>(i, 1)
+                        .try_reshape_to((Dyn(b), Dyn(H)))
+                        .expect("one layer's state")
+                })
+                .collect())
+        }
+    }
+}
+
+/// Stacks per-layer final states `[batch, H]` into `[layers * directions, batch, H]`.
+fn join_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
+    states: &[Tensor<(Dyn, Dyn), E, D>],
+) -> Tensor<(Dyn, B, C<H>), E, D> {
+    restore(stack::<0, _, E, D>(states))
+}
+
+/// The final `(h_n, c_n)` of an LSTM, each `[layers * directions, batch, H]`.
+pub type LstmState<B, const H: usize, E = f32, D = Cpu> =
+    (Tensor<(Dyn, B, C<H>), E, D>, Tensor<(Dyn, B, C<H>), E, D>);
+
+/// A stack of LSTM layers, like
+/// `nn.LSTM(I, H, num_layers, batch_first=True, bidirectional=BIDIR)`.
+/// Inputs are `[batch, T, I]`; the output is `[batch, T, H]`, or
+/// `[batch, T, 2 * H]` when bidirectional (stated by the caller's type and
+/// checked when the program is built; `Dyn` accepts either). Gates follow
+/// PyTorch's order (input, forget, cell, output):
+///
+/// `c' = f * c + i * g`, `h' = o * tanh(c')`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::layers::Lstm;
+/// use forma::nn::Module;
+/// let mut rng = Rng::seed_from(0);
+/// let lstm = Lstm::<3, 4>::new(2, &Cpu, &mut rng);
+/// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
+/// let (y, (h_n, c_n)): (Tensor<(Dyn, Dyn, C<4>)>, _) = lstm.forward_with(x, None);
+/// assert_eq!(y.dims()[..], [2, 5, 4]);
+/// assert_eq!(h_n.dims()[..], [2, 2, 4]);
+/// assert_eq!(c_n.dims()[..], [2, 2, 4]);
+/// let keys: Vec<String> = lstm.state_dict().keys().map(String::from).collect();
+/// assert_eq!(keys[..4], ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"]);
+/// assert_eq!(lstm.repr(), "LSTM(3, 4, num_layers=2, batch_first=True)");
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", name = "LSTM", extra_repr = "Self::extra_repr")]
+pub struct Lstm<
+    const I: usize,
+    const H: usize,
+    const BIDIR: bool = false,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// The weights, under PyTorch's names.
+    #[module(flatten)]
+    pub params: RnnParams<H, E, D>,
+    /// The constructor arguments.
+    #[module(skip)]
+    pub options: RnnOptions,
+    /// Train/eval mode (dropout between layers).
+    pub training: Training,
+    #[module(skip)]
+    drop: DropoutRng,
+}
+
+impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
+    Lstm<I, H, BIDIR, E, D>
+{
+    /// `num_layers` stacked layers with PyTorch's other defaults and
+    /// initialisation (`U(-1/sqrt(H), 1/sqrt(H))`).
+    pub fn new(num_layers: usize, device: &D, rng: &mut Rng) -> Self {
+        Self::with_options(
+            RnnOptions {
+                num_layers,
+                ..RnnOptions::default()
+            },
+            device,
+            rng,
+        )
+    }
+
+    /// A stack with the given options.
+    ///
+    /// # Panics
+    /// If `options.dropout` is outside `[0, 1]` or `num_layers` is 0.
+    pub fn with_options(options: RnnOptions, device: &D, rng: &mut Rng) -> Self {
+        check_dropout("LSTM", options.dropout);
+        assert!(
+            options.num_layers > 0,
+            "LSTM: num_layers must be at least 1"
+        );
+        Lstm {
+            params: RnnParams::init(4, I, BIDIR, &options, device, rng),
+            options,
+            training: Training::default(),
+            drop: DropoutRng::new(rng),
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        rnn_extra_repr(I, H, &self.options, BIDIR)
+    }
+
+    /// The stack over `x` from the initial `(h_0, c_0)` (zeros when `None`),
+    /// like `lstm(x, (h_0, c_0))`: the last layer's outputs and the final
+    /// `(h_n, c_n)`.
+    ///
+    /// # Panics
+    /// If the initial state's sizes are wrong; see [`Lstm::try_forward_with`].
+    pub fn forward_with<B: Dim, T: Dim, O: Dim>(
+        &self,
+        x: Tensor<(B, T, C<I>), E, D>,
+        state: Option<LstmState<B, H, E, D>>,
+    ) -> (Tensor<(B, T, O), E, D>, LstmState<B, H, E, D>) {
+        match self.try_forward_with(x, state) {
+            Ok(y) => y,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Fallible [`Lstm::forward_with`].
+    ///
+    /// # Errors
+    /// A shape error when `h_0` or `c_0` is not `[layers * directions, batch, H]`.
+    #[allow(clippy::type_complexity)] // PyTorch's (output, (h_n, c_n))
+    pub fn try_forward_with<B: Dim, T: Dim, O: Dim>(
+        &self,
+        x: Tensor<(B, T, C<I>), E, D>,
+        state: Option<LstmState<B, H, E, D>>,
+    ) -> Result<(Tensor<(B, T, O), E, D>, LstmState<B, H, E, D>)> {
+        const { assert_rnn_features("LSTM", H, BIDIR, O::STATIC) };
+        let n = self.params.cells.len();
+        let b = x.size(0);
+        let dev = x.device().clone();
+        let (h0, c0) = match &state {
+            Some((h, c)) => (Some(h), Some(c)),
+            None => (None, None),
+        };
+        let h0 = split_state("LSTM", h0, n, b, &dev)?;
+        let c0 = split_state("LSTM", c0, n, b, &dev)?;
+        let init: Vec<_> = h0.into_iter().zip(c0).collect();
+        let (y, finals) = run_stack(
+            &self.params,
+            self.options.dropout,
+            self.training.is_on(),
+            &self.drop,
+            restore(x),
+            init,
+            |w, xt, (h, c)| {
+                let gates = &xt + &w.hidden_projection(h);
+                let i = gates.narrow::<1>(0, H).sigmoid();
+                let f = gates.narrow::<1>(H, H).sigmoid();
+                let g = gates.narrow::<1>(2 * H, H).tanh();
+                let o = gates.narrow::<1>(3 * H, H).sigmoid();
+                let c = &(&f * c) + &(&i * &g);
+                let h = &o * &c.tanh();
+                (h, c)
+            },
+            |(h, _)| h.clone(),
+        );
+        let (hs, cs): (Vec<_>, Vec<_>) = finals.into_iter().unzip();
+        Ok((restore(y), (join_state(&hs), join_state(&cs))))
+    }
+}
+
+impl<
+        B: Dim,
+        T: Dim,
+        O: Dim,
+        const I: usize,
+        const H: usize,
+        const BIDIR: bool,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>> for Lstm<I, H, BIDIR, E, D>
+{
+    /// The outputs from a zero state, like `lstm(x)[0]`.
+    fn forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Tensor<(B, T, O), E, D> {
+        self.forward_with(x, None).0
+    }
+}
+
+/// A stack of GRU layers, like
+/// `nn.GRU(I, H, num_layers, batch_first=True, bidirectional=BIDIR)`.
+/// Inputs are `[batch, T, I]`; the output is `[batch, T, H]`, or
+/// `[batch, T, 2 * H]` when bidirectional (stated by the caller's type).
+/// Gates follow PyTorch's order (reset, update, new):
+///
+/// `n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`, `h' = (1 - z) * n + z * h`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::layers::Gru;
+/// use forma::nn::Module;
+/// let mut rng = Rng::seed_from(0);
+/// let gru = Gru::<3, 4, true>::new(1, &Cpu, &mut rng);   // bidirectional
+/// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
+/// let (y, h_n): (Tensor<(Dyn, Dyn, C<8>)>, _) = gru.forward_with(x, None);
+/// assert_eq!(y.dims()[..], [2, 5, 8]);
+/// assert_eq!(h_n.dims()[..], [2, 2, 4]);
+/// assert_eq!(gru.repr(), "GRU(3, 4, batch_first=True, bidirectional=True)");
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", name = "GRU", extra_repr = "Self::extra_repr")]
+pub struct Gru<
+    const I: usize,
+    const H: usize,
+    const BIDIR: bool = false,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// The weights, under PyTorch's names.
+    #[module(flatten)]
+    pub params: RnnParams<H, E, D>,
+    /// The constructor arguments.
+    #[module(skip)]
+    pub options: RnnOptions,
+    /// Train/eval mode (dropout between layers).
+    pub training: Training,
+    #[module(skip)]
+    drop: DropoutRng,
+}
+
+impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
+    Gru<I, H, BIDIR, E, D>
+{
+    /// `num_layers` stacked layers with PyTorch's other defaults and
+    /// initialisation (`U(-1/sqrt(H), 1/sqrt(H))`).
+    pub fn new(num_layers: usize, device: &D, rng: &mut Rng) -> Self {
+        Self::with_options(
+            RnnOptions {
+                num_layers,
+                ..RnnOptions::default()
+            },
+            device,
+            rng,
+        )
+    }
+
+    /// A stack with the given options.
+    ///
+    /// # Panics
+    /// If `options.dropout` is outside `[0, 1]` or `num_layers` is 0.
+    pub fn with_options(options: RnnOptions, device: &D, rng: &mut Rng) -> Self {
+        check_dropout("GRU", options.dropout);
+        assert!(options.num_layers > 0, "GRU: num_layers must be at least 1");
+        Gru {
+            params: RnnParams::init(3, I, BIDIR, &options, device, rng),
+            options,
+            training: Training::default(),
+            drop: DropoutRng::new(rng),
+        }
+    }
+
+    fn extra_repr(&self) -> String {
+        rnn_extra_repr(I, H, &self.options, BIDIR)
+    }
+
+    /// The stack over `x` from the initial `h_0` (zeros when `None`), like
+    /// `gru(x, h_0)`: the last layer's outputs and the final `h_n`
+    /// (`[layers * directions, batch, H]`).
+    ///
+    /// # Panics
+    /// If the initial state's sizes are wrong; see [`Gru::try_forward_with`].
+    pub fn forward_with<B: Dim, T: Dim, O: Dim>(
+        &self,
+        x: Tensor<(B, T, C<I>), E, D>,
+        state: Option<Tensor<(Dyn, B, C<H>), E, D>>,
+    ) -> (Tensor<(B, T, O), E, D>, Tensor<(Dyn, B, C<H>), E, D>) {
+        match self.try_forward_with(x, state) {
+            Ok(y) => y,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Fallible [`Gru::forward_with`].
+    ///
+    /// # Errors
+    /// A shape error when `h_0` is not `[layers * directions, batch, H]`.
+    #[allow(clippy::type_complexity)] // PyTorch's (output, h_n)
+    pub fn try_forward_with<B: Dim, T: Dim, O: Dim>(
+        &self,
+        x: Tensor<(B, T, C<I>), E, D>,
+        state: Option<Tensor<(Dyn, B, C<H>), E, D>>,
+    ) -> Result<(Tensor<(B, T, O), E, D>, Tensor<(Dyn, B, C<H>), E, D>)> {
+        const { assert_rnn_features("GRU", H, BIDIR, O::STATIC) };
+        let n = self.params.cells.len();
+        let b = x.size(0);
+        let dev = x.device().clone();
+        let init = split_state("GRU", state.as_ref(), n, b, &dev)?;
+        let (y, finals) = run_stack(
+            &self.params,
+            self.options.dropout,
+            self.training.is_on(),
+            &self.drop,
+            restore(x),
+            init,
+            |w, xt, h| {
+                let hg = w.hidden_projection(h);
+                let r = (&xt.narrow::<1>(0, H) + &hg.narrow::<1>(0, H)).sigmoid();
+                let z = (&xt.narrow::<1>(H, H) + &hg.narrow::<1>(H, H)).sigmoid();
+                let n = (&xt.narrow::<1>(2 * H, H) + &(&r * &hg.narrow::<1>(2 * H, H))).tanh();
+                // PyTorch's form of (1 - z) * n + z * h.
+                &(&(h - &n) * &z) + &n
+            },
+            Tensor::clone,
+        );
+        Ok((restore(y), join_state(&finals)))
+    }
+}
+
+impl<
+        B: Dim,
+        T: Dim,
+        O: Dim,
+        const I: usize,
+        const H: usize,
+        const BIDIR: bool,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>> for Gru<I, H, BIDIR, E, D>
+{
+    /// The outputs from a zero state, like `gru(x)[0]`.
+    fn forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Tensor<(B, T, O), E, D> {
+        self.forward_with(x, None).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::assert_rnn_features;
+
+    #[test]
+    fn stated_output_features_must_match_the_directions() {
+        assert_rnn_features("LSTM", 4, false, Some(4));
+        assert_rnn_features("LSTM", 4, true, Some(8));
+        assert_rnn_features("LSTM", 4, true, None);
+        let err = std::panic::catch_unwind(|| assert_rnn_features("GRU", 4, true, Some(4)))
+            .expect_err("8 features, not 4");
+        let msg = err.downcast_ref::<String>().expect("a formatted message");
+        assert_eq!(
+            msg,
+            "GRU: a hidden size of 4 in both directions gives 8 output features, not 4"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch golden values `tests/nn_seq_parity.rs` compares against:
+MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, LSTM and
+GRU, in float64, forward outputs and gradients.
+
+Run from the repository root:
+
+    python3 tools/gen_seq_fixtures.py
+
+Needs `torch` and `safetensors`. It writes `tools/fixtures/seq_layers.safetensors`
+and prints its size. The metadata records `torch` (the version), `generator`,
+and per case `<case>.keys` (the state_dict keys and shapes, in order, as JSON)
+and `<case>.repr` (`str(module)`).
+
+Conventions (mirrored by the Rust test; change both together):
+
+- Every case builds a float64 PyTorch module with `batch_first=True`, puts it
+  in eval mode (dropout off), and overwrites every parameter with values drawn
+  from a generator seeded once for the file: `U(-0.5, 0.5)`, except layer-norm
+  weights, `1 + U(-0.2, 0.2)`. `<case>.p.<key>` holds each state_dict entry.
+- `<case>.x.<name>` are the inputs (float64 tensors drawn from N(0, 1), bool
+  masks); float inputs require grad.
+- `<case>.y<i>` are the outputs (for MHA with weights: output then the
+  head-averaged weights; for LSTM: output, h_n, c_n; for GRU: output, h_n),
+  and `<case>.w<i>` a fixed N(0, 1) tensor of the same shape each. The loss is
+  `sum_i sum(y_i * w_i)`.
+- `<case>.gx.<name>` is the loss gradient for each float input and
+  `<case>.gp.<key>` for each parameter.
+- Gradients are enabled, so the encoder layer takes PyTorch's regular path,
+  not the inference fast path (which zeroes padded positions).
+"""
+import json
+
+import torch
+import torch.nn as nn
+from safetensors.torch import save_file
+
+from fixture_file import OUT, FixtureFile, canonical_header
+
+F64 = torch.float64
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+
+
+class SeqFixtures(FixtureFile):
+    GENERATOR = "tools/gen_seq_fixtures.py"
+
+    def __init__(self):
+        super().__init__("seq_layers", seed=20240611)
+        self.meta = {}
+
+    def normal(self, *shape):
+        return torch.randn(shape, generator=self.g, dtype=F64)
+
+    def uniform(self, shape, lo, hi):
+        return torch.rand(shape, generator=self.g, dtype=F64) * (hi - lo) + lo
+
+    def save(self):
+        OUT.mkdir(parents=True, exist_ok=True)
+        path = OUT / f"{self.name}.safetensors"
+        meta = {"torch": torch.__version__, "generator": self.GENERATOR, **self.meta}
+        save_file(self.tensors, str(path), metadata=meta)
+        canonical_header(path)
+        return path
+
+    def module(self, case, m):
+        """Randomises and records the parameters of `m`; eval mode, float64."""
+        m = m.to(F64).eval()
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                owner = name.rsplit(".", 1)[0] if "." in name else ""
+                if leaf == "weight" and owner.startswith("norm"):
+                    p.copy_(1.0 + self.uniform(p.shape, -0.2, 0.2))
+                else:
+                    p.copy_(self.uniform(p.shape, -0.5, 0.5))
+        sd = m.state_dict()
+        self.meta[f"{case}.keys"] = json.dumps([[k, list(v.shape)] for k, v in sd.items()])
+        self.meta[f"{case}.repr"] = str(m)
+        for k, v in sd.items():
+            self.put(f"{case}.p.{k}", v)
+        return m
+
+    def inputs(self, case, **xs):
+        """Records inputs; float ones become leaves that require grad."""
+        out = {}
+        for name, x in xs.items():
+            self.put(f"{case}.x.{name}", x)
+            if x.dtype == F64:
+                x = x.clone().requires_grad_(True)
+            out[name] = x
+        return out
+
+    def finish(self, case, m, xs, ys):
+        """Records outputs, loss weights and every gradient."""
+        loss = 0.0
+        for i, y in enumerate(ys):
+            w = self.normal(*y.shape)
+            self.put(f"{case}.y{i}", y)
+            self.put(f"{case}.w{i}", w)
+            loss = loss + (y * w).sum()
+        loss.backward()
+        for name, x in xs.items():
+            if x.dtype == F64:
+                self.put(f"{case}.gx.{name}", x.grad)
+        for name, p in m.named_parameters():
+            self.put(f"{case}.gp.{name}", p.grad)
+
+
+def pad_mask(lengths, total):
+    """[batch, total] bool, True past each sequence's length."""
+    return torch.stack([torch.arange(total) >= n for n in lengths])
+
+
+def causal_mask(n, dtype=F64):
+    """PyTorch's causal mask: float (-inf above the diagonal) or bool."""
+    if dtype == torch.bool:
+        return torch.ones(n, n, dtype=torch.bool).triu(1)
+    return nn.Transformer.generate_square_subsequent_mask(n, dtype=F64)
+
+
+B, E, HEADS, FF = 2, 8, 2, 16
+
+
+def mha_cases(f):
+    T, S = 4, 5
+
+    # Cross-attention without masks; also the head-averaged weights.
+    c = "mha_cross"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, batch_first=True))
+    xs = f.inputs(c, q=f.normal(B, T, E), k=f.normal(B, S, E), v=f.normal(B, S, E))
+    y, w = m(xs["q"], xs["k"], xs["v"], need_weights=True, average_attn_weights=True)
+    f.finish(c, m, xs, [y, w])
+
+    # A bool key padding mask (the second sequence has 3 of 5 keys).
+    c = "mha_kpm"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, batch_first=True))
+    xs = f.inputs(
+        c, q=f.normal(B, T, E), k=f.normal(B, S, E), v=f.normal(B, S, E), kpm=pad_mask([5, 3], S)
+    )
+    y, _ = m(xs["q"], xs["k"], xs["v"], key_padding_mask=xs["kpm"], need_weights=False)
+    f.finish(c, m, xs, [y])
+
+    # Causal self-attention (gradients reach x through q, k and v).
+    c = "mha_causal"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, batch_first=True))
+    xs = f.inputs(c, x=f.normal(B, T, E))
+    x = xs["x"]
+    y, _ = m(x, x, x, attn_mask=causal_mask(T), is_causal=True, need_weights=False)
+    f.finish(c, m, xs, [y])
+
+    # Float masks: an additive [T, S] attn_mask and a float key padding mask.
+    c = "mha_float_masks"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, batch_first=True))
+    kpm = torch.zeros(B, S, dtype=F64).masked_fill(pad_mask([4, 5], S), float("-inf"))
+    xs = f.inputs(c, q=f.normal(B, T, E), k=f.normal(B, S, E), v=f.normal(B, S, E))
+    am = f.uniform((T, S), -1.0, 1.0)
+    f.put(f"{c}.x.attn_mask", am)
+    f.put(f"{c}.x.kpm", kpm)
+    y, _ = m(xs["q"], xs["k"], xs["v"], key_padding_mask=kpm, attn_mask=am, need_weights=False)
+    f.finish(c, m, xs, [y])
+
+    # Bool masks: a [T, S] attn_mask (no row fully hidden) and a key padding mask.
+    c = "mha_bool_masks"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, batch_first=True))
+    am = torch.tensor(
+        [[False, True, False, False, True],
+         [True, False, False, True, False],
+         [False, False, True, False, False],
+         [False, True, True, False, False]]
+    )
+    xs = f.inputs(
+        c,
+        q=f.normal(B, T, E),
+        k=f.normal(B, S, E),
+        v=f.normal(B, S, E),
+        attn_mask=am,
+        kpm=pad_mask([5, 4], S),
+    )
+    y, _ = m(
+        xs["q"], xs["k"], xs["v"], key_padding_mask=xs["kpm"], attn_mask=am, need_weights=False
+    )
+    f.finish(c, m, xs, [y])
+
+    # bias=False: no in_proj_bias, no out_proj.bias.
+    c = "mha_nobias"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, bias=False, batch_first=True))
+    xs = f.inputs(c, x=f.normal(B, T, E))
+    x = xs["x"]
+    y, _ = m(x, x, x, need_weights=False)
+    f.finish(c, m, xs, [y])
+
+
+def encoder_cases(f):
+    T = 5
+    for c, norm_first, act, masking in [
+        ("enc_post_relu_kpm", False, "relu", "kpm"),
+        ("enc_pre_gelu_kpm", True, "gelu", "kpm"),
+        ("enc_post_gelu_causal", False, "gelu", "causal"),
+        ("enc_pre_relu_plain", True, "relu", None),
+    ]:
+        layer = nn.TransformerEncoderLayer(
+            E, HEADS, FF, activation=act, norm_first=norm_first, batch_first=True
+        )
+        m = f.module(c, layer)
+        if masking == "kpm":
+            xs = f.inputs(c, src=f.normal(B, T, E), kpm=pad_mask([5, 3], T))
+            y = m(xs["src"], src_key_padding_mask=xs["kpm"])
+        elif masking == "causal":
+            xs = f.inputs(c, src=f.normal(B, T, E))
+            y = m(xs["src"], src_mask=causal_mask(T), is_causal=True)
+        else:
+            xs = f.inputs(c, src=f.normal(B, T, E))
+            y = m(xs["src"])
+        f.finish(c, m, xs, [y])
+
+
+def decoder_cases(f):
+    T, S = 4, 5
+    for c, norm_first, act, tgt_kpm in [
+        ("dec_post_relu", False, "relu", False),
+        ("dec_pre_gelu", True, "gelu", True),
+    ]:
+        layer = nn.TransformerDecoderLayer(
+            E, HEADS, FF, activation=act, norm_first=norm_first, batch_first=True
+        )
+        m = f.module(c, layer)
+        extra = {"tgt_kpm": pad_mask([4, 3], T)} if tgt_kpm else {}
+        xs = f.inputs(
+            c, tgt=f.normal(B, T, E), memory=f.normal(B, S, E), mem_kpm=pad_mask([3, 5], S), **extra
+        )
+        y = m(
+            xs["tgt"],
+            xs["memory"],
+            # The mask's type matches the padding mask's (PyTorch deprecates mixing them).
+            tgt_mask=causal_mask(T, torch.bool if tgt_kpm else F64),
+            tgt_is_causal=True,
+            tgt_key_padding_mask=xs.get("tgt_kpm"),
+            memory_key_padding_mask=xs["mem_kpm"],
+        )
+        f.finish(c, m, xs, [y])
+
+
+def rnn_cases(f):
+    I, H, T, L = 3, 4, 5, 2
+    for kind in ["lstm", "gru"]:
+        for c, bidir, state, bias in [
+            (f"{kind}_zero", False, False, True),
+            (f"{kind}_state", False, True, True),
+            (f"{kind}_bi_state", True, True, True),
+            (f"{kind}_bi_nobias", True, False, False),
+        ]:
+            cls = nn.LSTM if kind == "lstm" else nn.GRU
+            m = f.module(
+                c, cls(I, H, num_layers=L, bias=bias, batch_first=True, bidirectional=bidir)
+            )
+            dirs = 2 if bidir else 1
+            if state:
+                init = {"h0": f.normal(L * dirs, B, H)}
+                if kind == "lstm":
+                    init["c0"] = f.normal(L * dirs, B, H)
+                xs = f.inputs(c, x=f.normal(B, T, I), **init)
+                hx = (xs["h0"], xs["c0"]) if kind == "lstm" else xs["h0"]
+                y, hn = m(xs["x"], hx)
+            else:
+                xs = f.inputs(c, x=f.normal(B, T, I))
+                y, hn = m(xs["x"])
+            ys = [y, *hn] if kind == "lstm" else [y, hn]
+            f.finish(c, m, xs, ys)
+
+
+def main():
+    f = SeqFixtures()
+    mha_cases(f)
+    encoder_cases(f)
+    decoder_cases(f)
+    rnn_cases(f)
+    path = f.save()
+    print(f"{path.relative_to(path.parent.parent.parent)}: {path.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
