@@ -277,12 +277,20 @@ fn conv2d_backward_acc<A: Real>(x: &[A], wt: &[A], gy: &[A], g: &Geometry) -> (V
     if gx.is_empty() || l == 0 || kk == 0 || og == 0 {
         return (gx, vec![A::zero(); wlen]);
     }
-    let gw = gx
-        .par_chunks_mut(in_img)
+    // The images' weight gradients are summed in a fixed order (runs of
+    // `RUN` images, then the runs' sums in sequence) rather than by rayon's
+    // `fold`/`reduce`, whose split follows work stealing: a seeded training
+    // run then gives the same bits every time, and a resumed one continues
+    // exactly.
+    const RUN: usize = 4;
+    let partials: Vec<Vec<A>> = gx
+        .par_chunks_mut(in_img * RUN)
         .enumerate()
-        .fold(
-            || (vec![A::zero(); wlen], Vec::new(), Vec::new(), Vec::new()),
-            |(mut gw, mut col, mut dcol, mut tmp), (i, gxi)| {
+        .map(|(r, gx_run)| {
+            let (mut gw, mut col, mut dcol, mut tmp) =
+                (vec![A::zero(); wlen], Vec::new(), Vec::new(), Vec::new());
+            for (k, gxi) in gx_run.chunks_mut(in_img).enumerate() {
+                let i = r * RUN + k;
                 let xi = &x[i * in_img..(i + 1) * in_img];
                 let gyi = &gy[i * out_img..(i + 1) * out_img];
                 for gi in 0..groups {
@@ -317,19 +325,16 @@ fn conv2d_backward_acc<A: Real>(x: &[A], wt: &[A], gy: &[A], g: &Geometry) -> (V
                     gemm_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None);
                     col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g);
                 }
-                (gw, col, dcol, tmp)
-            },
-        )
-        .map(|t| t.0)
-        .reduce(
-            || vec![A::zero(); wlen],
-            |mut a, b| {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x = *x + y;
-                }
-                a
-            },
-        );
+            }
+            gw
+        })
+        .collect();
+    let mut gw = vec![A::zero(); wlen];
+    for part in partials {
+        for (a, b) in gw.iter_mut().zip(part) {
+            *a = *a + b;
+        }
+    }
     (gx, gw)
 }
 

@@ -1,0 +1,173 @@
+//! The training example's command line, parsed by hand (a dozen flags do
+//! not need a parser crate).
+
+use super::ModelKind;
+use std::path::PathBuf;
+
+/// The usage text `--help` prints.
+pub const USAGE: &str = "\
+Trains a digit classifier end to end: data, model, optimizer, evaluation,
+checkpoints, metrics and a plot.
+
+usage: cargo run --release -p forma-examples --example train -- [OPTIONS]
+
+  --data DIR         MNIST-format IDX files (MNIST, Fashion-MNIST) in DIR, plain
+                     or .gz; without it, digits drawn by the built-in renderer
+  --out DIR          where checkpoints, metrics.csv and metrics.png go
+                     [default: runs/train]
+  --resume           continue the run saved in --out from its last finished
+                     epoch, exactly as if it had not stopped
+  --epochs N         train until epoch N [default: 5]
+  --batch-size N     samples per optimizer step [default: 64]
+  --lr X             Adam's learning rate [default: 0.002], times 0.7 per epoch
+  --seed N           model initialisation and shuffling [default: 0]
+  --model KIND       cnn (a LeNet) or linear (logistic regression on the
+                     pixels, the baseline) [default: cnn]
+  --train-size N     training samples [default: 16000 built-in, all of --data]
+  --test-size N      held-out samples [default: 4000 built-in, all of --data]
+  --workers N        data-loading threads [default: 0: the training thread]
+  --no-progress      no progress bar, only a line per epoch
+  -h, --help         this text
+";
+
+/// What the command line asks for. `None` means the flag was not given: a
+/// new run takes the default, a resumed run the saved value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Args {
+    /// `--data DIR`.
+    pub data: Option<PathBuf>,
+    /// `--out DIR`.
+    pub out: PathBuf,
+    /// `--resume`.
+    pub resume: bool,
+    /// `--epochs N`.
+    pub epochs: Option<usize>,
+    /// `--batch-size N`.
+    pub batch_size: Option<usize>,
+    /// `--lr X`.
+    pub lr: Option<f64>,
+    /// `--seed N`.
+    pub seed: Option<u64>,
+    /// `--model KIND`.
+    pub model: Option<ModelKind>,
+    /// `--train-size N`.
+    pub train_size: Option<usize>,
+    /// `--test-size N`.
+    pub test_size: Option<usize>,
+    /// `--workers N`.
+    pub workers: usize,
+    /// Whether to draw a progress bar (off with `--no-progress`; it is also
+    /// hidden when stderr is not a terminal).
+    pub progress: bool,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            data: None,
+            out: PathBuf::from("runs/train"),
+            resume: false,
+            epochs: None,
+            batch_size: None,
+            lr: None,
+            seed: None,
+            model: None,
+            train_size: None,
+            test_size: None,
+            workers: 0,
+            progress: true,
+        }
+    }
+}
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Train.
+    Train(Args),
+    /// Print [`USAGE`].
+    Help,
+}
+
+/// Parses the arguments after the program name. Flags take their value as
+/// the next argument or after `=` (`--epochs 3`, `--epochs=3`).
+///
+/// # Errors
+/// A message naming the flag: unknown flag, missing or unparsable value.
+///
+/// ```
+/// use forma_examples::train::{parse_args, Command, ModelKind};
+///
+/// let Command::Train(args) = parse_args(["--epochs=2", "--model", "linear"]).unwrap() else {
+///     unreachable!()
+/// };
+/// assert_eq!(args.epochs, Some(2));
+/// assert_eq!(args.model, Some(ModelKind::Linear));
+/// assert!(parse_args(["--epochs", "two"]).is_err());
+/// ```
+pub fn parse_args<I, S>(args: I) -> Result<Command, String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut out = Args::default();
+    let mut it = args.into_iter().map(Into::into);
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value (see --help)"))
+        };
+        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
+            v.parse()
+                .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
+        }
+        fn positive(flag: &str, v: String) -> Result<usize, String> {
+            match num::<usize>(flag, v)? {
+                0 => Err(format!("{flag} must be at least 1")),
+                n => Ok(n),
+            }
+        }
+        let takes_value = !matches!(
+            flag.as_str(),
+            "--resume" | "--no-progress" | "-h" | "--help"
+        );
+        if !takes_value && inline.is_some() {
+            return Err(format!("{flag} takes no value"));
+        }
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--resume" => out.resume = true,
+            "--no-progress" => out.progress = false,
+            "--data" => out.data = Some(PathBuf::from(value(&flag)?)),
+            "--out" => out.out = PathBuf::from(value(&flag)?),
+            "--epochs" => out.epochs = Some(positive(&flag, value(&flag)?)?),
+            "--batch-size" => out.batch_size = Some(positive(&flag, value(&flag)?)?),
+            "--train-size" => out.train_size = Some(positive(&flag, value(&flag)?)?),
+            "--test-size" => out.test_size = Some(positive(&flag, value(&flag)?)?),
+            "--workers" => out.workers = num(&flag, value(&flag)?)?,
+            "--seed" => out.seed = Some(num(&flag, value(&flag)?)?),
+            "--lr" => {
+                let lr: f64 = num(&flag, value(&flag)?)?;
+                if !(lr > 0.0 && lr.is_finite()) {
+                    return Err(format!("--lr must be positive, not {lr}"));
+                }
+                out.lr = Some(lr);
+            }
+            "--model" => {
+                let v = value(&flag)?;
+                out.model = Some(
+                    ModelKind::parse(&v)
+                        .ok_or_else(|| format!("--model: `{v}` is not a model (cnn or linear)"))?,
+                );
+            }
+            _ => return Err(format!("unknown argument `{arg}` (see --help)")),
+        }
+    }
+    Ok(Command::Train(out))
+}

@@ -1,0 +1,681 @@
+//! The training example's pipeline (`cargo run --release -p forma-examples
+//! --example train`): a CNN classifier trained end to end on 28x28 digits.
+//!
+//! 1. **Data**: the built-in renderer's digits ([`crate::digits`]), or
+//!    MNIST-format IDX files with `--data DIR` (MNIST, Fashion-MNIST), split
+//!    into a training set and a held-out set, normalised with the training
+//!    set's pixel mean and standard deviation.
+//! 2. **Model**: [`Cnn`], a LeNet written as an annotated struct, or the
+//!    [`Linear`](LinearModel) baseline (`--model linear`).
+//! 3. **Loop**: a shuffling [`DataLoader`], [`cross_entropy`], [`Adam`]
+//!    with an [`ExponentialLR`] decay per epoch, a progress bar with loss,
+//!    accuracy and throughput.
+//! 4. **Each epoch**: evaluation on the held-out set in eval mode under
+//!    [`no_grad`]; the best model so far saved atomically as safetensors
+//!    (`best.safetensors`, loadable by PyTorch); the whole training state
+//!    (model, optimizer, scheduler, loader position, metrics) saved as a
+//!    [`TrainingState`] (`state.safetensors`) that `--resume` continues from
+//!    exactly; `metrics.csv` and `metrics.png` rewritten.
+//!
+//! [`run`] is the whole job; the `train` example only parses the command
+//! line and calls it, and the tests call it on a tiny configuration.
+
+mod args;
+pub mod report;
+
+pub use args::{parse_args, Args, Command, USAGE};
+pub use report::EpochMetrics;
+
+use crate::digits::{DigitSet, CLASSES};
+use forma::core::tape::no_grad;
+use forma::nn::data::{DataError, DataLoader, Dataset, Mnist, MnistSplit};
+use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu};
+use forma::nn::loss::{cross_entropy, Mean, Sum};
+use forma::nn::optim::{Adam, AdamOptions, OptimError};
+use forma::nn::sched::ExponentialLR;
+use forma::nn::state::{CheckpointError, LoadError, TrainingState};
+use forma::prelude::*;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A batch of images, as the loader yields them and the models take them.
+pub type Images = Tensor<(Dyn, C<1>, C<28>, C<28>)>;
+/// A batch of class indices.
+pub type Labels = Tensor<(Dyn,), i64>;
+/// A batch of class scores (logits).
+pub type Logits = Tensor<(Dyn, C<10>)>;
+
+/// A LeNet: two 5x5 convolutions with max pooling, then two fully connected
+/// layers. `#[derive(Sequential)]` writes `forward` by chaining the fields
+/// and checks every step's sizes when the program is built (change `fc1` to
+/// `Linear<401, 64>` and `cargo build` says the flattened features are 400).
+#[derive(Module, Sequential, Debug)]
+#[sequential(input = [B, 1, 28, 28], output = [B, 10])]
+pub struct Cnn {
+    /// 1 -> 8 channels, 5x5, padding 2: 28x28 -> 28x28.
+    pub conv1: Conv2d<1, 8, 5, 1, 2>,
+    /// ReLU.
+    pub act1: Relu,
+    /// 28x28 -> 14x14.
+    pub pool1: MaxPool2d<2>,
+    /// 8 -> 16 channels, 5x5: 14x14 -> 10x10.
+    pub conv2: Conv2d<8, 16, 5>,
+    /// ReLU.
+    pub act2: Relu,
+    /// 10x10 -> 5x5.
+    pub pool2: MaxPool2d<2>,
+    /// 16 x 5 x 5 = 400 features.
+    pub flatten: Flatten,
+    /// 400 -> 64.
+    pub fc1: Linear<400, 64>,
+    /// ReLU.
+    pub act3: Relu,
+    /// 64 -> 10 class scores.
+    pub fc2: Linear<64, 10>,
+}
+
+impl Cnn {
+    /// A model with PyTorch's default initialisation, drawn from `rng`.
+    pub fn new(rng: &mut Rng) -> Self {
+        Cnn {
+            conv1: Conv2d::new(&Cpu, rng),
+            act1: Relu,
+            pool1: MaxPool2d,
+            conv2: Conv2d::new(&Cpu, rng),
+            act2: Relu,
+            pool2: MaxPool2d,
+            flatten: Flatten,
+            fc1: Linear::new(&Cpu, rng),
+            act3: Relu,
+            fc2: Linear::new(&Cpu, rng),
+        }
+    }
+}
+
+/// The baseline: multinomial logistic regression on the 784 pixels.
+#[derive(Module, Sequential, Debug)]
+#[sequential(input = [B, 1, 28, 28], output = [B, 10])]
+pub struct LinearModel {
+    /// 1 x 28 x 28 = 784 features.
+    pub flatten: Flatten,
+    /// 784 -> 10 class scores.
+    pub fc: Linear<784, 10>,
+}
+
+impl LinearModel {
+    /// A model with PyTorch's default initialisation, drawn from `rng`.
+    pub fn new(rng: &mut Rng) -> Self {
+        LinearModel {
+            flatten: Flatten,
+            fc: Linear::new(&Cpu, rng),
+        }
+    }
+}
+
+/// Which model to train.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// [`Cnn`].
+    Cnn,
+    /// [`LinearModel`].
+    Linear,
+}
+
+impl ModelKind {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Cnn => "cnn",
+            ModelKind::Linear => "linear",
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "cnn" => Some(ModelKind::Cnn),
+            "linear" => Some(ModelKind::Linear),
+            _ => None,
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Reading the data failed.
+    #[error("data: {0}")]
+    Data(#[from] DataError),
+    /// Writing or reading a checkpoint failed.
+    #[error("checkpoint: {0}")]
+    Checkpoint(#[from] CheckpointError),
+    /// A checkpoint does not fit the model.
+    #[error("checkpoint: {0}")]
+    Load(#[from] LoadError),
+    /// The optimizer or scheduler refused a setting or a saved state.
+    #[error("optimizer: {0}")]
+    Optim(#[from] OptimError),
+    /// `--resume` cannot continue what is saved.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// A file could not be written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Drawing or encoding an image failed.
+    #[error("plot: {0}")]
+    Plot(String),
+}
+
+/// The default number of epochs.
+pub const DEFAULT_EPOCHS: usize = 5;
+/// The default batch size.
+pub const DEFAULT_BATCH_SIZE: usize = 64;
+/// The default learning rate.
+pub const DEFAULT_LR: f64 = 2e-3;
+/// Learning-rate decay per epoch ([`ExponentialLR`]'s `gamma`).
+pub const LR_DECAY: f64 = 0.7;
+/// The built-in training set's default size.
+pub const DEFAULT_TRAIN_SIZE: usize = 16_000;
+/// The built-in held-out set's default size.
+pub const DEFAULT_TEST_SIZE: usize = 4_000;
+/// The seed of the built-in data (fixed, so that every run, whatever its
+/// `--seed`, sees the same images).
+pub const DATA_SEED: u64 = 0x5EED_D161;
+
+/// The settings that define a run: what `--resume` must find unchanged.
+#[derive(Clone, Debug, PartialEq)]
+struct Settings {
+    model: ModelKind,
+    data: Option<PathBuf>,
+    train_size: Option<usize>,
+    test_size: Option<usize>,
+    batch_size: usize,
+    lr: f64,
+    seed: u64,
+}
+
+impl Settings {
+    fn to_extra(&self, extra: &mut BTreeMap<String, String>) {
+        let opt = |v: Option<usize>| v.map_or_else(|| "all".to_string(), |n| n.to_string());
+        extra.insert("model".into(), self.model.name().into());
+        extra.insert(
+            "data".into(),
+            self.data
+                .as_ref()
+                .map_or_else(|| "built-in".to_string(), |p| p.display().to_string()),
+        );
+        extra.insert("train_size".into(), opt(self.train_size));
+        extra.insert("test_size".into(), opt(self.test_size));
+        extra.insert("batch_size".into(), self.batch_size.to_string());
+        // `{:?}` prints the shortest text that reads back to the same f64.
+        extra.insert("lr".into(), format!("{:?}", self.lr));
+        extra.insert("seed".into(), self.seed.to_string());
+    }
+
+    fn from_extra(extra: &BTreeMap<String, String>) -> Result<Self, TrainError> {
+        let get = |k: &str| {
+            extra
+                .get(k)
+                .map(String::as_str)
+                .ok_or_else(|| TrainError::Resume(format!("the saved state has no `{k}`")))
+        };
+        let bad =
+            |k: &str, v: &str| TrainError::Resume(format!("the saved `{k}` `{v}` is invalid"));
+        let size = |k: &str| -> Result<Option<usize>, TrainError> {
+            match get(k)? {
+                "all" => Ok(None),
+                v => v.parse().map(Some).map_err(|_| bad(k, v)),
+            }
+        };
+        let model = get("model")?;
+        let data = get("data")?;
+        let (batch, lr, seed) = (get("batch_size")?, get("lr")?, get("seed")?);
+        Ok(Settings {
+            model: ModelKind::parse(model).ok_or_else(|| bad("model", model))?,
+            data: (data != "built-in").then(|| PathBuf::from(data)),
+            train_size: size("train_size")?,
+            test_size: size("test_size")?,
+            batch_size: batch.parse().map_err(|_| bad("batch_size", batch))?,
+            lr: lr.parse().map_err(|_| bad("lr", lr))?,
+            seed: seed.parse().map_err(|_| bad("seed", seed))?,
+        })
+    }
+
+    /// The saved settings, checked against the flags given with `--resume`.
+    fn resumed(saved: Settings, args: &Args) -> Result<Self, TrainError> {
+        let differ = |flag: &str, given: String, saved: String| {
+            TrainError::Resume(format!(
+                "{flag} {given} differs from the saved run's {saved}; drop the flag to continue \
+                 the run, or start a new one without --resume"
+            ))
+        };
+        if let Some(m) = args.model.filter(|&m| m != saved.model) {
+            return Err(differ(
+                "--model",
+                m.name().into(),
+                saved.model.name().into(),
+            ));
+        }
+        if let Some(dir) = args
+            .data
+            .as_ref()
+            .filter(|&d| Some(d) != saved.data.as_ref())
+        {
+            let was = saved
+                .data
+                .as_ref()
+                .map_or_else(|| "built-in data".to_string(), |p| p.display().to_string());
+            return Err(differ("--data", dir.display().to_string(), was));
+        }
+        let sizes = [
+            ("--train-size", args.train_size, saved.train_size),
+            ("--test-size", args.test_size, saved.test_size),
+        ];
+        for (flag, given, saved) in sizes {
+            if let Some(n) = given.filter(|&n| Some(n) != saved) {
+                let was = saved.map_or_else(|| "all".to_string(), |s| s.to_string());
+                return Err(differ(flag, n.to_string(), was));
+            }
+        }
+        if let Some(b) = args.batch_size.filter(|&b| b != saved.batch_size) {
+            return Err(differ(
+                "--batch-size",
+                b.to_string(),
+                saved.batch_size.to_string(),
+            ));
+        }
+        if let Some(lr) = args.lr.filter(|&lr| lr != saved.lr) {
+            return Err(differ("--lr", lr.to_string(), saved.lr.to_string()));
+        }
+        if let Some(s) = args.seed.filter(|&s| s != saved.seed) {
+            return Err(differ("--seed", s.to_string(), saved.seed.to_string()));
+        }
+        Ok(saved)
+    }
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Every epoch's metrics, the resumed ones included.
+    pub metrics: Vec<EpochMetrics>,
+    /// The best held-out accuracy (the one `best.safetensors` scores).
+    pub best_test_acc: f64,
+    /// The directory holding the files.
+    pub out: PathBuf,
+}
+
+impl Summary {
+    /// The last epoch's held-out accuracy.
+    pub fn final_test_acc(&self) -> Option<f64> {
+        self.metrics.last().map(|m| m.test_acc)
+    }
+}
+
+/// The files a run writes in its output directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutFiles {
+    /// The best model's weights, PyTorch's keys (`best.safetensors`).
+    pub best: PathBuf,
+    /// Everything `--resume` needs (`state.safetensors`).
+    pub state: PathBuf,
+    /// One row per epoch (`metrics.csv`).
+    pub csv: PathBuf,
+    /// Loss and accuracy curves (`metrics.png`).
+    pub plot: PathBuf,
+    /// A grid of training images (`samples.png`).
+    pub samples: PathBuf,
+}
+
+impl OutFiles {
+    /// The files in `dir`.
+    pub fn in_dir(dir: &Path) -> Self {
+        OutFiles {
+            best: dir.join("best.safetensors"),
+            state: dir.join("state.safetensors"),
+            csv: dir.join("metrics.csv"),
+            plot: dir.join("metrics.png"),
+            samples: dir.join("samples.png"),
+        }
+    }
+}
+
+/// The compiler that built this program, as the build script found it.
+pub const RUSTC_VERSION: &str = env!("FORMA_EXAMPLES_RUSTC");
+
+/// Runs the whole job as `args` asks, printing as it goes (a progress bar
+/// on a terminal, a line per epoch), and returns the metrics.
+///
+/// # Errors
+/// A [`TrainError`]: unreadable data, an unwritable output directory, a
+/// state that `--resume` cannot continue.
+pub fn run(args: &Args) -> Result<Summary, TrainError> {
+    let files = OutFiles::in_dir(&args.out);
+    let saved = if args.resume {
+        if !files.state.exists() {
+            return Err(TrainError::Resume(format!(
+                "no saved run at {} (train without --resume first)",
+                files.state.display()
+            )));
+        }
+        Some(TrainingState::load(&files.state)?)
+    } else {
+        None
+    };
+    let settings = match &saved {
+        Some(st) => Settings::resumed(Settings::from_extra(&st.extra)?, args)?,
+        None => Settings {
+            model: args.model.unwrap_or(ModelKind::Cnn),
+            data: args.data.clone(),
+            train_size: args.train_size,
+            test_size: args.test_size,
+            batch_size: args.batch_size.unwrap_or(DEFAULT_BATCH_SIZE),
+            lr: args.lr.unwrap_or(DEFAULT_LR),
+            seed: args.seed.unwrap_or(0),
+        },
+    };
+    let epochs = args.epochs.unwrap_or(DEFAULT_EPOCHS);
+
+    println!(
+        "forma {} ({}, {} build)",
+        env!("CARGO_PKG_VERSION"),
+        RUSTC_VERSION,
+        if cfg!(debug_assertions) {
+            "debug: expect it to be slow; add --release"
+        } else {
+            "release"
+        }
+    );
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("device: cpu ({threads} threads)");
+    println!("seed: {} (initialisation, shuffling)", settings.seed);
+
+    let started = Instant::now();
+    let (train_set, test_set, source) = load_data(&settings)?;
+    let (mean, std) = train_set.pixel_stats();
+    let train_set = train_set.normalize(mean, std);
+    let test_set = test_set.normalize(mean, std);
+    println!(
+        "data: {source}: {} training / {} held-out images, normalised with mean {mean:.4} std {std:.4} ({:.1}s)",
+        train_set.len(),
+        test_set.len(),
+        started.elapsed().as_secs_f64()
+    );
+    std::fs::create_dir_all(&args.out).map_err(|source| TrainError::Io {
+        path: args.out.clone(),
+        source,
+    })?;
+    let shown: Vec<&[u8]> = (0..train_set.len().min(100))
+        .filter_map(|i| train_set.pixels(i))
+        .collect();
+    report::save_image_grid(&files.samples, &shown, 10, 2)?;
+
+    let mut rng = Rng::seed_from(settings.seed);
+    match settings.model {
+        ModelKind::Cnn => fit(
+            Cnn::new(&mut rng),
+            args,
+            &settings,
+            epochs,
+            saved,
+            train_set,
+            test_set,
+            &files,
+        ),
+        ModelKind::Linear => fit(
+            LinearModel::new(&mut rng),
+            args,
+            &settings,
+            epochs,
+            saved,
+            train_set,
+            test_set,
+            &files,
+        ),
+    }
+}
+
+/// The training and held-out sets and a description of where they come from.
+fn load_data(s: &Settings) -> Result<(DigitSet, DigitSet, String), TrainError> {
+    let (mut train, mut test, source) = match &s.data {
+        None => {
+            let train = DigitSet::generate(s.train_size.unwrap_or(DEFAULT_TRAIN_SIZE), DATA_SEED);
+            // Another seed: no held-out image shares a random stream with a
+            // training image.
+            let test = DigitSet::generate(s.test_size.unwrap_or(DEFAULT_TEST_SIZE), DATA_SEED + 1);
+            (
+                train,
+                test,
+                format!("built-in digits (seed {DATA_SEED:#x})"),
+            )
+        }
+        Some(dir) => {
+            let train = Mnist::<(C<1>, C<28>, C<28>)>::from_dir(dir, MnistSplit::Train)?;
+            let test = Mnist::<(C<1>, C<28>, C<28>)>::from_dir(dir, MnistSplit::Test)?;
+            (
+                DigitSet::from_mnist(&train),
+                DigitSet::from_mnist(&test),
+                format!("IDX files in {}", dir.display()),
+            )
+        }
+    };
+    if let Some(n) = s.train_size {
+        train = train.truncated(n);
+    }
+    if let Some(n) = s.test_size {
+        test = test.truncated(n);
+    }
+    if let Some(&bad) = train
+        .labels()
+        .iter()
+        .chain(test.labels())
+        .find(|&&l| l as usize >= CLASSES)
+    {
+        return Err(TrainError::Data(DataError::Invalid {
+            what: "labels",
+            reason: format!("label {bad} is not a class of 0..{CLASSES}"),
+        }));
+    }
+    Ok((train, test, source))
+}
+
+/// Number of right answers among `logits` for `labels`.
+fn correct(logits: &Logits, labels: &Labels) -> usize {
+    let pred = logits.argmax::<1>().to_vec();
+    pred.iter()
+        .zip(labels.to_vec())
+        .filter(|(p, t)| **p == *t)
+        .count()
+}
+
+/// Mean loss and accuracy of `model` on `data`, in eval mode, without
+/// recording a graph.
+fn evaluate<M>(model: &mut M, data: &Arc<DigitSet>) -> Result<(f64, f64), TrainError>
+where
+    M: Module + Forward<Images, Logits>,
+{
+    model.eval();
+    let _no_grad = no_grad();
+    let mut loader = DataLoader::new(Arc::clone(data), 500)?;
+    let (mut loss, mut hits, mut seen) = (0.0f64, 0usize, 0usize);
+    for batch in loader.iter() {
+        let (x, y): (Images, Labels) = batch?;
+        let logits = model.forward(x);
+        loss += cross_entropy(&logits, &y, Sum).item() as f64;
+        hits += correct(&logits, &y);
+        seen += y.dims()[0];
+    }
+    model.train();
+    let n = seen.max(1) as f64;
+    Ok((loss / n, hits as f64 / n))
+}
+
+/// The training loop proper, for either model.
+fn fit<M>(
+    mut model: M,
+    args: &Args,
+    settings: &Settings,
+    epochs: usize,
+    saved: Option<TrainingState>,
+    train_set: DigitSet,
+    test_set: DigitSet,
+    files: &OutFiles,
+) -> Result<Summary, TrainError>
+where
+    M: Module + Forward<Images, Logits>,
+{
+    let mut opt: Adam = Adam::try_new(AdamOptions::default().lr(settings.lr))?;
+    let mut sched = ExponentialLR::try_new(&mut opt, LR_DECAY)?;
+    let mut loader = DataLoader::new(train_set, settings.batch_size)?
+        .shuffle(settings.seed)
+        .num_workers(args.workers);
+    let mut metrics: Vec<EpochMetrics> = Vec::new();
+    let mut best = f64::NEG_INFINITY;
+    let test_set = Arc::new(test_set);
+
+    println!(
+        "model: {} ({} parameters)\n{}",
+        settings.model.name(),
+        model.num_parameters(),
+        model.repr()
+    );
+    println!(
+        "optimizer: Adam, lr {} decaying x{LR_DECAY} per epoch; batch size {}; {} batches per epoch",
+        settings.lr,
+        settings.batch_size,
+        loader.len()
+    );
+
+    if let Some(st) = saved {
+        // Optimizer first, then the scheduler, as PyTorch orders it.
+        model.load_state_dict(&st.model)?;
+        let missing = |what: &str| TrainError::Resume(format!("the saved state has no {what}"));
+        opt.load_state_dict(
+            &model,
+            st.optimizer.as_ref().ok_or_else(|| missing("optimizer"))?,
+        )?;
+        sched.load_state_dict(st.scheduler.as_ref().ok_or_else(|| missing("scheduler"))?)?;
+        loader.set_state(st.loader.ok_or_else(|| missing("loader position"))?)?;
+        metrics = report::from_csv(st.extra.get("metrics").map_or("", String::as_str))?;
+        best = metrics
+            .iter()
+            .map(|m| m.test_acc)
+            .fold(f64::NEG_INFINITY, f64::max);
+        println!(
+            "resuming {} at epoch {} (best held-out accuracy so far {:.2}%)",
+            args.out.display(),
+            loader.state().epoch + 1,
+            100.0 * best
+        );
+    } else {
+        println!("output: {}", args.out.display());
+    }
+
+    model.train();
+    let batches = loader.len() as u64;
+    let mut trained = false;
+    while (loader.state().epoch as usize) < epochs {
+        let epoch = loader.state().epoch as usize + 1;
+        let t0 = Instant::now();
+        let bar = if args.progress {
+            ProgressBar::new(batches)
+        } else {
+            ProgressBar::with_draw_target(Some(batches), ProgressDrawTarget::hidden())
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix} [{bar:30.cyan/blue}] {pos:>4}/{len} {msg} [{elapsed_precise} < {eta}]",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("epoch {epoch}/{epochs}"));
+        bar.set_position(loader.state().batch as u64);
+
+        let (mut loss_sum, mut hits, mut seen) = (0.0f64, 0usize, 0usize);
+        for batch in loader.iter() {
+            let (x, y): (Images, Labels) = batch?;
+            opt.zero_grad(&model);
+            let logits = model.forward(x);
+            let loss = cross_entropy(&logits, &y, Mean);
+            loss.backward();
+            opt.try_step(&model)?;
+
+            let n = y.dims()[0];
+            loss_sum += loss.item() as f64 * n as f64;
+            hits += correct(&logits.detach(), &y);
+            seen += n;
+            bar.inc(1);
+            bar.set_message(format!(
+                "loss {:.4} acc {:5.1}% {:>5.0} samples/s",
+                loss_sum / seen as f64,
+                100.0 * hits as f64 / seen as f64,
+                seen as f64 / t0.elapsed().as_secs_f64()
+            ));
+        }
+        let train_secs = t0.elapsed().as_secs_f64();
+        trained = true;
+        bar.finish_and_clear();
+        sched.try_step(&mut opt)?;
+
+        let (test_loss, test_acc) = evaluate(&mut model, &test_set)?;
+        let seen_f = seen.max(1) as f64;
+        let row = EpochMetrics {
+            epoch,
+            train_loss: loss_sum / seen_f,
+            train_acc: hits as f64 / seen_f,
+            test_loss,
+            test_acc,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        metrics.push(row);
+        let improved = test_acc > best;
+        if improved {
+            best = test_acc;
+            model.save_safetensors(&files.best)?;
+        }
+        let mut extra = BTreeMap::new();
+        settings.to_extra(&mut extra);
+        extra.insert("metrics".into(), report::to_csv_exact(&metrics));
+        TrainingState {
+            model: model.state_dict(),
+            optimizer: Some(opt.try_state_dict()?),
+            scheduler: Some(sched.state_dict()),
+            loader: Some(loader.state()),
+            extra,
+        }
+        .save(&files.state)?;
+        report::write_atomic(&files.csv, report::to_csv(&metrics).as_bytes())?;
+        report::save_plot(&files.plot, &metrics)?;
+
+        println!(
+            "epoch {epoch}/{epochs}  train loss {:.4} acc {:.2}%  held-out loss {:.4} acc {:.2}%  {:.0} samples/s  {:.1}s{}",
+            row.train_loss,
+            100.0 * row.train_acc,
+            row.test_loss,
+            100.0 * row.test_acc,
+            seen as f64 / train_secs,
+            row.seconds,
+            if improved { "  (best: saved)" } else { "" }
+        );
+    }
+    if !trained {
+        println!(
+            "nothing to train: the run has done {} epochs (ask for more with --epochs N)",
+            loader.state().epoch
+        );
+    }
+    Ok(Summary {
+        metrics,
+        best_test_acc: best,
+        out: args.out.clone(),
+    })
+}
