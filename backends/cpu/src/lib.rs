@@ -3,11 +3,14 @@
 //! ([`Layout`]), run in parallel with rayon above a size threshold, compute
 //! half types in f32, and are generic over the op so hot loops have no dispatch.
 
+mod dense;
 pub mod ops;
 pub mod strided;
 
+pub use dense::tune_allocator;
 use forma_core::{Backend, DefaultDevice, Dtype, Layout, Result};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 use strided::StridedIter;
 
 /// Elements per parallel task: below this, work stays on one thread.
@@ -28,8 +31,35 @@ impl DefaultDevice for Cpu {
 /// goes row by row: an inner loop over the last dim with fixed strides (which
 /// the compiler vectorises for strides 0 and 1), and parallel chunks of rows
 /// for large outputs. Dense, unbroadcast operands are walked as one row.
-pub fn map_strided<T: Send, const K: usize>(
+pub fn map_strided<T: Copy + Send, const K: usize>(
     out: &mut [T],
+    layouts: [&Layout; K],
+    f: impl Fn([usize; K]) -> T + Sync,
+) {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and `walk` only writes
+    // initialised values (`T: Copy`, so nothing is dropped unwritten).
+    let out = unsafe { &mut *(out as *mut [T] as *mut [MaybeUninit<T>]) };
+    walk(out, layouts, f);
+}
+
+/// A new row-major vector with `f(offsets)` for each element of the common
+/// sizes of `layouts` (see [`map_strided`]), written once into uninitialised
+/// memory rather than zero-filled first.
+pub fn collect_strided<T: Copy + Send, const K: usize>(
+    layouts: [&Layout; K],
+    f: impl Fn([usize; K]) -> T + Sync,
+) -> Vec<T> {
+    tune_allocator();
+    let n = layouts.first().map_or(0, |l| l.numel());
+    let mut out = Vec::with_capacity(n);
+    walk(&mut out.spare_capacity_mut()[..n], layouts, f);
+    // SAFETY: `walk` writes every one of the `n` slots.
+    unsafe { out.set_len(n) };
+    out
+}
+
+fn walk<T: Send, const K: usize>(
+    out: &mut [MaybeUninit<T>],
     layouts: [&Layout; K],
     f: impl Fn([usize; K]) -> T + Sync,
 ) {
@@ -53,12 +83,12 @@ pub fn map_strided<T: Send, const K: usize>(
             layouts.map(|l| l.strides[r - 1]),
         )
     };
-    let run = |row0: usize, chunk: &mut [T]| {
+    let run = |row0: usize, chunk: &mut [MaybeUninit<T>]| {
         let mut its = outer.each_ref().map(|l| StridedIter::new(l, row0));
         for orow in chunk.chunks_mut(n) {
             let bases: [usize; K] = std::array::from_fn(|i| its[i].next_offset());
             for (k, o) in orow.iter_mut().enumerate() {
-                *o = f(std::array::from_fn(|i| bases[i] + k * strides[i]));
+                o.write(f(std::array::from_fn(|i| bases[i] + k * strides[i])));
             }
         }
     };
@@ -76,7 +106,7 @@ pub fn map_strided<T: Send, const K: usize>(
                 let bases: [usize; K] =
                     std::array::from_fn(|i| outer[i].offset + start * strides[i]);
                 for (k, o) in chunk.iter_mut().enumerate() {
-                    *o = f(std::array::from_fn(|i| bases[i] + k * strides[i]));
+                    o.write(f(std::array::from_fn(|i| bases[i] + k * strides[i])));
                 }
             });
     } else {
@@ -86,7 +116,7 @@ pub fn map_strided<T: Send, const K: usize>(
 
 /// Fills `out` (row-major over `layout`'s sizes) with `f(offset)` for each
 /// element's storage offset.
-pub fn fill_strided<T: Send>(out: &mut [T], layout: &Layout, f: impl Fn(usize) -> T + Sync) {
+pub fn fill_strided<T: Copy + Send>(out: &mut [T], layout: &Layout, f: impl Fn(usize) -> T + Sync) {
     map_strided(out, [layout], |[o]| f(o));
 }
 
@@ -95,9 +125,7 @@ pub fn gather_vec<E: Dtype>(src: &[E], layout: &Layout) -> Vec<E> {
     if let Some(r) = layout.contiguous_range() {
         return src[r].to_vec();
     }
-    let mut out = vec![E::default(); layout.numel()];
-    fill_strided(&mut out, layout, |o| src[o]);
-    out
+    collect_strided([layout], |[o]| src[o])
 }
 
 impl Backend for Cpu {
@@ -108,10 +136,12 @@ impl Backend for Cpu {
     }
 
     fn upload<E: Dtype>(&self, data: Vec<E>) -> Result<Vec<E>> {
+        dense::tune_allocator();
         Ok(data)
     }
 
     fn full<E: Dtype>(&self, len: usize, value: E) -> Result<Vec<E>> {
+        dense::tune_allocator();
         Ok(vec![value; len])
     }
 
@@ -144,8 +174,6 @@ impl Backend for Cpu {
     }
 
     fn cast<E: Dtype, F: Dtype>(&self, src: &Vec<E>, layout: &Layout) -> Result<Vec<F>> {
-        let mut out = vec![F::default(); layout.numel()];
-        fill_strided(&mut out, layout, |o| src[o].cast::<F>());
-        Ok(out)
+        Ok(collect_strided([layout], |[o]| src[o].cast::<F>()))
     }
 }

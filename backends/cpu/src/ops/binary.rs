@@ -1,12 +1,13 @@
 //! Every binary table row through one kernel, monomorphised per op; a fast
 //! path when both operands are dense and unbroadcast.
 
-use crate::{map_strided, Cpu};
+use crate::dense::{broadcast_scalar, dense_slices, map1, map2, map3};
+use crate::{collect_strided, map_strided, Cpu};
 use forma_core::ops::binary::{BinaryKernel, BinaryOp};
 use forma_core::{Float, Layout, Result};
 
 /// Fills `out` with `f(a[i], b[i])` over two views of the output's sizes.
-pub(crate) fn zip_strided<A: Copy + Sync, B: Copy + Sync, T: Send>(
+pub(crate) fn zip_strided<A: Copy + Sync, B: Copy + Sync, T: Copy + Send>(
     out: &mut [T],
     a: &[A],
     la: &Layout,
@@ -26,11 +27,18 @@ impl<E: Float> BinaryKernel<E> for Cpu {
         b: &Vec<E>,
         lb: &Layout,
     ) -> Result<Vec<E>> {
-        let mut out = vec![E::default(); la.numel()];
-        zip_strided(&mut out, a, la, b, lb, |x: E, y: E| {
-            E::from_acc(op.f(x.to_acc(), y.to_acc()))
-        });
-        Ok(out)
+        let f = |x: E, y: E| E::from_acc(op.f(x.to_acc(), y.to_acc()));
+        if let Some([a, b]) = dense_slices([a, b], [la, lb]) {
+            return Ok(map2(a, b, f));
+        }
+        // A tensor with a scalar (`x * 0.9`, as optimizers do): one slice loop.
+        if let (Some([a]), Some(y)) = (dense_slices([a], [la]), broadcast_scalar(b, lb)) {
+            return Ok(map1(a, |x| f(x, y)));
+        }
+        if let (Some(x), Some([b])) = (broadcast_scalar(a, la), dense_slices([b], [lb])) {
+            return Ok(map1(b, |y| f(x, y)));
+        }
+        Ok(collect_strided([la, lb], |[i, j]| f(a[i], b[j])))
     }
 
     fn binary_backward<Op: BinaryOp>(
@@ -43,17 +51,14 @@ impl<E: Float> BinaryKernel<E> for Cpu {
         g: &Vec<E>,
         lg: &Layout,
     ) -> Result<(Vec<E>, Vec<E>)> {
-        let n = lg.numel();
-        let (mut ga, mut gb) = (vec![E::default(); n], vec![E::default(); n]);
-        let d = |[i, j, k]: [usize; 3]| (a[i].to_acc(), b[j].to_acc(), g[k].to_acc());
-        map_strided(&mut ga, [la, lb, lg], |o| {
-            let (x, y, gv) = d(o);
-            E::from_acc(gv * op.df(x, y).0)
-        });
-        map_strided(&mut gb, [la, lb, lg], |o| {
-            let (x, y, gv) = d(o);
-            E::from_acc(gv * op.df(x, y).1)
-        });
+        let da = |x: E, y: E, g: E| E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()).0);
+        let db = |x: E, y: E, g: E| E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()).1);
+        if let Some([a, b, g]) = dense_slices([a, b, g], [la, lb, lg]) {
+            return Ok((map3(a, b, g, da), map3(a, b, g, db)));
+        }
+        let layouts = [la, lb, lg];
+        let ga = collect_strided(layouts, |[i, j, k]| da(a[i], b[j], g[k]));
+        let gb = collect_strided(layouts, |[i, j, k]| db(a[i], b[j], g[k]));
         Ok((ga, gb))
     }
 }

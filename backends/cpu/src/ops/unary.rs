@@ -1,14 +1,19 @@
-//! Every unary table row through one kernel, monomorphised per op.
+//! Every unary table row through one kernel, monomorphised per op; a
+//! vectorisable slice loop when the operands are dense.
 
-use crate::{fill_strided, map_strided, Cpu};
+use crate::dense::{dense_slices, map1, map3};
+use crate::{collect_strided, Cpu};
 use forma_core::ops::unary::{UnaryKernel, UnaryOp};
 use forma_core::{Float, Layout, Result};
 
 impl<E: Float> UnaryKernel<E> for Cpu {
     fn unary<Op: UnaryOp>(&self, op: Op, x: &Vec<E>, layout: &Layout) -> Result<Vec<E>> {
-        let mut out = vec![E::default(); layout.numel()];
-        fill_strided(&mut out, layout, |o| E::from_acc(op.f(x[o].to_acc())));
-        Ok(out)
+        if let Some([x]) = dense_slices([x], [layout]) {
+            return Ok(map1(x, |v: E| E::from_acc(op.f(v.to_acc()))));
+        }
+        Ok(collect_strided([layout], |[o]| {
+            E::from_acc(op.f(x[o].to_acc()))
+        }))
     }
 
     fn unary_backward<Op: UnaryOp>(
@@ -21,10 +26,13 @@ impl<E: Float> UnaryKernel<E> for Cpu {
         g: &Vec<E>,
         lg: &Layout,
     ) -> Result<Vec<E>> {
-        let mut out = vec![E::default(); lx.numel()];
-        map_strided(&mut out, [lx, ly, lg], |[i, j, k]| {
+        if let Some([x, y, g]) = dense_slices([x, y, g], [lx, ly, lg]) {
+            return Ok(map3(x, y, g, |x: E, y: E, g: E| {
+                E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()))
+            }));
+        }
+        Ok(collect_strided([lx, ly, lg], |[i, j, k]| {
             E::from_acc(g[k].to_acc() * op.df(x[i].to_acc(), y[j].to_acc()))
-        });
-        Ok(out)
+        }))
     }
 }
