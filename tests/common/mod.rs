@@ -40,23 +40,10 @@ impl<D: Device<f32> + Device<f64> + Device<f16> + Device<bf16>> TestDevice for D
 /// `add_same_shape::cpu` always. Tests build every tensor on `dev` (the
 /// `*_on` constructors, [`Fixture::tensor`]), so the same body runs anywhere.
 ///
-/// Where CUDA plugs in: once `forma::cuda::Cuda` implements `Backend` and the
-/// kernel traits (so it is a [`TestDevice`]), add beside `fn cpu` below
-///
-/// ```ignore
-/// #[cfg(feature = "cuda")]
-/// #[test]
-/// fn cuda() {
-///     match forma::cuda::Cuda::new(0) {
-///         Ok(dev) => run(&dev),
-///         Err(e) => eprintln!("skipped {}::cuda: no usable GPU ({e})", module_path!()),
-///     }
-/// }
-/// ```
-///
-/// (`cargo test --features cuda` then runs both variants; without a GPU the
-/// CUDA variant prints why it skipped and passes). `Cuda` is only a device
-/// probe so far, so only the CPU variant is generated today.
+/// With the `cuda` feature each test also gets `<name>::cuda`, which runs the
+/// same body on `forma::cuda::Cuda::new(0)` when a GPU is usable and
+/// otherwise prints why it skipped (and passes): `cargo test --features cuda`
+/// on a GPU machine runs every suite on both devices.
 macro_rules! device_tests {
     ($(
         $(#[$meta:meta])*
@@ -74,8 +61,31 @@ macro_rules! device_tests {
             fn cpu() {
                 run(&forma::Cpu);
             }
+
+            $(#[$meta])*
+            #[cfg(feature = "cuda")]
+            #[test]
+            fn cuda() {
+                match $crate::common::cuda_device() {
+                    Some(dev) => run(&dev),
+                    None => eprintln!("skipped {}::cuda: no usable GPU", module_path!()),
+                }
+            }
         }
     )*};
+}
+
+/// The CUDA device the `cuda` variants run on, or `None` (printing why) when
+/// none can be opened here.
+#[cfg(feature = "cuda")]
+pub fn cuda_device() -> Option<forma::cuda::Cuda> {
+    match forma::cuda::Cuda::new(0) {
+        Ok(dev) => Some(dev),
+        Err(e) => {
+            eprintln!("no usable GPU: {e}");
+            None
+        }
+    }
 }
 #[allow(unused_imports)]
 pub(crate) use device_tests;
@@ -228,15 +238,16 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    /// Reads `tools/fixtures/<family>.safetensors`.
+    /// Reads `tools/fixtures/<family>.safetensors` under the repository root,
+    /// or under `$FORMA_ROOT` when set (test binaries run on another machine,
+    /// see `tools/gpu-check.sh`).
     ///
     /// # Panics
     /// When the file is missing (run `python3 tools/gen_fixtures.py`) or unreadable.
     pub fn load(family: &str) -> Self {
-        let path = format!(
-            "{}/tools/fixtures/{family}.safetensors",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let root =
+            std::env::var("FORMA_ROOT").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let path = format!("{root}/tools/fixtures/{family}.safetensors");
         let bytes = std::fs::read(&path).unwrap_or_else(|e| {
             panic!("cannot read {path} ({e}); run `python3 tools/gen_fixtures.py` from the repository root")
         });

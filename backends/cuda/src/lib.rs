@@ -6,10 +6,23 @@
 //! cudarc panics at the first driver call when `libcuda` is missing, and Forma
 //! turns that absence into an error value instead.
 //!
-//! What is here now: device selection with a clear error. The storage and the
-//! kernels (a `Backend` impl and the kernel traits of `forma_core::ops`) come
-//! with the CUDA issue; user code then moves a model with
-//! `tensor.to_device(&cuda)` and nothing else changes.
+//! With the feature, [`Cuda`] implements `forma_core::Backend` and every
+//! kernel trait of `forma_core::ops`, so it is a `Device<E>` for f32, f64,
+//! f16 and bf16 and model code runs on it unchanged:
+//! `Tensor::zeros_on(shape, &cuda)`, `Tensor::from_vec_on(v, shape, &cuda)`,
+//! `tensor.to_device(&cuda)`.
+//!
+//! - Memory: a caching allocator (`device.rs`) hands freed blocks out again
+//!   without calling the driver; uploads are staged through pinned memory.
+//! - Ordering: every op of a device is issued on one stream; the host waits
+//!   only where it needs a value (`to_vec`, index bounds checks).
+//! - Kernels: CUDA C sources in `ops/<op>/<op>.cu`, compiled at run time by
+//!   NVRTC for the device's architecture and cached per device and module
+//!   (so building needs neither nvcc nor a GPU). Elementwise kernels are
+//!   generated from a table beside the op (one row per op, one source for
+//!   every dtype); half types compute in f32.
+//! - Matmul, batched matmul and convolution (im2col) run on cuBLAS, f16 and
+//!   bf16 with f32 compute.
 
 /// Why a CUDA device could not be opened.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -30,12 +43,54 @@ pub enum CudaError {
     },
 }
 
-/// A CUDA device handle.
+/// Launches kernel `$f` on the device's stream with `$cfg` and the given
+/// arguments (locals: device addresses as `u64`, sizes as `i64`, `Lay`s).
+/// Defined before the modules so it is in scope in all of them.
+#[cfg(feature = "cuda")]
+macro_rules! launch {
+    ($dev:expr, $f:expr, $cfg:expr $(, $arg:expr)* $(,)?) => {{
+        use cudarc::driver::PushKernelArg as _;
+        let inner = $dev.inner();
+        let mut b = inner.stream.launch_builder(&$f);
+        $( b.arg(&$arg); )*
+        // SAFETY: the kernel's parameters match the arguments pushed (the
+        // sources and these calls are written together), and every address
+        // points into a live storage of the sizes the kernel reads.
+        unsafe { b.launch($cfg) }
+            .map(|_| ())
+            .map_err(|e| inner.err(e))
+    }};
+}
+
+#[cfg(feature = "cuda")]
+mod backend;
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+pub mod kernels;
+#[cfg(feature = "cuda")]
+mod ops;
+#[cfg(feature = "cuda")]
+mod storage;
+
+#[cfg(feature = "cuda")]
+pub use storage::CudaStorage;
+
+/// A CUDA device handle. Handles to the same ordinal share one context,
+/// stream, allocator and kernel cache.
+///
+/// ```
+/// use forma_cuda::Cuda;
+/// match Cuda::new(0) {
+///     Ok(dev) => println!("running on {}", dev.name()),
+///     Err(e) => println!("no GPU here: {e}"),
+/// }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Cuda {
     ordinal: usize,
     #[cfg(feature = "cuda")]
-    ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    inner: std::sync::Arc<device::Inner>,
 }
 
 impl PartialEq for Cuda {
@@ -57,11 +112,23 @@ impl Cuda {
             if !unsafe { cudarc::driver::sys::is_culib_present() } {
                 return Err(CudaError::NoDriver);
             }
-            let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(|e| CudaError::Driver {
-                ordinal,
-                msg: e.to_string(),
-            })?;
-            Ok(Cuda { ordinal, ctx })
+            // One state per ordinal for the whole process, like PyTorch's
+            // `cuda:N`: every handle shares the stream, so their ops are ordered.
+            static DEVICES: std::sync::OnceLock<
+                std::sync::Mutex<std::collections::HashMap<usize, std::sync::Arc<device::Inner>>>,
+            > = std::sync::OnceLock::new();
+            let mut devs = device::lock(DEVICES.get_or_init(Default::default));
+            if let Some(inner) = devs.get(&ordinal) {
+                return Ok(Cuda {
+                    ordinal,
+                    inner: inner.clone(),
+                });
+            }
+            let inner = std::sync::Arc::new(
+                device::Inner::open(ordinal).map_err(|msg| CudaError::Driver { ordinal, msg })?,
+            );
+            devs.insert(ordinal, inner.clone());
+            Ok(Cuda { ordinal, inner })
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -91,10 +158,53 @@ impl Cuda {
     /// When the driver call fails.
     #[cfg(feature = "cuda")]
     pub fn device_name(&self) -> Result<String, CudaError> {
-        self.ctx.name().map_err(|e| CudaError::Driver {
+        self.inner.ctx.name().map_err(|e| CudaError::Driver {
             ordinal: self.ordinal,
             msg: e.to_string(),
         })
+    }
+
+    /// Waits until every op issued on the device has finished (for timing;
+    /// reading a value back already waits).
+    ///
+    /// # Errors
+    /// When a kernel failed or the driver call fails.
+    #[cfg(feature = "cuda")]
+    pub fn synchronize(&self) -> forma_core::Result<()> {
+        self.inner.sync()
+    }
+
+    /// Memory-allocator counters: `(driver allocations so far, bytes held
+    /// in the cache)`. A steady-state training loop stops adding to the first.
+    #[cfg(feature = "cuda")]
+    pub fn memory_stats(&self) -> (usize, usize) {
+        self.inner.memory_stats()
+    }
+
+    /// Returns the cached free blocks to the driver.
+    ///
+    /// # Errors
+    /// When the driver call fails.
+    #[cfg(feature = "cuda")]
+    pub fn empty_cache(&self) -> forma_core::Result<()> {
+        self.inner.pool.release_cached()
+    }
+
+    #[cfg(feature = "cuda")]
+    pub(crate) fn inner(&self) -> &device::Inner {
+        &self.inner
+    }
+
+    /// A new uninitialised storage of `len` elements.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn alloc<E>(&self, len: usize) -> forma_core::Result<CudaStorage<E>> {
+        let (ptr, class) = self.inner.alloc(len * std::mem::size_of::<E>())?;
+        Ok(CudaStorage::from_block(
+            ptr,
+            class,
+            len,
+            self.inner.pool.clone(),
+        ))
     }
 }
 

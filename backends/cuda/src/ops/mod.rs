@@ -1,0 +1,13 @@
+//! The kernel traits of `forma_core::ops` for [`Cuda`](crate::Cuda), one
+//! folder per op: `mod.rs` (the launch) beside its `.cu` source.
+
+pub(crate) mod binary;
+pub(crate) mod cmp;
+pub(crate) mod conv;
+pub(crate) mod copy;
+pub(crate) mod index;
+pub(crate) mod matmul;
+pub(crate) mod pool;
+pub(crate) mod reduce;
+pub(crate) mod softmax;
+pub(crate) mod unary;

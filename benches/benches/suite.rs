@@ -1,0 +1,361 @@
+//! The side-by-side suite of issue 9: every workload in Forma and in PyTorch,
+//! measured in the same run, printed as one table with the ratio to PyTorch.
+//!
+//! ```sh
+//! cargo bench -p forma-benches --bench suite              # 3 rounds, Forma then PyTorch each round
+//! cargo bench -p forma-benches --bench suite -- --rounds 1 --only matmul
+//! ```
+//!
+//! PyTorch's side is `benches/suite.py`, run once per round when `python3`
+//! can import `torch` (reported as absent otherwise). Both sides use 2
+//! threads unless `FORMA_BENCH_THREADS` says otherwise, and both measure each
+//! workload the same way: warm-up calls, then timed repetitions; the table
+//! shows the median over every repetition of every round, with min and max.
+
+use forma::core::tape::no_grad;
+use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu, TransformerEncoderLayer};
+use forma::nn::loss::{cross_entropy, Mean};
+use forma::nn::optim::{Adam, AdamOptions, Sgd, SgdOptions};
+use forma::prelude::*;
+use forma_benches::{minor_faults, peak_rss_mb, Sample, Table, Unit, Workload};
+use std::process::Command;
+
+/// The f32 peak of one core in GFLOP/s, as this machine reports itself: two
+/// FMA ports x the vector lanes (16 with AVX-512, 8 with AVX2+FMA) x 2 flops
+/// x the clock `/proc/cpuinfo` gives (2.3 GHz when it gives none).
+fn peak_gflops_per_thread() -> (f64, String) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let ghz = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(2.3, |mhz| mhz / 1e3);
+    let (lanes, isa) = lanes();
+    (2.0 * lanes * 2.0 * ghz, format!("{isa}, {ghz:.2} GHz"))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn lanes() -> (f64, &'static str) {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        (16.0, "AVX-512")
+    } else if std::arch::is_x86_feature_detected!("fma") {
+        (8.0, "AVX2+FMA")
+    } else {
+        (4.0, "SSE")
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn lanes() -> (f64, &'static str) {
+    (4.0, "128-bit SIMD")
+}
+
+fn threads() -> usize {
+    std::env::var("FORMA_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2)
+}
+
+// ---- workloads -------------------------------------------------------------
+
+fn matmul(m: usize, k: usize, n: usize, rng: &mut Rng) -> Sample {
+    let a = Tensor::<(Dyn, Dyn)>::randn((Dyn(m), Dyn(k)), rng);
+    let b = Tensor::<(Dyn, Dyn)>::randn((Dyn(k), Dyn(n)), rng);
+    let flops = 2.0 * (m * k * n) as f64;
+    let reps = (2e10 / flops).clamp(5.0, 200.0) as usize;
+    Sample::time(3, reps, || {
+        std::hint::black_box(a.matmul(&b));
+    })
+    .rate(flops / 1e9)
+}
+
+#[derive(Module, Sequential, Debug)]
+#[sequential(input = [B, 784], output = [B, 10])]
+struct Mlp {
+    fc1: Linear<784, 512>,
+    act1: Relu,
+    fc2: Linear<512, 512>,
+    act2: Relu,
+    fc3: Linear<512, 10>,
+}
+
+impl Mlp {
+    fn new(rng: &mut Rng) -> Self {
+        Mlp {
+            fc1: Linear::new(&Cpu, rng),
+            act1: Relu,
+            fc2: Linear::new(&Cpu, rng),
+            act2: Relu,
+            fc3: Linear::new(&Cpu, rng),
+        }
+    }
+}
+
+fn mlp_batch(rng: &mut Rng) -> (Tensor<(Dyn, C<784>)>, Tensor<(Dyn,), i64>) {
+    let batch = 128;
+    let x = Tensor::<(Dyn, C<784>)>::randn((Dyn(batch), C), rng);
+    let y =
+        Tensor::<(Dyn,), i64>::from_vec((0..batch as i64).map(|i| i % 10).collect(), (Dyn(batch),))
+            .unwrap();
+    (x, y)
+}
+
+fn mlp_step(rng: &mut Rng) -> Sample {
+    let model = Mlp::new(rng);
+    let mut opt: Adam = Adam::new(AdamOptions::default());
+    let (x, y) = mlp_batch(rng);
+    Sample::time(5, 50, || {
+        opt.zero_grad(&model);
+        let loss = cross_entropy(&model.forward(x.clone()), &y, Mean);
+        loss.backward();
+        opt.step(&model);
+        std::hint::black_box(loss.item());
+    })
+}
+
+/// LeNet-5 as usually written today: ReLU and max pooling.
+#[derive(Module, Sequential, Debug)]
+#[sequential(input = [B, 1, 28, 28], output = [B, 10])]
+struct LeNet5 {
+    conv1: Conv2d<1, 6, 5, 1, 2>,
+    act1: Relu,
+    pool1: MaxPool2d<2>,
+    conv2: Conv2d<6, 16, 5>,
+    act2: Relu,
+    pool2: MaxPool2d<2>,
+    flatten: Flatten,
+    fc1: Linear<400, 120>,
+    act3: Relu,
+    fc2: Linear<120, 84>,
+    act4: Relu,
+    fc3: Linear<84, 10>,
+}
+
+impl LeNet5 {
+    fn new(rng: &mut Rng) -> Self {
+        LeNet5 {
+            conv1: Conv2d::new(&Cpu, rng),
+            act1: Relu,
+            pool1: MaxPool2d,
+            conv2: Conv2d::new(&Cpu, rng),
+            act2: Relu,
+            pool2: MaxPool2d,
+            flatten: Flatten,
+            fc1: Linear::new(&Cpu, rng),
+            act3: Relu,
+            fc2: Linear::new(&Cpu, rng),
+            act4: Relu,
+            fc3: Linear::new(&Cpu, rng),
+        }
+    }
+}
+
+fn lenet_step(rng: &mut Rng) -> Sample {
+    let model = LeNet5::new(rng);
+    let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.01).momentum(0.9));
+    let batch = 64;
+    let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(batch), C, C, C), rng);
+    let y =
+        Tensor::<(Dyn,), i64>::from_vec((0..batch as i64).map(|i| i % 10).collect(), (Dyn(batch),))
+            .unwrap();
+    Sample::time(5, 50, || {
+        opt.zero_grad(&model);
+        let loss = cross_entropy(&model.forward(x.clone()), &y, Mean);
+        loss.backward();
+        opt.step(&model);
+        std::hint::black_box(loss.item());
+    })
+}
+
+type EncoderLayer = TransformerEncoderLayer<384, 12, 1536>;
+
+fn encoder(batch: usize, seq: usize, rng: &mut Rng) -> Sample {
+    let mut layers: Vec<EncoderLayer> = (0..6).map(|_| EncoderLayer::new(&Cpu, rng)).collect();
+    for layer in &mut layers {
+        layer.eval();
+    }
+    let x = Tensor::<(Dyn, Dyn, C<384>)>::randn((Dyn(batch), Dyn(seq), C), rng);
+    let reps = if batch * seq >= 512 { 10 } else { 50 };
+    Sample::time(2, reps, || {
+        let _guard = no_grad();
+        let mut h = x.clone();
+        for layer in &layers {
+            h = layer.forward(h);
+        }
+        std::hint::black_box(h);
+    })
+}
+
+fn gelu_chain(rng: &mut Rng) -> Sample {
+    let n = 1 << 22;
+    let x = Tensor::<(Dyn,)>::randn((Dyn(n),), rng);
+    let w = Tensor::<(Dyn,)>::randn((Dyn(n),), rng);
+    let b = Tensor::<(Dyn,)>::randn((Dyn(n),), rng);
+    // Effective bytes: three inputs read and one output written.
+    Sample::time(3, 30, || {
+        std::hint::black_box((&(&x * &w) + &b).gelu());
+    })
+    .rate(16.0 * n as f64 / 1e9)
+}
+
+/// The MLP training process whose peak resident memory is compared: 20
+/// steps, run in a child process (`--rss-mlp`) so nothing else counts.
+fn rss_child() {
+    let mut rng = Rng::seed_from(0);
+    let model = Mlp::new(&mut rng);
+    let mut opt: Adam = Adam::new(AdamOptions::default());
+    let (x, y) = mlp_batch(&mut rng);
+    let mut faults = 0;
+    for i in 0..20 {
+        if i == 10 {
+            faults = minor_faults().unwrap_or(0);
+        }
+        opt.zero_grad(&model);
+        let loss = cross_entropy(&model.forward(x.clone()), &y, Mean);
+        loss.backward();
+        opt.step(&model);
+        std::hint::black_box(loss.item());
+    }
+    let per_step = minor_faults().unwrap_or(0).saturating_sub(faults) as f64 / 10.0;
+    println!("{} {per_step}", peak_rss_mb().unwrap_or(f64::NAN));
+}
+
+fn rss_mlp() -> Sample {
+    let exe = std::env::current_exe().expect("own path");
+    let out = Command::new(exe)
+        .arg("--rss-mlp")
+        .env("RAYON_NUM_THREADS", threads().to_string())
+        .output()
+        .expect("run the MLP child process");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fields = text
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap_or(f64::NAN));
+    let (mb, faults) = (
+        fields.next().unwrap_or(f64::NAN),
+        fields.next().unwrap_or(f64::NAN),
+    );
+    // Fresh pages per steady-state step: 0 means every buffer was reused.
+    eprintln!("forma MLP step, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)", faults * 4096.0 / 1e6);
+    Sample::value(mb)
+}
+
+fn workloads() -> Vec<Workload> {
+    let mut w = Vec::new();
+    for n in [128, 256, 512, 1024, 2048] {
+        w.push(Workload::new(
+            &format!("matmul {n}"),
+            &format!("matmul f32 {n}x{n}"),
+            Unit::Gflops,
+            1.0,
+            Box::new(move |rng| matmul(n, n, n, rng)),
+        ));
+    }
+    w.push(Workload::new(
+        "matmul 64x784x512",
+        "matmul 64x784 @ 784x512",
+        Unit::Gflops,
+        1.0,
+        Box::new(|rng| matmul(64, 784, 512, rng)),
+    ));
+    w.push(Workload::new(
+        "mlp step",
+        "MLP 784-512-512-10 b128 Adam step",
+        Unit::Millis,
+        0.8,
+        Box::new(mlp_step),
+    ));
+    w.push(Workload::new(
+        "lenet step",
+        "LeNet-5 b64 SGD-momentum step",
+        Unit::Millis,
+        0.8,
+        Box::new(lenet_step),
+    ));
+    w.push(Workload::new(
+        "encoder b8 s128",
+        "encoder 6x384/12h/1536 b8 s128",
+        Unit::Millis,
+        0.9,
+        Box::new(|rng| encoder(8, 128, rng)),
+    ));
+    w.push(Workload::new(
+        "encoder b1 s16",
+        "encoder 6x384/12h/1536 b1 s16",
+        Unit::Millis,
+        0.5,
+        Box::new(|rng| encoder(1, 16, rng)),
+    ));
+    w.push(Workload::new(
+        "gelu chain",
+        "gelu(x * w + b) 4M f32",
+        Unit::GBps,
+        2.0,
+        Box::new(gelu_chain),
+    ));
+    w.push(Workload::new(
+        "rss mlp",
+        "peak RSS, MLP training process",
+        Unit::Megabytes,
+        0.1,
+        Box::new(|_| rss_mlp()),
+    ));
+    w
+}
+
+// ---- driver ----------------------------------------------------------------
+
+fn torch_available() -> Option<String> {
+    let out = Command::new("python3")
+        .args(["-c", "import torch; print(torch.__version__)"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--rss-mlp") {
+        rss_child();
+        return;
+    }
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let rounds: usize = flag("--rounds").and_then(|s| s.parse().ok()).unwrap_or(3);
+    let only = flag("--only");
+    let threads = threads();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .expect("the global thread pool is configured once, first");
+
+    let mut table = Table::new(workloads(), only.as_deref());
+    let torch = torch_available();
+    let (per_thread, machine) = peak_gflops_per_thread();
+    let peak = per_thread * threads as f64;
+    println!(
+        "Forma {} vs PyTorch {}, {threads} threads each, {rounds} rounds; \
+         assumed f32 peak {peak:.1} GFLOP/s ({per_thread:.1} per thread: 2 FMA ports, {machine})",
+        env!("CARGO_PKG_VERSION"),
+        torch
+            .as_deref()
+            .unwrap_or("(absent: python3 cannot import torch)"),
+    );
+    let mut rng = Rng::seed_from(0);
+    for round in 1..=rounds {
+        eprintln!("round {round}/{rounds}: forma");
+        table.run_forma(&mut rng);
+        if torch.is_some() {
+            eprintln!("round {round}/{rounds}: pytorch");
+            table.run_torch(threads);
+        }
+    }
+    table.print(peak);
+}

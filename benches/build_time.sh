@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build time is part of performance for a type-heavy DSL. Prints:
+#   1. a clean release build of the whole workspace (fresh target directory),
+#   2. an incremental release rebuild of the CNN training example after
+#      touching the file that defines its model (examples/src/train/mod.rs).
+# Usage: bash benches/build_time.sh   (takes minutes; uses its own target dir)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=$(mktemp -d "${TMPDIR:-/tmp}/forma-build-time.XXXXXX")
+trap 'rm -rf "$target"' EXIT
+export CARGO_TARGET_DIR="$target"
+cores=$(nproc)
+echo "rustc $(rustc --version | cut -d' ' -f2), $cores cores, target dir $target"
+cargo fetch -q
+ms() { date +%s%3N; }
+seconds() { printf "%d.%d" $(($1 / 1000)) $((($1 % 1000) / 100)); }
+start=$(ms)
+cargo build -q --release --workspace --all-targets
+echo "clean release build of the workspace (all targets): $(seconds $(($(ms) - start))) s"
+touch examples/src/train/mod.rs
+start=$(ms)
+cargo build -q --release -p forma-examples --example train
+echo "incremental rebuild of --example train after touching its model: $(seconds $(($(ms) - start))) s"

@@ -1,0 +1,155 @@
+"""PyTorch's side of the side-by-side suite (benches/benches/suite.rs runs it
+once per round). Each workload mirrors the Rust one: same sizes, same warm-up
+and repetition counts. Prints one line per workload: `key<TAB>v1,v2,...` in
+the workload's unit (ms per call, GFLOP/s, GB/s, MB).
+
+    python3 benches/suite.py --threads 2 --keys "matmul 512,mlp step"
+    python3 benches/suite.py --rss-mlp     # the child process for peak RSS
+"""
+import argparse
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def timed(warmup, reps, f):
+    for _ in range(warmup):
+        f()
+    out = []
+    for _ in range(reps):
+        s = time.perf_counter()
+        f()
+        out.append((time.perf_counter() - s) * 1e3)
+    return out
+
+
+def rate(ms, work):
+    return [work / (t / 1e3) for t in ms]
+
+
+def matmul(m, k, n):
+    a = torch.randn(m, k)
+    b = torch.randn(k, n)
+    flops = 2.0 * m * k * n
+    reps = int(min(max(2e10 / flops, 5), 200))
+    return rate(timed(3, reps, lambda: a @ b), flops / 1e9)
+
+
+def mlp():
+    return torch.nn.Sequential(
+        torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+    )
+
+
+def train_step(model, opt, x, y):
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
+def mlp_step():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(128, 784)
+    y = torch.arange(128) % 10
+    return timed(5, 50, train_step(model, opt, x, y))
+
+
+def lenet_step():
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(6, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(400, 120), torch.nn.ReLU(), torch.nn.Linear(120, 84), torch.nn.ReLU(),
+        torch.nn.Linear(84, 10),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(64, 1, 28, 28)
+    y = torch.arange(64) % 10
+    return timed(5, 50, train_step(model, opt, x, y))
+
+
+def encoder(batch, seq):
+    layer = torch.nn.TransformerEncoderLayer(384, 12, 1536, batch_first=True)
+    # enable_nested_tensor off: no padding mask here, and it only warns.
+    model = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).eval()
+    x = torch.randn(batch, seq, 384)
+    reps = 10 if batch * seq >= 512 else 50
+
+    def run():
+        # inference_mode takes PyTorch's fused fast path (the "fused attention" figure).
+        with torch.inference_mode():
+            model(x)
+
+    return timed(2, reps, run)
+
+
+def gelu_chain():
+    n = 1 << 22
+    x, w, b = torch.randn(n), torch.randn(n), torch.randn(n)
+    return rate(timed(3, 30, lambda: F.gelu(x * w + b)), 16.0 * n / 1e9)
+
+
+def rss_child():
+    torch.manual_seed(0)
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(128, 784)
+    y = torch.arange(128) % 10
+    step = train_step(model, opt, x, y)
+    for _ in range(20):
+        step()
+    # ru_maxrss is in KiB on Linux.
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+
+
+def rss_mlp(threads):
+    out = subprocess.run(
+        [sys.executable, __file__, "--rss-mlp", "--threads", str(threads)], capture_output=True, text=True, check=True
+    )
+    return [float(out.stdout.strip())]
+
+
+WORKLOADS = {
+    "matmul 128": lambda t: matmul(128, 128, 128),
+    "matmul 256": lambda t: matmul(256, 256, 256),
+    "matmul 512": lambda t: matmul(512, 512, 512),
+    "matmul 1024": lambda t: matmul(1024, 1024, 1024),
+    "matmul 2048": lambda t: matmul(2048, 2048, 2048),
+    "matmul 64x784x512": lambda t: matmul(64, 784, 512),
+    "mlp step": lambda t: mlp_step(),
+    "lenet step": lambda t: lenet_step(),
+    "encoder b8 s128": lambda t: encoder(8, 128),
+    "encoder b1 s16": lambda t: encoder(1, 16),
+    "gelu chain": lambda t: gelu_chain(),
+    "rss mlp": rss_mlp,
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--keys", default=",".join(WORKLOADS))
+    p.add_argument("--rss-mlp", action="store_true")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    if a.rss_mlp:
+        rss_child()
+        return
+    for key in a.keys.split(","):
+        if key in WORKLOADS:
+            vals = WORKLOADS[key](a.threads)
+            print(key + "\t" + ",".join(f"{v:.6g}" for v in vals), flush=True)
+
+
+if __name__ == "__main__":
+    main()
