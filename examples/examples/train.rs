@@ -5,13 +5,16 @@
 //! cargo run --release -p forma-examples --example train            # built-in digits, ~1 minute on 2 cores
 //! cargo run --release -p forma-examples --example train -- --resume --epochs 6
 //! cargo run --release -p forma-examples --example train -- --data ~/data/mnist
+//! cargo run --release -p forma-examples --example train -- --download  # MNIST, fetched once, MD5-checked
 //! cargo run --release -p forma-examples --example train -- --model linear   # the baseline
 //! cargo run --release -p forma-examples --example train -- --help
 //! ```
 //!
 //! With no arguments it trains on digits drawn by the project's own renderer
 //! (`forma_examples::digits`: jittered strokes, noise, blur), so it runs
-//! offline on a fresh machine; `--data DIR` reads MNIST-format IDX files.
+//! offline on a fresh machine; `--data DIR` reads MNIST-format IDX files,
+//! and `--download` fetches MNIST into a cache (`--cache DIR`, from
+//! `--mirror URL`) and reads it from there (`forma_examples::download`).
 //! Each epoch it evaluates on the held-out split in eval mode without a
 //! graph, keeps the best model as `runs/train/best.safetensors` (PyTorch's
 //! keys: `torch.nn` loads it), saves the training state for `--resume`, and

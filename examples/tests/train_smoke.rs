@@ -7,8 +7,8 @@ use forma::nn::state::TrainingState;
 use forma::prelude::*;
 use forma_examples::digits::{DigitSet, CLASSES, PIXELS};
 use forma_examples::train::{
-    parse_args, report, run, Args, Cnn, Command, Images, Logits, ModelKind, OutFiles, TrainError,
-    DATA_SEED,
+    parse_args, report, run, Args, Cnn, Command, DeviceArg, Images, Logits, ModelKind, OutFiles,
+    TrainError, DATA_SEED,
 };
 use std::path::PathBuf;
 
@@ -354,7 +354,30 @@ fn command_line() {
             test_size: Some(50),
             workers: 2,
             progress: false,
+            ..Args::default()
         }
+    );
+    let Command::Train(args) = parse_args([
+        "--download",
+        "--mirror",
+        "http://127.0.0.1:8000/mnist/",
+        "--cache=c",
+        "--device",
+        "cuda:2",
+    ])
+    .unwrap() else {
+        panic!("not a training command")
+    };
+    assert!(args.download);
+    assert_eq!(args.mirror, "http://127.0.0.1:8000/mnist/");
+    assert_eq!(args.cache, PathBuf::from("c"));
+    assert_eq!(args.device, DeviceArg::Cuda(2));
+    assert_eq!(args.data, None);
+    assert_eq!(Args::default().device, DeviceArg::Cpu);
+    assert!(!Args::default().download);
+    assert_eq!(
+        Args::default().mirror,
+        forma_examples::download::DEFAULT_MIRROR
     );
     assert_eq!(
         parse_args(Vec::<String>::new()).unwrap(),
@@ -370,6 +393,10 @@ fn command_line() {
         (vec!["--model", "mlp"], "not a model"),
         (vec!["--resume=yes"], "takes no value"),
         (vec!["--frobnicate"], "unknown argument"),
+        (vec!["--device", "tpu"], "not a device"),
+        (vec!["--device", "cuda:x"], "not a device"),
+        (vec!["--download=1"], "takes no value"),
+        (vec!["--download", "--data", "d"], "both choose the data"),
     ] {
         let err = parse_args(bad.clone()).unwrap_err();
         assert!(err.contains(says), "{bad:?}: {err}");

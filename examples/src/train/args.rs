@@ -13,6 +13,13 @@ usage: cargo run --release -p forma-examples --example train -- [OPTIONS]
 
   --data DIR         MNIST-format IDX files (MNIST, Fashion-MNIST) in DIR, plain
                      or .gz; without it, digits drawn by the built-in renderer
+  --download         fetch MNIST into --cache (checked against its published
+                     MD5s; skipped when already cached) and train on it
+  --mirror URL       where --download fetches from
+                     [default: https://ossci-datasets.s3.amazonaws.com/mnist/]
+  --cache DIR        where --download keeps the files
+                     [default: $XDG_CACHE_HOME or ~/.cache, then forma/mnist]
+  --device DEV       cpu, or cuda / cuda:N [default: cpu]
   --out DIR          where checkpoints, metrics.csv and metrics.png go
                      [default: runs/train]
   --resume           continue the run saved in --out from its last finished
@@ -36,6 +43,14 @@ usage: cargo run --release -p forma-examples --example train -- [OPTIONS]
 pub struct Args {
     /// `--data DIR`.
     pub data: Option<PathBuf>,
+    /// `--download`.
+    pub download: bool,
+    /// `--mirror URL`.
+    pub mirror: String,
+    /// `--cache DIR`.
+    pub cache: PathBuf,
+    /// `--device DEV`.
+    pub device: DeviceArg,
     /// `--out DIR`.
     pub out: PathBuf,
     /// `--resume`.
@@ -65,6 +80,10 @@ impl Default for Args {
     fn default() -> Self {
         Args {
             data: None,
+            download: false,
+            mirror: crate::download::DEFAULT_MIRROR.to_string(),
+            cache: crate::download::default_cache_dir(),
+            device: DeviceArg::Cpu,
             out: PathBuf::from("runs/train"),
             resume: false,
             epochs: None,
@@ -81,6 +100,9 @@ impl Default for Args {
 }
 
 /// What to do.
+// Built once per run: boxing `Args` would save nothing that matters and
+// cost every caller's `Command::Train(args)` pattern.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     /// Train.
@@ -135,7 +157,7 @@ where
         }
         let takes_value = !matches!(
             flag.as_str(),
-            "--resume" | "--no-progress" | "-h" | "--help"
+            "--resume" | "--download" | "--no-progress" | "-h" | "--help"
         );
         if !takes_value && inline.is_some() {
             return Err(format!("{flag} takes no value"));
@@ -143,6 +165,15 @@ where
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "--resume" => out.resume = true,
+            "--download" => out.download = true,
+            "--mirror" => out.mirror = value(&flag)?,
+            "--cache" => out.cache = PathBuf::from(value(&flag)?),
+            "--device" => {
+                let v = value(&flag)?;
+                out.device = DeviceArg::parse(&v).ok_or_else(|| {
+                    format!("--device: `{v}` is not a device (cpu, cuda or cuda:N)")
+                })?;
+            }
             "--no-progress" => out.progress = false,
             "--data" => out.data = Some(PathBuf::from(value(&flag)?)),
             "--out" => out.out = PathBuf::from(value(&flag)?),
@@ -169,5 +200,52 @@ where
             _ => return Err(format!("unknown argument `{arg}` (see --help)")),
         }
     }
+    if out.download && out.data.is_some() {
+        return Err(
+            "--download and --data both choose the data: give one (--cache DIR sets \
+                    where --download puts the files)"
+                .into(),
+        );
+    }
     Ok(Command::Train(out))
+}
+
+/// The device `--device` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceArg {
+    /// `cpu`.
+    Cpu,
+    /// `cuda` (ordinal 0) or `cuda:N`.
+    Cuda(usize),
+}
+
+impl DeviceArg {
+    /// Parses `cpu`, `cuda` or `cuda:N`, as `torch.device` spells them.
+    ///
+    /// ```
+    /// use forma_examples::train::DeviceArg;
+    ///
+    /// assert_eq!(DeviceArg::parse("cuda:1"), Some(DeviceArg::Cuda(1)));
+    /// assert_eq!(DeviceArg::parse("cuda"), Some(DeviceArg::Cuda(0)));
+    /// assert_eq!(DeviceArg::parse("tpu"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "cpu" => Some(DeviceArg::Cpu),
+            "cuda" => Some(DeviceArg::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceArg::Cuda),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceArg::Cpu => f.write_str("cpu"),
+            DeviceArg::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! --example train`): a CNN classifier trained end to end on 28x28 digits.
 //!
 //! 1. **Data**: the built-in renderer's digits ([`crate::digits`]), or
-//!    MNIST-format IDX files with `--data DIR` (MNIST, Fashion-MNIST), split
+//!    MNIST-format IDX files with `--data DIR` (MNIST, Fashion-MNIST) or
+//!    fetched by `--download` ([`crate::download`]), split
 //!    into a training set and a held-out set, normalised with the training
 //!    set's pixel mean and standard deviation.
 //! 2. **Model**: [`Cnn`], a LeNet written as an annotated struct, or the
@@ -19,14 +20,20 @@
 //!
 //! [`run`] is the whole job; the `train` example only parses the command
 //! line and calls it, and the tests call it on a tiny configuration.
+//!
+//! The models and the loop are generic over the device (`D: Device<f32>`);
+//! `--device` picks it. Batches come from the loader on the CPU and move to
+//! the device (no copy when it is the CPU); checkpoints are device-neutral.
+//! Only the CPU is wired so far: `--device cuda` is a [`TrainError::Device`].
 
 mod args;
 pub mod report;
 
-pub use args::{parse_args, Args, Command, USAGE};
+pub use args::{parse_args, Args, Command, DeviceArg, USAGE};
 pub use report::EpochMetrics;
 
 use crate::digits::{DigitSet, CLASSES};
+use forma::core::device::Backend;
 use forma::core::tape::no_grad;
 use forma::nn::data::{DataError, DataLoader, Dataset, Mnist, MnistSplit};
 use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu};
@@ -45,8 +52,10 @@ use std::time::Instant;
 pub type Images = Tensor<(Dyn, C<1>, C<28>, C<28>)>;
 /// A batch of class indices.
 pub type Labels = Tensor<(Dyn,), i64>;
-/// A batch of class scores (logits).
-pub type Logits = Tensor<(Dyn, C<10>)>;
+/// A batch of class scores (logits), on device `D`.
+pub type Logits<D = Cpu> = Tensor<(Dyn, C<10>), f32, D>;
+/// A batch of images on device `D`: what the models take.
+pub type DeviceImages<D> = Tensor<(Dyn, C<1>, C<28>, C<28>), f32, D>;
 
 /// A LeNet: two 5x5 convolutions with max pooling, then two fully connected
 /// layers. `#[derive(Sequential)]` writes `forward` by chaining the fields
@@ -54,15 +63,15 @@ pub type Logits = Tensor<(Dyn, C<10>)>;
 /// `Linear<401, 64>` and `cargo build` says the flattened features are 400).
 #[derive(Module, Sequential, Debug)]
 #[sequential(input = [B, 1, 28, 28], output = [B, 10])]
-pub struct Cnn {
+pub struct Cnn<D: Device<f32> = Cpu> {
     /// 1 -> 8 channels, 5x5, padding 2: 28x28 -> 28x28.
-    pub conv1: Conv2d<1, 8, 5, 1, 2>,
+    pub conv1: Conv2d<1, 8, 5, 1, 2, 1, f32, D>,
     /// ReLU.
     pub act1: Relu,
     /// 28x28 -> 14x14.
     pub pool1: MaxPool2d<2>,
     /// 8 -> 16 channels, 5x5: 14x14 -> 10x10.
-    pub conv2: Conv2d<8, 16, 5>,
+    pub conv2: Conv2d<8, 16, 5, 1, 0, 1, f32, D>,
     /// ReLU.
     pub act2: Relu,
     /// 10x10 -> 5x5.
@@ -70,27 +79,35 @@ pub struct Cnn {
     /// 16 x 5 x 5 = 400 features.
     pub flatten: Flatten,
     /// 400 -> 64.
-    pub fc1: Linear<400, 64>,
+    pub fc1: Linear<400, 64, f32, D>,
     /// ReLU.
     pub act3: Relu,
     /// 64 -> 10 class scores.
-    pub fc2: Linear<64, 10>,
+    pub fc2: Linear<64, 10, f32, D>,
 }
 
 impl Cnn {
-    /// A model with PyTorch's default initialisation, drawn from `rng`.
+    /// A model on the CPU with PyTorch's default initialisation, drawn from
+    /// `rng`.
     pub fn new(rng: &mut Rng) -> Self {
+        Cnn::new_on(&Cpu, rng)
+    }
+}
+
+impl<D: Device<f32>> Cnn<D> {
+    /// A model on `device`, drawn from `rng` as [`Cnn::new`] draws it.
+    pub fn new_on(device: &D, rng: &mut Rng) -> Self {
         Cnn {
-            conv1: Conv2d::new(&Cpu, rng),
+            conv1: Conv2d::new(device, rng),
             act1: Relu,
             pool1: MaxPool2d,
-            conv2: Conv2d::new(&Cpu, rng),
+            conv2: Conv2d::new(device, rng),
             act2: Relu,
             pool2: MaxPool2d,
             flatten: Flatten,
-            fc1: Linear::new(&Cpu, rng),
+            fc1: Linear::new(device, rng),
             act3: Relu,
-            fc2: Linear::new(&Cpu, rng),
+            fc2: Linear::new(device, rng),
         }
     }
 }
@@ -98,19 +115,27 @@ impl Cnn {
 /// The baseline: multinomial logistic regression on the 784 pixels.
 #[derive(Module, Sequential, Debug)]
 #[sequential(input = [B, 1, 28, 28], output = [B, 10])]
-pub struct LinearModel {
+pub struct LinearModel<D: Device<f32> = Cpu> {
     /// 1 x 28 x 28 = 784 features.
     pub flatten: Flatten,
     /// 784 -> 10 class scores.
-    pub fc: Linear<784, 10>,
+    pub fc: Linear<784, 10, f32, D>,
 }
 
 impl LinearModel {
-    /// A model with PyTorch's default initialisation, drawn from `rng`.
+    /// A model on the CPU with PyTorch's default initialisation, drawn from
+    /// `rng`.
     pub fn new(rng: &mut Rng) -> Self {
+        LinearModel::new_on(&Cpu, rng)
+    }
+}
+
+impl<D: Device<f32>> LinearModel<D> {
+    /// A model on `device`, drawn from `rng` as [`LinearModel::new`] draws it.
+    pub fn new_on(device: &D, rng: &mut Rng) -> Self {
         LinearModel {
             flatten: Flatten,
-            fc: Linear::new(&Cpu, rng),
+            fc: Linear::new(device, rng),
         }
     }
 }
@@ -172,6 +197,17 @@ pub enum TrainError {
     /// Drawing or encoding an image failed.
     #[error("plot: {0}")]
     Plot(String),
+    /// `--download` failed.
+    #[error("download: {0}")]
+    Download(#[from] crate::download::DownloadError),
+    /// The device `--device` names cannot be used.
+    #[error("device {device}: {reason}")]
+    Device {
+        /// The device asked for.
+        device: DeviceArg,
+        /// Why it cannot be used.
+        reason: String,
+    },
 }
 
 /// The default number of epochs.
@@ -358,6 +394,46 @@ pub const RUSTC_VERSION: &str = env!("FORMA_EXAMPLES_RUSTC");
 /// A [`TrainError`]: unreadable data, an unwritable output directory, a
 /// state that `--resume` cannot continue.
 pub fn run(args: &Args) -> Result<Summary, TrainError> {
+    match args.device {
+        DeviceArg::Cpu => run_on(args, &Cpu),
+        #[cfg(feature = "cuda")]
+        device @ DeviceArg::Cuda(ordinal) => {
+            let cuda = forma::cuda::Cuda::new(ordinal).map_err(|e| TrainError::Device {
+                device,
+                reason: e.to_string(),
+            })?;
+            run_on(args, &cuda)
+        }
+        #[cfg(not(feature = "cuda"))]
+        device @ DeviceArg::Cuda(_) => Err(TrainError::Device {
+            device,
+            reason: "built without the `cuda` feature (add `--features cuda`)".into(),
+        }),
+    }
+}
+
+/// [`run`] on a given device.
+fn run_on<D: Device<f32>>(args: &Args, device: &D) -> Result<Summary, TrainError> {
+    // `--download` fills the cache, then the run reads it as `--data` would.
+    let downloaded;
+    let args = if args.download {
+        println!(
+            "data: MNIST from {} into {}",
+            args.mirror,
+            args.cache.display()
+        );
+        let report = crate::download::Download::mnist(&args.mirror, &args.cache)
+            .progress(args.progress)
+            .run()?;
+        downloaded = Args {
+            data: Some(report.dir),
+            download: false,
+            ..args.clone()
+        };
+        &downloaded
+    } else {
+        args
+    };
     let files = OutFiles::in_dir(&args.out);
     let saved = if args.resume {
         if !files.state.exists() {
@@ -395,7 +471,11 @@ pub fn run(args: &Args) -> Result<Summary, TrainError> {
         }
     );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("device: cpu ({threads} threads)");
+    if device.name() == "cpu" {
+        println!("device: cpu ({threads} threads)");
+    } else {
+        println!("device: {}", device.name());
+    }
     println!("seed: {} (initialisation, shuffling)", settings.seed);
 
     let started = Instant::now();
@@ -421,7 +501,8 @@ pub fn run(args: &Args) -> Result<Summary, TrainError> {
     let mut rng = Rng::seed_from(settings.seed);
     match settings.model {
         ModelKind::Cnn => fit(
-            Cnn::new(&mut rng),
+            Cnn::new_on(device, &mut rng),
+            device,
             args,
             &settings,
             epochs,
@@ -431,7 +512,8 @@ pub fn run(args: &Args) -> Result<Summary, TrainError> {
             &files,
         ),
         ModelKind::Linear => fit(
-            LinearModel::new(&mut rng),
+            LinearModel::new_on(device, &mut rng),
+            device,
             args,
             &settings,
             epochs,
@@ -487,8 +569,21 @@ fn load_data(s: &Settings) -> Result<(DigitSet, DigitSet, String), TrainError> {
     Ok((train, test, source))
 }
 
+/// A batch from the loader on `device`: the same tensor, without a copy,
+/// when `device` is the CPU.
+fn to_device<S: Shape, E: Dtype, D: Backend>(t: Tensor<S, E>, device: &D) -> Tensor<S, E, D> {
+    let any: Box<dyn std::any::Any> = Box::new(t);
+    match any.downcast::<Tensor<S, E, D>>() {
+        Ok(same) => *same,
+        Err(any) => match any.downcast::<Tensor<S, E>>() {
+            Ok(t) => t.to_device(device),
+            Err(_) => unreachable!("the box holds a CPU tensor"),
+        },
+    }
+}
+
 /// Number of right answers among `logits` for `labels`.
-fn correct(logits: &Logits, labels: &Labels) -> usize {
+fn correct<D: Device<f32>>(logits: &Logits<D>, labels: &Tensor<(Dyn,), i64, D>) -> usize {
     let pred = logits.argmax::<1>().to_vec();
     pred.iter()
         .zip(labels.to_vec())
@@ -498,9 +593,10 @@ fn correct(logits: &Logits, labels: &Labels) -> usize {
 
 /// Mean loss and accuracy of `model` on `data`, in eval mode, without
 /// recording a graph.
-fn evaluate<M>(model: &mut M, data: &Arc<DigitSet>) -> Result<(f64, f64), TrainError>
+fn evaluate<M, D>(model: &mut M, device: &D, data: &Arc<DigitSet>) -> Result<(f64, f64), TrainError>
 where
-    M: Module + Forward<Images, Logits>,
+    M: Module + Forward<DeviceImages<D>, Logits<D>>,
+    D: Device<f32>,
 {
     model.eval();
     let _no_grad = no_grad();
@@ -508,6 +604,7 @@ where
     let (mut loss, mut hits, mut seen) = (0.0f64, 0usize, 0usize);
     for batch in loader.iter() {
         let (x, y): (Images, Labels) = batch?;
+        let (x, y) = (to_device(x, device), to_device(y, device));
         let logits = model.forward(x);
         loss += cross_entropy(&logits, &y, Sum).item() as f64;
         hits += correct(&logits, &y);
@@ -519,8 +616,9 @@ where
 }
 
 /// The training loop proper, for either model.
-fn fit<M>(
+fn fit<M, D>(
     mut model: M,
+    device: &D,
     args: &Args,
     settings: &Settings,
     epochs: usize,
@@ -530,9 +628,10 @@ fn fit<M>(
     files: &OutFiles,
 ) -> Result<Summary, TrainError>
 where
-    M: Module + Forward<Images, Logits>,
+    M: Module + Forward<DeviceImages<D>, Logits<D>>,
+    D: Device<f32>,
 {
-    let mut opt: Adam = Adam::try_new(AdamOptions::default().lr(settings.lr))?;
+    let mut opt: Adam<f32, D> = Adam::try_new(AdamOptions::default().lr(settings.lr))?;
     let mut sched = ExponentialLR::try_new(&mut opt, LR_DECAY)?;
     let mut loader = DataLoader::new(train_set, settings.batch_size)?
         .shuffle(settings.seed)
@@ -603,6 +702,7 @@ where
         let (mut loss_sum, mut hits, mut seen) = (0.0f64, 0usize, 0usize);
         for batch in loader.iter() {
             let (x, y): (Images, Labels) = batch?;
+            let (x, y) = (to_device(x, device), to_device(y, device));
             opt.zero_grad(&model);
             let logits = model.forward(x);
             let loss = cross_entropy(&logits, &y, Mean);
@@ -626,7 +726,7 @@ where
         bar.finish_and_clear();
         sched.try_step(&mut opt)?;
 
-        let (test_loss, test_acc) = evaluate(&mut model, &test_set)?;
+        let (test_loss, test_acc) = evaluate(&mut model, device, &test_set)?;
         let seen_f = seen.max(1) as f64;
         let row = EpochMetrics {
             epoch,

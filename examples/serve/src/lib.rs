@@ -1,0 +1,187 @@
+//! A typed Forma model inside an HTTP service: the training example's
+//! LeNet ([`forma_examples::train::Cnn`]) loaded from its checkpoint and
+//! served over HTTP, with concurrent requests batched into one forward pass.
+//!
+//! ```sh
+//! cargo run --release -p forma-examples --example train   # writes runs/train/best.safetensors
+//! cargo run --release -p forma-serve -- --checkpoint runs/train/best.safetensors
+//! ```
+//!
+//! Then, from another shell (784 pixels in `0..=1`, row by row):
+//!
+//! ```sh
+//! curl -s localhost:8080/predict -H 'content-type: application/json' \
+//!   -d "{\"pixels\": [$(python3 -c 'print(",".join(["0.5"]*784))')]}"
+//! # {"class":3,"probabilities":[...10 values...],"logits":[...]}
+//! curl -s localhost:8080/predict -H 'content-type: application/json' \
+//!   -d '{"batch": [[...784 values...], [...784 values...]]}'
+//! # {"predictions":[{"class":..,"probabilities":[..],"logits":[..]}, ...]}
+//! curl -s localhost:8080/health
+//! curl -s localhost:8080/metrics
+//! ```
+//!
+//! - **Startup**: the checkpoint is loaded strictly before the first
+//!   connection is accepted; a missing file, a corrupt one or one that does
+//!   not fit the model stops the service with the reason
+//!   ([`ServeError::Checkpoint`]).
+//! - **Inference mode**: the model is put in eval mode once, and each
+//!   forward pass runs under `no_grad`, taken on the thread that runs it
+//!   (Forma's grad mode is per thread, like PyTorch's).
+//! - **Sharing**: one [`Classifier`] behind an `Arc`; a compile-time
+//!   assertion in [`model`] checks that it is `Send + Sync`.
+//! - **Batching** ([`batcher`]): requests queue to a batcher task that
+//!   gathers up to `--max-batch` images or waits `--max-wait-ms`, runs one
+//!   forward pass on a blocking thread, and answers each request through a
+//!   oneshot channel.
+//! - **Validation** ([`handlers`]): wrong length, out-of-range or non-finite
+//!   pixels, malformed JSON, wrong types, missing fields, a wrong content type
+//!   and oversize bodies each get a 4xx with `{"error": ..., "kind": ...}`;
+//!   a full queue gets 503.
+//! - **Metrics**: `GET /metrics` (JSON): requests served, errors by kind,
+//!   batches, mean batch size, latency p50/p99.
+//! - **Shutdown**: on ctrl-c or SIGTERM the listener closes, requests in
+//!   flight are answered, then the batcher drains and stops.
+
+pub mod batcher;
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod metrics;
+pub mod model;
+
+pub use config::{parse_args, Command, Config, Normalization, USAGE};
+pub use error::ServeError;
+pub use metrics::Snapshot;
+pub use model::{Classifier, Prediction};
+
+use forma::prelude::*;
+use handlers::{AppState, Info};
+use metrics::Metrics;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Loads `config.checkpoint` and serves it on `listener` until `shutdown`
+/// completes, then finishes the requests in flight, stops the batcher and
+/// returns.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma_examples::train::Cnn;
+/// use forma_serve::{serve, Config, ServeError};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = std::env::temp_dir().join(format!("forma-serve-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("model.safetensors");
+/// Cnn::new(&mut Rng::seed_from(0)).save_safetensors(&path)?;
+///
+/// let rt = tokio::runtime::Runtime::new()?;
+/// rt.block_on(async {
+///     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+///     // Stops at once; a real service passes a ctrl-c future.
+///     serve(listener, Config::new(&path), async {}).await?;
+///     // A missing checkpoint is an error before anything is served.
+///     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+///     let err = serve(listener, Config::new(dir.join("none.safetensors")), async {}).await;
+///     assert!(matches!(err, Err(ServeError::Checkpoint(_))));
+///     Ok::<_, Box<dyn std::error::Error>>(())
+/// })?;
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// [`ServeError::Config`] for a bad setting, [`ServeError::Checkpoint`] when
+/// the weights cannot be loaded (nothing is served then), or an I/O error
+/// from the listener.
+pub async fn serve<F>(listener: TcpListener, config: Config, shutdown: F) -> Result<(), ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    config.validate()?;
+    let (path, norm) = (config.checkpoint.clone(), config.normalization);
+    // Reading and checking the weights is blocking work.
+    let model = tokio::task::spawn_blocking(move || Classifier::load(path, norm))
+        .await
+        .map_err(|e| ServeError::Task(e.to_string()))??;
+    serve_model(listener, model, config, shutdown).await
+}
+
+/// [`serve`] with a model already loaded (`config.checkpoint` is only
+/// reported by `/health`; `config.normalization` is ignored for the model's
+/// own).
+///
+/// # Errors
+/// As [`serve`], without the checkpoint errors.
+pub async fn serve_model<F>(
+    listener: TcpListener,
+    model: Classifier,
+    config: Config,
+    shutdown: F,
+) -> Result<(), ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    config.validate()?;
+    let metrics = Arc::new(Metrics::default());
+    let info = Info {
+        status: "ok",
+        model: "Cnn (LeNet, forma_examples::train::Cnn)",
+        parameters: model.model().num_parameters(),
+        checkpoint: config.checkpoint.display().to_string(),
+        max_batch: config.max_batch,
+        max_wait_ms: config.max_wait.as_secs_f64() * 1e3,
+    };
+    let (jobs, batcher) = batcher::spawn(
+        Arc::new(model),
+        config.max_batch,
+        config.max_wait,
+        config.queue_capacity,
+        Arc::clone(&metrics),
+    );
+    let app = handlers::router(AppState {
+        jobs,
+        metrics,
+        info: Arc::new(info),
+        max_batch: config.max_batch,
+        body_limit: config.body_limit,
+    });
+    // Graceful: stop accepting, let every open connection finish its
+    // request. It returns once they have, dropping the router and with it
+    // the last sender of the batcher's queue.
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    // The batcher answers what is still queued, then sees the queue closed.
+    batcher.await.map_err(|e| ServeError::Task(e.to_string()))?;
+    served?;
+    Ok(())
+}
+
+/// Completes on ctrl-c, or on SIGTERM on Unix: the binary's shutdown signal.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        // If the handler cannot be installed, wait on the other signal only.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,659 @@
+//! The service end to end, in process: a seeded model saved to a temporary
+//! checkpoint, served on 127.0.0.1:0, and talked to over plain HTTP/1.1
+//! (written by hand over a TcpStream, to add no client crate to the build).
+//!
+//! Checked: a burst of concurrent requests answered exactly as the model
+//! answers each input alone (class equal, probabilities within 1e-5,
+//! logits within 1e-4), batching observed in `/metrics`, every kind of
+//! malformed request refused with its status and JSON message, `/health`
+//! and `/metrics`, bad checkpoints refused at startup, and a graceful
+//! shutdown that answers the requests in flight.
+
+use forma::core::tape::no_grad;
+use forma::prelude::*;
+use forma_examples::digits::{render, CLASSES};
+use forma_examples::train::{Cnn, Images, LinearModel, Logits};
+use forma_serve::{serve, Config, Normalization, ServeError};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const SEED: u64 = 7;
+/// Not the identity, so that a service that skipped it would be caught.
+const NORM: Normalization = Normalization {
+    mean: 0.13,
+    std: 0.31,
+};
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "forma-serve-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The seeded model, and its checkpoint written in `dir`.
+fn model_and_checkpoint(dir: &TempDir) -> (Cnn, PathBuf) {
+    let model = Cnn::new(&mut Rng::seed_from(SEED));
+    let path = dir.0.join("model.safetensors");
+    model.save_safetensors(&path).unwrap();
+    (model, path)
+}
+
+/// The model run on one image alone, as the service should answer it.
+fn reference(model: &Cnn, pixels: &[f32]) -> (usize, Vec<f32>, Vec<f32>) {
+    let _g = no_grad();
+    let x: Vec<f32> = pixels.iter().map(|p| (p - NORM.mean) / NORM.std).collect();
+    let x = Images::from_vec(x, (Dyn(1), C, C, C)).unwrap();
+    let logits: Logits = model.forward(x);
+    let probs = logits.softmax::<1>().to_vec();
+    let class = logits.argmax::<1>().to_vec()[0] as usize;
+    (class, probs, logits.to_vec())
+}
+
+/// Handwriting-like test images in `0..=1`.
+fn images(n: usize) -> Vec<Vec<f32>> {
+    let mut rng = Rng::seed_from(99);
+    (0..n)
+        .map(|i| {
+            render((i % 10) as u8, &mut rng)
+                .iter()
+                .map(|&p| f32::from(p) / 255.0)
+                .collect()
+        })
+        .collect()
+}
+
+/// A running service and the means to stop it.
+struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+async fn start(config: Config) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, config, async {
+        let _ = stopped.await;
+    }));
+    Server {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Server {
+    /// Signals shutdown and waits for `serve` to return.
+    async fn shutdown(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("serve did not return after shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+fn config(path: PathBuf) -> Config {
+    let mut c = Config::new(path);
+    c.normalization = NORM;
+    c
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+/// Sends `head` (the request line and headers, without the blank line) and
+/// `body` on a fresh connection and reads the whole answer.
+async fn exchange(addr: SocketAddr, head: &str, body: &[u8]) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect(addr).await?;
+    let mut req = format!("{head}\r\nHost: {addr}\r\nConnection: close\r\n\r\n").into_bytes();
+    req.extend_from_slice(body);
+    s.write_all(&req).await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8(raw).expect("utf-8 answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    let body = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("answer {status} is not JSON ({e}): {body:?}"));
+    Ok(Reply { status, body })
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (len, rest) = s.split_once("\r\n").expect("chunk size");
+        let len = usize::from_str_radix(len.trim(), 16).expect("hex chunk size");
+        if len == 0 {
+            return out;
+        }
+        out.push_str(&rest[..len]);
+        s = &rest[len + 2..];
+    }
+}
+
+async fn post(addr: SocketAddr, content_type: Option<&str>, body: &str) -> Reply {
+    let ct = content_type.map_or(String::new(), |c| format!("\r\nContent-Type: {c}"));
+    let head = format!(
+        "POST /predict HTTP/1.1{ct}\r\nContent-Length: {}",
+        body.len()
+    );
+    exchange(addr, &head, body.as_bytes()).await.unwrap()
+}
+
+async fn post_json(addr: SocketAddr, body: &Value) -> Reply {
+    post(addr, Some("application/json"), &body.to_string()).await
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Reply {
+    exchange(addr, &format!("GET {path} HTTP/1.1"), b"")
+        .await
+        .unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|x| x.as_f64().expect("a number") as f32)
+        .collect()
+}
+
+/// Checks one answered prediction against the model run on `pixels` alone.
+fn check_prediction(model: &Cnn, pixels: &[f32], got: &Value) {
+    let (class, probs, logits) = reference(model, pixels);
+    assert_eq!(got["class"].as_u64(), Some(class as u64), "class of {got}");
+    let (p, l) = (floats(&got["probabilities"]), floats(&got["logits"]));
+    assert_eq!((p.len(), l.len()), (CLASSES, CLASSES));
+    for k in 0..CLASSES {
+        assert!(
+            (p[k] - probs[k]).abs() <= 1e-5,
+            "probability {k}: {} vs {}",
+            p[k],
+            probs[k]
+        );
+        assert!(
+            (l[k] - logits[k]).abs() <= 1e-4,
+            "logit {k}: {} vs {}",
+            l[k],
+            logits[k]
+        );
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_burst_is_batched_and_matches_the_model() {
+    const REQUESTS: usize = 200;
+    const CLIENTS: usize = 32;
+    let dir = TempDir::new("burst");
+    let (model, path) = model_and_checkpoint(&dir);
+    let mut cfg = config(path);
+    cfg.max_batch = 16;
+    cfg.max_wait = Duration::from_millis(5);
+    let server = start(cfg).await;
+    let addr = server.addr;
+
+    let inputs = Arc::new(images(REQUESTS));
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (inputs, next) = (Arc::clone(&inputs), Arc::clone(&next));
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= REQUESTS {
+                        return answers;
+                    }
+                    let t = Instant::now();
+                    let reply = post_json(addr, &json!({ "pixels": inputs[i] })).await;
+                    answers.push((i, reply, t.elapsed().as_secs_f64() * 1e3));
+                }
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for c in clients {
+        answers.extend(c.await.unwrap());
+    }
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(answers.len(), REQUESTS);
+
+    let mut latencies = Vec::new();
+    for (i, reply, ms) in &answers {
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        check_prediction(&model, &inputs[*i], &reply.body);
+        latencies.push(*ms);
+    }
+    latencies.sort_by(f64::total_cmp);
+    println!(
+        "burst: {REQUESTS} requests over {CLIENTS} clients in {secs:.3}s: {:.0} requests/s, \
+         latency p50 {:.2} ms p99 {:.2} ms ({} build)",
+        REQUESTS as f64 / secs,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+
+    let m = get(addr, "/metrics").await;
+    assert_eq!(m.status, 200);
+    let b = &m.body;
+    println!("metrics after the burst: {b}");
+    assert_eq!(b["requests_served"], REQUESTS);
+    assert_eq!(b["images_served"], REQUESTS);
+    assert_eq!(b["requests_in_flight"], 0);
+    assert_eq!(b["errors"], json!({}));
+    let batches = b["batches_run"].as_u64().unwrap();
+    assert!(batches >= 1 && batches <= REQUESTS as u64);
+    // 32 clients against one batcher: some batches must hold several requests.
+    assert!(
+        b["multi_request_batches"].as_u64().unwrap() > 0,
+        "no batch served more than one request: {b}"
+    );
+    assert!(b["largest_batch"].as_u64().unwrap() > 1);
+    assert!(b["largest_batch"].as_u64().unwrap() <= 16);
+    let mean = b["mean_batch_size"].as_f64().unwrap();
+    assert!((mean - REQUESTS as f64 / batches as f64).abs() < 1e-9);
+    assert_eq!(b["latency_ms"]["samples"], REQUESTS);
+    let (p50, p99) = (
+        b["latency_ms"]["p50"].as_f64().unwrap(),
+        b["latency_ms"]["p99"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= p99, "p50 {p50} p99 {p99}");
+    println!("server-side latency p50 {p50:.2} ms p99 {p99:.2} ms, mean batch {mean:.2}");
+
+    // The batch form: one request, several images, answered in order.
+    let five: Vec<&Vec<f32>> = inputs.iter().take(5).collect();
+    let r = post_json(addr, &json!({ "batch": five })).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let preds = r.body["predictions"].as_array().unwrap();
+    assert_eq!(preds.len(), 5);
+    for (p, x) in preds.iter().zip(&five) {
+        check_prediction(&model, x, p);
+    }
+
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_4xx_json_errors() {
+    const LIMIT: usize = 64 * 1024;
+    let dir = TempDir::new("malformed");
+    let (model, path) = model_and_checkpoint(&dir);
+    let mut cfg = config(path);
+    cfg.body_limit = LIMIT;
+    cfg.max_batch = 4;
+    let server = start(cfg).await;
+    let addr = server.addr;
+    let good = images(1).remove(0);
+    let good_json = json!({ "pixels": good }).to_string();
+
+    let mut short = good.clone();
+    short.pop();
+    let with = |i: usize, v: &str| {
+        let mut parts: Vec<String> = good.iter().map(|p| p.to_string()).collect();
+        parts[i] = v.to_string();
+        format!("{{\"pixels\": [{}]}}", parts.join(","))
+    };
+    let json = Some("application/json");
+    let cases: Vec<(&str, Reply, u16, &str, &str)> = vec![
+        (
+            "text/plain",
+            post(addr, Some("text/plain"), &good_json).await,
+            415,
+            "content_type",
+            "Content-Type: application/json",
+        ),
+        (
+            "no content type",
+            post(addr, None, &good_json).await,
+            415,
+            "content_type",
+            "Content-Type: application/json",
+        ),
+        (
+            "truncated JSON",
+            post(addr, json, &good_json[..100]).await,
+            400,
+            "bad_json",
+            "parse",
+        ),
+        (
+            "not JSON",
+            post(addr, json, "pixels=1,2,3").await,
+            400,
+            "bad_json",
+            "parse",
+        ),
+        (
+            "a string pixel",
+            post(addr, json, &with(3, "\"a\"")).await,
+            422,
+            "bad_field",
+            "invalid type: string \"a\", expected f32",
+        ),
+        (
+            "a null pixel",
+            post(addr, json, &with(0, "null")).await,
+            422,
+            "bad_field",
+            "invalid type: null",
+        ),
+        (
+            "pixels not a list",
+            post_json(addr, &json!({ "pixels": 0.5 })).await,
+            422,
+            "bad_field",
+            "expected a sequence",
+        ),
+        (
+            "an unknown field",
+            post_json(addr, &json!({ "pixel": good })).await,
+            422,
+            "bad_field",
+            "unknown field `pixel`",
+        ),
+        (
+            "no field",
+            post_json(addr, &json!({})).await,
+            422,
+            "missing_field",
+            "missing field `pixels`",
+        ),
+        (
+            "both fields",
+            post_json(addr, &json!({ "pixels": good, "batch": [good] })).await,
+            422,
+            "ambiguous",
+            "not both",
+        ),
+        (
+            "783 pixels",
+            post_json(addr, &json!({ "pixels": short })).await,
+            422,
+            "wrong_length",
+            "`pixels` has 783 values; an image is 784",
+        ),
+        (
+            "a short image in a batch",
+            post_json(addr, &json!({ "batch": [good, short] })).await,
+            422,
+            "wrong_length",
+            "`batch[1]` has 783 values",
+        ),
+        (
+            "an infinite pixel",
+            post(addr, json, &with(5, "1e39")).await,
+            422,
+            "non_finite",
+            "`pixels[5]` is inf",
+        ),
+        (
+            "a pixel above 1",
+            post(addr, json, &with(7, "1.5")).await,
+            422,
+            "out_of_range",
+            "`pixels[7]` is 1.5; pixels are in 0..=1",
+        ),
+        (
+            "a negative pixel",
+            post(addr, json, &with(8, "-0.25")).await,
+            422,
+            "out_of_range",
+            "`pixels[8]` is -0.25",
+        ),
+        (
+            "an empty batch",
+            post_json(addr, &json!({ "batch": [] })).await,
+            422,
+            "empty_batch",
+            "no images",
+        ),
+        (
+            "a batch over --max-batch",
+            post_json(addr, &json!({ "batch": vec![&good; 5] })).await,
+            422,
+            "batch_too_large",
+            "`batch` has 5 images; at most 4",
+        ),
+        (
+            // Refused on the header alone: the body is never sent.
+            "a declared body over the limit",
+            exchange(
+                addr,
+                &format!(
+                    "POST /predict HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}",
+                    LIMIT + 1
+                ),
+                b"",
+            )
+            .await
+            .unwrap(),
+            413,
+            "body_too_large",
+            "the limit is 65536",
+        ),
+        (
+            "GET /predict",
+            get(addr, "/predict").await,
+            405,
+            "method_not_allowed",
+            "/predict does not take GET",
+        ),
+        (
+            "an unknown route",
+            get(addr, "/nope").await,
+            404,
+            "not_found",
+            "no route /nope",
+        ),
+    ];
+    let mut expected_counts = std::collections::BTreeMap::<&str, u64>::new();
+    for (what, reply, status, kind, message) in &cases {
+        assert_eq!(reply.status, *status, "{what}: {}", reply.body);
+        assert_eq!(reply.body["kind"], *kind, "{what}: {}", reply.body);
+        let error = reply.body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(message),
+            "{what}: message {error:?} lacks {message:?}"
+        );
+        *expected_counts.entry(*kind).or_default() += 1;
+    }
+
+    // A chunked body (no Content-Length) over the limit: caught while read.
+    let big = format!("{{\"pixels\": [{}]}}", vec!["0.123456789"; 8000].join(","));
+    assert!(big.len() > LIMIT);
+    let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
+    chunked.extend_from_slice(big.as_bytes());
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    let r = exchange(
+        addr,
+        "POST /predict HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked",
+        &chunked,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.body["kind"], "body_too_large");
+    *expected_counts.entry("body_too_large").or_default() += 1;
+
+    // Nothing above hurt the batcher: a valid request is still answered.
+    let r = post(addr, json, &good_json).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    check_prediction(&model, &good, &r.body);
+
+    let m = get(addr, "/metrics").await.body;
+    assert_eq!(m["requests_served"], 1);
+    assert_eq!(
+        m["batches_run"], 1,
+        "only the valid request reached the model"
+    );
+    let counted: std::collections::BTreeMap<String, u64> =
+        serde_json::from_value(m["errors"].clone()).unwrap();
+    let expected: std::collections::BTreeMap<String, u64> = expected_counts
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    assert_eq!(counted, expected);
+
+    let h = get(addr, "/health").await;
+    assert_eq!(h.status, 200);
+    assert_eq!(h.body["status"], "ok");
+    assert_eq!(h.body["parameters"], model.num_parameters());
+    assert_eq!(h.body["max_batch"], 4);
+    assert!(h.body["checkpoint"]
+        .as_str()
+        .unwrap()
+        .ends_with("model.safetensors"));
+
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_checkpoints_stop_startup() {
+    let dir = TempDir::new("badckpt");
+    let try_serve = |path: PathBuf| async move {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // `serve` must fail before it waits for the shutdown signal.
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            serve(listener, config(path), std::future::pending()),
+        )
+        .await
+        .expect("serve started despite a bad checkpoint")
+    };
+
+    let missing = dir.0.join("missing.safetensors");
+    let err = try_serve(missing).await.unwrap_err();
+    assert!(matches!(err, ServeError::Checkpoint(_)), "{err}");
+    assert!(err.to_string().contains("missing.safetensors"), "{err}");
+
+    let garbage = dir.0.join("garbage.safetensors");
+    std::fs::write(&garbage, b"this is not a safetensors file").unwrap();
+    let err = try_serve(garbage).await.unwrap_err();
+    assert!(matches!(err, ServeError::Checkpoint(_)), "{err}");
+    assert!(err.to_string().contains("garbage.safetensors"), "{err}");
+
+    // A valid checkpoint of another model: strictly refused, naming keys.
+    let other = dir.0.join("linear.safetensors");
+    LinearModel::new(&mut Rng::seed_from(1))
+        .save_safetensors(&other)
+        .unwrap();
+    let err = try_serve(other).await.unwrap_err();
+    assert!(matches!(err, ServeError::Checkpoint(_)), "{err}");
+    assert!(err.to_string().contains("conv1.weight"), "{err}");
+
+    // A cut-off copy of a good checkpoint.
+    let (_, good) = model_and_checkpoint(&dir);
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.0.join("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let err = try_serve(cut).await.unwrap_err();
+    assert!(matches!(err, ServeError::Checkpoint(_)), "{err}");
+
+    // And a bad setting is refused before anything is loaded.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut cfg = config(good);
+    cfg.max_batch = 0;
+    let err = serve(listener, cfg, std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ServeError::Config(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_requests_in_flight() {
+    const IN_FLIGHT: usize = 6;
+    let dir = TempDir::new("shutdown");
+    let (model, path) = model_and_checkpoint(&dir);
+    let mut cfg = config(path);
+    // A long wait holds the requests in the batcher while shutdown starts.
+    cfg.max_wait = Duration::from_millis(400);
+    cfg.max_batch = 64;
+    let server = start(cfg).await;
+    let addr = server.addr;
+    let inputs = images(IN_FLIGHT);
+
+    let pending: Vec<_> = inputs
+        .iter()
+        .map(|x| {
+            let body = json!({ "pixels": x });
+            tokio::spawn(async move { post_json(addr, &body).await })
+        })
+        .collect();
+    // Wait until the service holds every request.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = get(addr, "/metrics").await.body;
+        if m["requests_in_flight"] == IN_FLIGHT {
+            break;
+        }
+        assert!(Instant::now() < deadline, "requests never arrived: {m}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    server.shutdown().await;
+    for (p, x) in pending.into_iter().zip(&inputs) {
+        let r = p.await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        check_prediction(&model, x, &r.body);
+    }
+    // The listener is closed: nothing is accepted any more.
+    assert!(
+        TcpStream::connect(addr).await.is_err()
+            || exchange(addr, "GET /health HTTP/1.1", b"").await.is_err(),
+        "the service still answers after shutdown"
+    );
+}
