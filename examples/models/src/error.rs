@@ -1,0 +1,62 @@
+//! [`ModelError`]: why loading, running or sampling a model failed.
+
+use forma::nn::state::{CheckpointError, LoadError};
+
+/// Why a model could not be loaded or run. A failed load leaves no
+/// half-built model behind.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The checkpoint file could not be read (it names the file). Boxed,
+    /// like [`ModelError::Load`]'s lists, to keep results small.
+    #[error(transparent)]
+    Checkpoint(Box<CheckpointError>),
+    /// The checkpoint's tensors do not fit the model: every missing,
+    /// unexpected and mismatched key is listed.
+    #[error("{path}: {source}")]
+    Load {
+        /// The file, or `<state_dict>` for an in-memory load.
+        path: String,
+        /// What did not fit.
+        source: Box<LoadError>,
+    },
+    /// A GPT-2 checkpoint holds an `lm_head.weight` that differs from
+    /// `transformer.wte.weight`: Forma's GPT-2 ties the two, so loading it
+    /// would silently drop the head.
+    #[error("lm_head.weight differs from transformer.wte.weight, but the head is tied to the token embedding")]
+    UntiedHead,
+    /// The checkpoint holds no transformer layer.
+    #[error("the checkpoint holds no {0} layer")]
+    NoLayers(&'static str),
+    /// A sequence is longer than the model's position table.
+    #[error("{model}: {len} positions do not fit the {max} of the position table")]
+    SequenceTooLong {
+        /// The model.
+        model: &'static str,
+        /// The positions asked for (cached ones included).
+        len: usize,
+        /// The table's size.
+        max: usize,
+    },
+    /// Inputs of the wrong sizes (e.g. a mask whose shape differs from the ids').
+    #[error("{model}: {what}")]
+    Input {
+        /// The model.
+        model: &'static str,
+        /// What is wrong.
+        what: String,
+    },
+    /// Sampling settings that mean nothing (`k = 0`, a temperature that is
+    /// not positive, an empty prompt).
+    #[error("invalid generation settings: {0}")]
+    Sampling(String),
+    /// A tensor operation failed (a token id outside the vocabulary, a
+    /// device error).
+    #[error(transparent)]
+    Tensor(#[from] forma::Error),
+}
+
+impl From<CheckpointError> for ModelError {
+    fn from(e: CheckpointError) -> Self {
+        ModelError::Checkpoint(Box::new(e))
+    }
+}

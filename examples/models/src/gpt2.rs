@@ -1,0 +1,769 @@
+//! A GPT-2 decoder with the layout of Hugging Face's `GPT2LMHeadModel`:
+//! `transformer.wte.weight`, `transformer.h.0.attn.c_attn.weight` (GPT-2's
+//! [`Conv1D`], whose weight is `[in, out]`), ..., `transformer.ln_f.bias`.
+//!
+//! **Tied head.** GPT-2's output projection is the token embedding
+//! (`lm_head.weight` *is* `transformer.wte.weight`), so the model has no
+//! `lm_head` field: the logits are `ln_f(h) @ wte.weight^T`, the gradient of
+//! both uses reaches the one tensor, and `state_dict()` holds no
+//! `lm_head.weight`, exactly like the `model.safetensors` that
+//! `save_pretrained` writes (it leaves out tied copies) and that
+//! `GPT2LMHeadModel.from_pretrained` reads back, tying it again. A checkpoint
+//! that does carry `lm_head.weight` loads when it equals `wte.weight` and is
+//! refused ([`ModelError::UntiedHead`]) when it differs, since tying would
+//! silently lose it.
+//!
+//! **Real files.** [`Gpt2LMHeadModel::from_safetensors`] also reads the
+//! layout of the hub's `gpt2/model.safetensors` (a `GPT2Model` without the
+//! `transformer.` prefix, with the causal-mask buffers `h.N.attn.bias` and
+//! `h.N.attn.masked_bias` that older `transformers` saved): the prefix is
+//! added and those constant buffers dropped; see [`HfLoadReport`](crate::HfLoadReport).
+//!
+//! **Generation.** [`Gpt2LMHeadModel::logits_cached`] runs new positions
+//! against a [`KvCache`] of every layer's past keys and values, so each new
+//! token costs one position; [`Gpt2LMHeadModel::generate`] samples greedily
+//! or from the top k ([`Sampling`]) with a seeded [`Rng`].
+//!
+//! Sizes are const generics: vocabulary `V`, context `CTX`, hidden `H`,
+//! `QKV = 3 * H` (the fused query/key/value projection's width: stable Rust
+//! cannot write `3 * H` in a type, so it is a parameter checked when the
+//! model is built), `HEADS`, and the MLP's inner size `FF`. [`Gpt2Small`] is
+//! GPT-2 small. Numerics follow `transformers`: `gelu_new` (the tanh GELU),
+//! LayerNorm eps 1e-5, scores divided by `sqrt(head_dim)`, hidden positions
+//! at the most negative f32.
+
+use crate::util::{count_layers, layout_of, merge_heads, restore, split_heads, Init, HIDDEN};
+use crate::{HfLoadReport, ModelError};
+use forma::core::device::Device;
+use forma::nn::layers::{Dropout, Embedding, LayerNorm};
+use forma::nn::{Module, StateDict};
+use forma::prelude::*;
+use std::path::Path;
+
+/// GPT-2's `Conv1D(nf, nx)`: a linear layer whose `weight` is stored
+/// `[NX, NF]` (input by output, the transpose of `nn.Linear`'s), so
+/// `y = x @ weight + bias`.
+#[derive(Module, Clone, Debug)]
+#[module(
+    crate = "::forma::nn",
+    name = "Conv1D",
+    extra_repr = "Self::extra_repr"
+)]
+pub struct Conv1D<const NX: usize, const NF: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// `[NX, NF]`.
+    pub weight: Tensor<(C<NX>, C<NF>), E, D>,
+    /// `[NF]`.
+    pub bias: Tensor<(C<NF>,), E, D>,
+}
+
+impl<const NX: usize, const NF: usize, E: Float, D: Device<E>> Conv1D<NX, NF, E, D> {
+    fn extra_repr(&self) -> String {
+        format!("nf={NF}, nx={NX}")
+    }
+}
+
+impl<A: Dim, B: Dim, const NX: usize, const NF: usize, E: Float, D: Device<E>>
+    Forward<Tensor<(A, B, C<NX>), E, D>, Tensor<(A, B, C<NF>), E, D>> for Conv1D<NX, NF, E, D>
+{
+    fn forward(&self, x: Tensor<(A, B, C<NX>), E, D>) -> Tensor<(A, B, C<NF>), E, D> {
+        &x.matmul(&self.weight) + &self.bias
+    }
+}
+
+/// What a GPT-2 model's type does not fix, like the rest of Hugging Face's
+/// `GPT2Config`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gpt2Config {
+    /// Number of blocks (`n_layer`).
+    pub n_layer: usize,
+    /// LayerNorm eps (`layer_norm_epsilon`, 1e-5).
+    pub layer_norm_epsilon: f64,
+    /// Dropout after the embeddings (`embd_pdrop`, 0.1).
+    pub embd_pdrop: f64,
+    /// Dropout on attention weights (`attn_pdrop`, 0.1).
+    pub attn_pdrop: f64,
+    /// Dropout after each sub-layer (`resid_pdrop`, 0.1).
+    pub resid_pdrop: f64,
+    /// Standard deviation of the initial weights (`initializer_range`,
+    /// 0.02; the output projections get `0.02 / sqrt(2 * n_layer)` as in
+    /// GPT-2's paper).
+    pub initializer_range: f64,
+}
+
+impl Gpt2Config {
+    /// Hugging Face's defaults with `n_layer` blocks.
+    pub fn with_layers(n_layer: usize) -> Self {
+        Gpt2Config {
+            n_layer,
+            layer_norm_epsilon: 1e-5,
+            embd_pdrop: 0.1,
+            attn_pdrop: 0.1,
+            resid_pdrop: 0.1,
+            initializer_range: 0.02,
+        }
+    }
+
+    /// GPT-2 small's: 12 blocks.
+    pub fn gpt2_small() -> Self {
+        Self::with_layers(12)
+    }
+
+    /// The same settings without dropout.
+    pub fn without_dropout(mut self) -> Self {
+        self.embd_pdrop = 0.0;
+        self.attn_pdrop = 0.0;
+        self.resid_pdrop = 0.0;
+        self
+    }
+}
+
+/// GPT-2 small (vocabulary 50257, context 1024, hidden 768, 12 heads, MLP
+/// 3072; 12 blocks from [`Gpt2Config::gpt2_small`]): about 124M parameters,
+/// in f32 on the CPU.
+pub type Gpt2Small = Gpt2LMHeadModel<50257, 1024, 768, 2304, 12, 3072>;
+
+/// Causal self-attention, like `GPT2Attention`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "GPT2Attention")]
+pub struct Gpt2Attention<
+    const H: usize,
+    const QKV: usize,
+    const HEADS: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// Queries, keys and values at once: `[H, 3H]`.
+    pub c_attn: Conv1D<H, QKV, E, D>,
+    /// `[H, H]`.
+    pub c_proj: Conv1D<H, H, E, D>,
+    /// `attn_pdrop`.
+    pub attn_dropout: Dropout,
+    /// `resid_pdrop`.
+    pub resid_dropout: Dropout,
+}
+
+/// The feed-forward block with `gelu_new`, like `GPT2MLP`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "GPT2MLP")]
+pub struct Gpt2Mlp<const H: usize, const FF: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// `[H, FF]`.
+    pub c_fc: Conv1D<H, FF, E, D>,
+    /// `[FF, H]`.
+    pub c_proj: Conv1D<FF, H, E, D>,
+    /// `resid_pdrop`.
+    pub dropout: Dropout,
+}
+
+/// A pre-norm decoder block, like `GPT2Block`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "GPT2Block")]
+pub struct Gpt2Block<
+    const H: usize,
+    const QKV: usize,
+    const HEADS: usize,
+    const FF: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// Before attention.
+    pub ln_1: LayerNorm<H, E, D>,
+    /// Causal self-attention.
+    pub attn: Gpt2Attention<H, QKV, HEADS, E, D>,
+    /// Before the MLP.
+    pub ln_2: LayerNorm<H, E, D>,
+    /// The feed-forward block.
+    pub mlp: Gpt2Mlp<H, FF, E, D>,
+}
+
+/// The decoder without its head, like `GPT2Model`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "GPT2Model")]
+pub struct Gpt2Model<
+    const V: usize,
+    const CTX: usize,
+    const H: usize,
+    const QKV: usize,
+    const HEADS: usize,
+    const FF: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// Token embedding `[V, H]`, also the output projection.
+    pub wte: Embedding<V, H, E, D>,
+    /// Position embedding `[CTX, H]`.
+    pub wpe: Embedding<CTX, H, E, D>,
+    /// `embd_pdrop`.
+    pub drop: Dropout,
+    /// The blocks, `transformer.h.<n>`.
+    pub h: Vec<Gpt2Block<H, QKV, HEADS, FF, E, D>>,
+    /// The final norm.
+    pub ln_f: LayerNorm<H, E, D>,
+}
+
+/// GPT-2 with its language-model head tied to the token embedding, like
+/// `transformers.GPT2LMHeadModel` (see the [module docs](self) for how the
+/// tied head is saved and loaded).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma_models::gpt2::{Gpt2Config, Gpt2LMHeadModel, KvCache, Sampling};
+///
+/// // Vocabulary 20, context 16, hidden 8 (QKV 24), 2 heads, MLP 32, 1 block.
+/// type Tiny = Gpt2LMHeadModel<20, 16, 8, 24, 2, 32>;
+/// let mut rng = Rng::seed_from(0);
+/// let mut gpt = Tiny::new(&Gpt2Config::with_layers(1), &Cpu, &mut rng);
+/// gpt.eval();
+/// let out = gpt.generate(&[1, 2, 3], 5, Sampling::TopK { k: 4, temperature: 0.8 }, &mut rng).unwrap();
+/// assert_eq!(out.len(), 8);
+/// assert!(!gpt.state_dict().contains_key("lm_head.weight")); // tied to transformer.wte.weight
+/// ```
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "GPT2LMHeadModel")]
+pub struct Gpt2LMHeadModel<
+    const V: usize,
+    const CTX: usize,
+    const H: usize,
+    const QKV: usize,
+    const HEADS: usize,
+    const FF: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// The decoder.
+    pub transformer: Gpt2Model<V, CTX, H, QKV, HEADS, FF, E, D>,
+}
+
+/// Every layer's past keys and values (`[batch, heads, positions, head_dim]`
+/// each), like `past_key_values`: with it, [`Gpt2LMHeadModel::logits_cached`]
+/// runs only the new positions.
+#[derive(Debug)]
+pub struct KvCache<E: Float = f32, D: Device<E> = Cpu> {
+    layers: Vec<
+        Option<(
+            Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+            Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+        )>,
+    >,
+}
+
+impl<E: Float, D: Device<E>> Default for KvCache<E, D> {
+    fn default() -> Self {
+        KvCache { layers: Vec::new() }
+    }
+}
+
+impl<E: Float, D: Device<E>> KvCache<E, D> {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        match self.layers.first() {
+            Some(Some((k, _))) => k.size(2),
+            _ => 0,
+        }
+    }
+
+    /// Whether no position is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets every position.
+    pub fn clear(&mut self) {
+        self.layers.clear();
+    }
+}
+
+/// How [`Gpt2LMHeadModel::generate`] picks each token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Sampling {
+    /// The most likely token (the first one on a tie), like
+    /// `generate(do_sample=False)`.
+    Greedy,
+    /// A draw from the `k` most likely tokens after dividing the logits by
+    /// `temperature`, like `generate(do_sample=True, top_k=k,
+    /// temperature=temperature)`.
+    TopK {
+        /// How many tokens stay candidates (at least 1).
+        k: usize,
+        /// Above 0; below 1 sharpens, above 1 flattens.
+        temperature: f64,
+    },
+}
+
+impl<
+        const V: usize,
+        const CTX: usize,
+        const H: usize,
+        const QKV: usize,
+        const HEADS: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > Gpt2LMHeadModel<V, CTX, H, QKV, HEADS, FF, E, D>
+{
+    const SIZES_FIT: () = {
+        assert!(
+            HEADS > 0 && H.is_multiple_of(HEADS),
+            "GPT-2: the hidden size must split into equal heads"
+        );
+        assert!(QKV == 3 * H, "GPT-2: QKV must be 3 * H");
+    };
+
+    /// A model initialised like Hugging Face's, in training mode.
+    pub fn new(config: &Gpt2Config, device: &D, rng: &mut Rng) -> Self {
+        let std = config.initializer_range;
+        Self::build(config, &mut Init::Normal { std, rng }, device)
+    }
+
+    fn build(config: &Gpt2Config, init: &mut Init<'_>, device: &D) -> Self {
+        let () = Self::SIZES_FIT;
+        let eps = config.layer_norm_epsilon;
+        let wte = init.embedding(device);
+        let wpe = init.embedding(device);
+        let drop = init.dropout(config.embd_pdrop);
+        // GPT-2 scales the residual projections' init by 1/sqrt(2 * n_layer).
+        let proj_scale = 1.0 / (2.0 * config.n_layer.max(1) as f64).sqrt();
+        let h = (0..config.n_layer)
+            .map(|_| Gpt2Block {
+                ln_1: init.layer_norm(eps, device),
+                attn: Gpt2Attention {
+                    c_attn: conv1d(init, 1.0, device),
+                    c_proj: conv1d(init, proj_scale, device),
+                    attn_dropout: init.dropout(config.attn_pdrop),
+                    resid_dropout: init.dropout(config.resid_pdrop),
+                },
+                ln_2: init.layer_norm(eps, device),
+                mlp: Gpt2Mlp {
+                    c_fc: conv1d(init, 1.0, device),
+                    c_proj: conv1d(init, proj_scale, device),
+                    dropout: init.dropout(config.resid_pdrop),
+                },
+            })
+            .collect();
+        let ln_f = init.layer_norm(eps, device);
+        Gpt2LMHeadModel {
+            transformer: Gpt2Model {
+                wte,
+                wpe,
+                drop,
+                h,
+                ln_f,
+            },
+        }
+    }
+
+    /// The `state_dict` keys and shapes of a model of this type and
+    /// `config`, in order, without allocating its weights.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma_models::gpt2::{Gpt2Config, Gpt2Small};
+    /// let keys = Gpt2Small::state_dict_layout(&Gpt2Config::gpt2_small(), &Cpu);
+    /// assert_eq!(keys[4], ("transformer.h.0.attn.c_attn.weight".to_string(), vec![768, 2304]));
+    /// ```
+    pub fn state_dict_layout(config: &Gpt2Config, device: &D) -> Vec<(String, Vec<usize>)> {
+        layout_of(&Self::build(config, &mut Init::Meta, device))
+    }
+
+    /// Loads a Hugging Face GPT-2 checkpoint (`model.safetensors` of a
+    /// `GPT2LMHeadModel` or `GPT2Model`), in eval mode, with the block count
+    /// read from the file and the other settings from
+    /// [`Gpt2Config::with_layers`]. See [`Gpt2LMHeadModel::load_hf_state_dict`]
+    /// for what is set aside.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] when the file cannot be read,
+    /// [`ModelError::NoLayers`] when it holds no block,
+    /// [`ModelError::UntiedHead`] for a head that differs from the
+    /// embedding, and [`ModelError::Load`] listing every missing, unexpected
+    /// and mismatched key.
+    pub fn from_safetensors(path: impl AsRef<Path>, device: &D) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let sd = forma::nn::state::load_file(path)?.tensors;
+        // A bare `GPT2Model` file names its blocks `h.<n>`.
+        let layers = count_layers(&sd, "transformer.h.").max(count_layers(&sd, "h."));
+        if layers == 0 {
+            return Err(ModelError::NoLayers("GPT-2"));
+        }
+        let mut rng = Rng::seed_from(0);
+        let mut model = Self::new(&Gpt2Config::with_layers(layers), device, &mut rng);
+        model.load_hf_state_dict(sd).map_err(|e| match e {
+            ModelError::Load { source, .. } => ModelError::Load {
+                path: path.display().to_string(),
+                source,
+            },
+            e => e,
+        })?;
+        model.eval();
+        Ok(model)
+    }
+
+    /// Loads a Hugging Face GPT-2 state dict strictly, after the explicit
+    /// adjustments real checkpoints need: `transformer.` is prefixed when the
+    /// file is a bare `GPT2Model`; the constant causal-mask buffers
+    /// `attn.bias` and `attn.masked_bias` of older files are dropped; a tied
+    /// `lm_head.weight` equal to `wte.weight` is dropped. Every other key must
+    /// match. On error the model is unchanged.
+    ///
+    /// # Errors
+    /// [`ModelError::UntiedHead`], or [`ModelError::Load`] listing every
+    /// missing, unexpected and mismatched key.
+    pub fn load_hf_state_dict(&mut self, sd: StateDict) -> Result<HfLoadReport, ModelError> {
+        let (sd, report) = normalize_hf_gpt2(sd)?;
+        self.load_state_dict(&sd)
+            .map_err(|source| ModelError::Load {
+                path: "<state_dict>".into(),
+                source: Box::new(source),
+            })?;
+        Ok(report)
+    }
+
+    /// Logits `[batch, len, V]` for token ids `[batch, len]`, the whole
+    /// sequence at once, like `model(input_ids).logits`.
+    ///
+    /// # Errors
+    /// [`ModelError::SequenceTooLong`] past `CTX` positions,
+    /// [`ModelError::Tensor`] for an id outside the vocabulary.
+    pub fn logits(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+    ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        self.run(input_ids, None)
+    }
+
+    /// Logits for `input_ids` as the positions that follow those in
+    /// `cache`, whose keys and values it uses and then extends with the new
+    /// ones: like `model(input_ids, past_key_values=cache, use_cache=True)`.
+    /// An empty cache gives the same logits as [`Gpt2LMHeadModel::logits`].
+    ///
+    /// # Errors
+    /// As [`Gpt2LMHeadModel::logits`] (the cached positions count towards
+    /// `CTX`); [`ModelError::Input`] when the batch differs from the
+    /// cache's. On error the cache is unchanged.
+    pub fn logits_cached(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+        cache: &mut KvCache<E, D>,
+    ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        if let Some(Some((k, _))) = cache.layers.first() {
+            if k.size(0) != input_ids.size(0) {
+                return Err(ModelError::Input {
+                    model: "GPT-2",
+                    what: format!(
+                        "a batch of {} after a cache of {}",
+                        input_ids.size(0),
+                        k.size(0)
+                    ),
+                });
+            }
+        }
+        // The cache changes only once every layer has run.
+        let mut next = KvCache {
+            layers: cache.layers.clone(),
+        };
+        next.layers.resize(self.transformer.h.len(), None);
+        let y = self.run(input_ids, Some(&mut next))?;
+        *cache = next;
+        Ok(y)
+    }
+
+    fn run(
+        &self,
+        ids: &Tensor<(Dyn, Dyn), i64, D>,
+        mut cache: Option<&mut KvCache<E, D>>,
+    ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        let tr = &self.transformer;
+        let past = cache.as_ref().map_or(0, |c| c.len());
+        let t = ids.size(1);
+        if past + t > CTX {
+            return Err(ModelError::SequenceTooLong {
+                model: "GPT-2",
+                len: past + t,
+                max: CTX,
+            });
+        }
+        let pos =
+            Tensor::<(Dyn,), i64, D>::arange_on(past as f64, (past + t) as f64, 1.0, ids.device())?;
+        let pos = tr.wpe.try_forward(&pos)?.into_dyn().unsqueeze::<0>();
+        let tok = tr.wte.try_forward(ids)?.into_dyn();
+        let mut x: Tensor<(Dyn, Dyn, C<H>), E, D> = tr.drop.forward(restore(&tok + &pos));
+        for (i, block) in tr.h.iter().enumerate() {
+            let slot = cache.as_mut().map(|c| &mut c.layers[i]);
+            let a = block.attn.run(block.ln_1.forward(x.clone()), slot)?;
+            x = &x + &a;
+            let m = block.mlp.run(block.ln_2.forward(x.clone()));
+            x = &x + &m;
+        }
+        let x = tr.ln_f.forward(x);
+        Ok(x.matmul(&tr.wte.weight.t()))
+    }
+
+    /// The prompt followed by `max_new_tokens` generated tokens, each
+    /// picked by `sampling` from the logits of the last position, with a
+    /// [`KvCache`] so that each new token runs one position (no graph is
+    /// recorded). Like `generate(input_ids, max_new_tokens=..)` without a
+    /// stop token. Set eval mode first unless dropout is wanted.
+    ///
+    /// # Errors
+    /// [`ModelError::Sampling`] for an empty prompt, `k = 0` or a
+    /// temperature that is not positive; [`ModelError::SequenceTooLong`]
+    /// when the prompt and new tokens exceed `CTX`; [`ModelError::Tensor`]
+    /// for a prompt id outside the vocabulary.
+    pub fn generate(
+        &self,
+        prompt: &[i64],
+        max_new_tokens: usize,
+        sampling: Sampling,
+        rng: &mut Rng,
+    ) -> Result<Vec<i64>, ModelError> {
+        if prompt.is_empty() {
+            return Err(ModelError::Sampling("the prompt is empty".into()));
+        }
+        if let Sampling::TopK { k, temperature } = sampling {
+            if k == 0 || temperature.is_nan() || temperature <= 0.0 {
+                return Err(ModelError::Sampling(format!(
+                    "top-k needs k >= 1 and a positive temperature, not k={k}, temperature={temperature}"
+                )));
+            }
+        }
+        if prompt.len() + max_new_tokens > CTX {
+            return Err(ModelError::SequenceTooLong {
+                model: "GPT-2",
+                len: prompt.len() + max_new_tokens,
+                max: CTX,
+            });
+        }
+        let _guard = forma::core::tape::no_grad();
+        let device = self.transformer.wte.weight.device().clone();
+        let mut cache = KvCache::new();
+        let mut out = prompt.to_vec();
+        let mut ids = Tensor::<(Dyn, Dyn), i64, D>::from_vec_on(
+            prompt.to_vec(),
+            (Dyn(1), Dyn(prompt.len())),
+            &device,
+        )?;
+        for _ in 0..max_new_tokens {
+            let logits = self.logits_cached(&ids, &mut cache)?;
+            let t = logits.size(1);
+            let last = logits.narrow::<1>(t - 1, 1).to_dtype::<f64>().to_vec();
+            let next = pick(&last, sampling, rng) as i64;
+            out.push(next);
+            ids = Tensor::from_vec_on(vec![next], (Dyn(1), Dyn(1)), &device)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A token from one row of logits.
+fn pick(logits: &[f64], sampling: Sampling, rng: &mut Rng) -> usize {
+    match sampling {
+        Sampling::Greedy => argmax(logits),
+        Sampling::TopK { k, temperature } => {
+            let mut order: Vec<usize> = (0..logits.len()).collect();
+            // Stable, so equal logits keep the lower id first (as torch.topk
+            // does on the CPU).
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+            order.truncate(k.min(logits.len()));
+            let top = logits[order[0]] / temperature;
+            let weights: Vec<f64> = order
+                .iter()
+                .map(|&i| (logits[i] / temperature - top).exp())
+                .collect();
+            let total: f64 = weights.iter().sum();
+            let mut u = rng.uniform() * total;
+            for (&i, w) in order.iter().zip(&weights) {
+                if u < *w {
+                    return i;
+                }
+                u -= w;
+            }
+            order[order.len() - 1]
+        }
+    }
+}
+
+/// Index of the largest value, the first on a tie.
+fn argmax(xs: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn conv1d<const NX: usize, const NF: usize, E: Float, D: Device<E>>(
+    init: &mut Init<'_>,
+    scale: f64,
+    device: &D,
+) -> Conv1D<NX, NF, E, D> {
+    let weight = match init {
+        Init::Normal { std, rng } => {
+            Tensor::normal_on((C, C), 0.0, *std * scale, rng, device).requires_grad()
+        }
+        Init::Meta => init.weight((C, C), device),
+    };
+    Conv1D {
+        weight,
+        bias: init.constant((C,), 0.0, device),
+    }
+}
+
+/// Adds `transformer.` to a bare `GPT2Model` file, and drops the causal-mask
+/// buffers and a tied head.
+fn normalize_hf_gpt2(sd: StateDict) -> Result<(StateDict, HfLoadReport), ModelError> {
+    let mut report = HfLoadReport::default();
+    let bare = !sd.keys().any(|k| k.starts_with("transformer."));
+    let mut sd = if bare {
+        report.prefix = Some("transformer.".into());
+        sd.remap(|k| {
+            Some(if k.starts_with("lm_head.") {
+                k.to_string()
+            } else {
+                format!("transformer.{k}")
+            })
+        })
+    } else {
+        sd
+    };
+    if let Some(head) = sd.get("lm_head.weight") {
+        match sd.get("transformer.wte.weight") {
+            Some(wte)
+                if wte.dims() == head.dims()
+                    && wte.dtype() == head.dtype()
+                    && wte.bytes() == head.bytes() =>
+            {
+                sd.remove("lm_head.weight");
+                report.dropped.push("lm_head.weight".into());
+            }
+            _ => return Err(ModelError::UntiedHead),
+        }
+    }
+    let dropped = &mut report.dropped;
+    let sd = sd.remap(|k| {
+        let buffer = k.starts_with("transformer.h.")
+            && (k.ends_with(".attn.bias") || k.ends_with(".attn.masked_bias"));
+        if buffer {
+            dropped.push(k.to_string());
+            None
+        } else {
+            Some(k.to_string())
+        }
+    });
+    Ok((sd, report))
+}
+
+type Kv<E, D> = (
+    Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+    Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+);
+
+impl<const H: usize, const QKV: usize, const HEADS: usize, E: Float, D: Device<E>>
+    Gpt2Attention<H, QKV, HEADS, E, D>
+{
+    /// Attention of `x`'s positions over the cached ones and themselves;
+    /// `slot` (this layer's cache entry) is extended with `x`'s keys and values.
+    fn run(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+        slot: Option<&mut Option<Kv<E, D>>>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        let qkv = self.c_attn.forward(x).into_dyn();
+        let q = split_heads(&qkv.narrow::<2>(0, H), HEADS)?;
+        let mut k = split_heads(&qkv.narrow::<2>(H, H), HEADS)?;
+        let mut v = split_heads(&qkv.narrow::<2>(2 * H, H), HEADS)?;
+        if let Some(slot) = slot {
+            if let Some((pk, pv)) = slot.take() {
+                k = forma::try_cat::<2, _, _, _>(&[pk, k])?;
+                v = forma::try_cat::<2, _, _, _>(&[pv, v])?;
+            }
+            *slot = Some((k.clone(), v.clone()));
+        }
+        let (t, s) = (q.size(2), k.size(2));
+        let past = s - t;
+        let scores = q
+            .matmul(&k.transpose::<2, 3>())
+            .div_scalar(((H / HEADS) as f64).sqrt());
+        // Query i sits at position past + i and sees keys up to it.
+        let hide: Vec<bool> = (0..t)
+            .flat_map(|i| (0..s).map(move |j| j > past + i))
+            .collect();
+        let hide = Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), q.device())?;
+        let weights = self
+            .attn_dropout
+            .forward(scores.try_masked_fill(&hide, HIDDEN)?.softmax::<3>());
+        let ctx: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(merge_heads(&weights.matmul(&v))?);
+        Ok(self.resid_dropout.forward(self.c_proj.forward(ctx)))
+    }
+}
+
+impl<const H: usize, const FF: usize, E: Float, D: Device<E>> Gpt2Mlp<H, FF, E, D> {
+    fn run(&self, x: Tensor<(Dyn, Dyn, C<H>), E, D>) -> Tensor<(Dyn, Dyn, C<H>), E, D> {
+        let h = self.c_fc.forward(x).gelu_tanh();
+        self.dropout.forward(self.c_proj.forward(h))
+    }
+}
+
+impl<
+        const V: usize,
+        const CTX: usize,
+        const H: usize,
+        const QKV: usize,
+        const HEADS: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(Dyn, Dyn), i64, D>, Tensor<(Dyn, Dyn, C<V>), E, D>>
+    for Gpt2LMHeadModel<V, CTX, H, QKV, HEADS, FF, E, D>
+{
+    /// [`Gpt2LMHeadModel::logits`].
+    ///
+    /// # Panics
+    /// Where [`Gpt2LMHeadModel::logits`] returns an error.
+    fn forward(&self, ids: Tensor<(Dyn, Dyn), i64, D>) -> Tensor<(Dyn, Dyn, C<V>), E, D> {
+        match self.logits(&ids) {
+            Ok(y) => y,
+            Err(e) => panic!("GPT-2: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_values() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, -1.0]), 1);
+    }
+
+    #[test]
+    fn top_1_is_greedy_and_top_k_stays_in_the_top_k() {
+        let logits = [0.5, 2.0, -1.0, 1.5, 1.9];
+        let mut rng = Rng::seed_from(3);
+        let one = Sampling::TopK {
+            k: 1,
+            temperature: 0.7,
+        };
+        assert_eq!(pick(&logits, one, &mut rng), 1);
+        let three = Sampling::TopK {
+            k: 3,
+            temperature: 1.0,
+        };
+        let mut seen = [0usize; 5];
+        for _ in 0..2000 {
+            seen[pick(&logits, three, &mut rng)] += 1;
+        }
+        assert_eq!((seen[0], seen[2]), (0, 0), "{seen:?}");
+        // exp(2.0), exp(1.9), exp(1.5) normalised: 0.39, 0.35, 0.26.
+        assert!(
+            seen[1] > seen[4] && seen[4] > seen[3] && seen[3] > 400,
+            "{seen:?}"
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! What both models share: Hugging Face's initialisation (or a "meta" init
+//! that allocates nothing, for listing a full-size layout), the layer
+//! builders on top of it, attention on erased sizes, and the bookkeeping of
+//! Hugging Face checkpoints (counting layers, dropping known extra buffers).
+
+use forma::core::device::Device;
+use forma::core::shape::ExpandTo;
+use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
+use forma::nn::{Module, StateDict};
+use forma::prelude::*;
+
+/// How a model's parameters are made.
+pub(crate) enum Init<'a> {
+    /// Hugging Face's `_init_weights`: weights from `N(0, std^2)`, biases
+    /// zero, LayerNorm scales one.
+    Normal { std: f64, rng: &'a mut Rng },
+    /// Every tensor a zero-strided view of one zero: the model has its full
+    /// keys and shapes but holds one element per tensor. Only for listing a
+    /// layout; such a model must not be run or loaded into.
+    Meta,
+}
+
+impl Init<'_> {
+    /// A seed for a layer's own generator (dropout masks).
+    pub(crate) fn seed(&mut self) -> Rng {
+        match self {
+            Init::Normal { rng, .. } => Rng::seed_from(rng.next_u64()),
+            Init::Meta => Rng::seed_from(0),
+        }
+    }
+
+    fn fill<S: Shape, E: Float, D: Device<E>>(
+        &mut self,
+        shape: S,
+        value: Option<f64>,
+        device: &D,
+    ) -> Tensor<S, E, D>
+    where
+        (): ExpandTo<S>,
+    {
+        match self {
+            Init::Meta => Tensor::<(), E, D>::zeros_on((), device).expand(shape),
+            Init::Normal { std, rng } => match value {
+                Some(v) => Tensor::full_on(shape, E::from_f64(v), device).requires_grad(),
+                None => Tensor::normal_on(shape, 0.0, *std, rng, device).requires_grad(),
+            },
+        }
+    }
+
+    /// A weight drawn from `N(0, std^2)`.
+    pub(crate) fn weight<S: Shape, E: Float, D: Device<E>>(
+        &mut self,
+        shape: S,
+        device: &D,
+    ) -> Tensor<S, E, D>
+    where
+        (): ExpandTo<S>,
+    {
+        self.fill(shape, None, device)
+    }
+
+    /// A tensor of `value` (biases, norm scales).
+    pub(crate) fn constant<S: Shape, E: Float, D: Device<E>>(
+        &mut self,
+        shape: S,
+        value: f64,
+        device: &D,
+    ) -> Tensor<S, E, D>
+    where
+        (): ExpandTo<S>,
+    {
+        self.fill(shape, Some(value), device)
+    }
+
+    pub(crate) fn linear<const I: usize, const O: usize, E: Float, D: Device<E>>(
+        &mut self,
+        device: &D,
+    ) -> Linear<I, O, E, D> {
+        Linear {
+            weight: self.weight((C, C), device),
+            bias: Some(self.constant((C,), 0.0, device)),
+        }
+    }
+
+    pub(crate) fn embedding<const V: usize, const H: usize, E: Float, D: Device<E>>(
+        &mut self,
+        device: &D,
+    ) -> Embedding<V, H, E, D> {
+        Embedding {
+            weight: self.weight((C, C), device),
+            padding_idx: None,
+        }
+    }
+
+    pub(crate) fn layer_norm<const N: usize, E: Float, D: Device<E>>(
+        &mut self,
+        eps: f64,
+        device: &D,
+    ) -> LayerNorm<N, E, D> {
+        LayerNorm {
+            weight: self.constant((C,), 1.0, device),
+            bias: self.constant((C,), 0.0, device),
+            eps,
+        }
+    }
+
+    pub(crate) fn dropout(&mut self, p: f64) -> Dropout {
+        Dropout::new(p, &mut self.seed())
+    }
+}
+
+/// Keys and shapes of a module's state_dict, in order, read without copying
+/// any values.
+pub(crate) fn layout_of<M: Module>(m: &M) -> Vec<(String, Vec<usize>)> {
+    struct Keys(Vec<(String, Vec<usize>)>);
+    impl forma::nn::Visitor for Keys {
+        fn tensor<S: Shape, E: Dtype, D: forma::core::Backend>(
+            &mut self,
+            cx: &forma::nn::Cx,
+            t: &forma::core::Tensor<S, E, D>,
+        ) {
+            if cx.role() != forma::nn::Role::NonPersistentBuffer {
+                self.0.push((cx.path().to_string(), t.dims().to_vec()));
+            }
+        }
+    }
+    let mut keys = Keys(Vec::new());
+    m.visit(&mut forma::nn::Cx::new(), &mut keys);
+    keys.0
+}
+
+/// Number of layers in a checkpoint, from keys `<prefix><n>.`.
+pub(crate) fn count_layers(sd: &StateDict, prefix: &str) -> usize {
+    sd.keys()
+        .filter_map(|k| {
+            k.strip_prefix(prefix)?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .map(|n| n + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Gives a result computed on erased sizes back its caller's shape type; the
+/// sizes are unchanged, so this cannot fail.
+pub(crate) fn restore<S: Shape, S2: Shape, E: Dtype, D: forma::core::Backend>(
+    y: Tensor<S2, E, D>,
+) -> Tensor<S, E, D> {
+    match y.try_into_shape::<S>() {
+        Ok(y) => y,
+        Err(e) => unreachable!("a model changed the sizes of an intermediate result: {e}"),
+    }
+}
+
+/// A `[batch, len, hidden]` tensor split into `heads`:
+/// `[batch, heads, len, hidden / heads]`.
+pub(crate) fn split_heads<E: Float, D: Device<E>>(
+    x: &Tensor<(Dyn, Dyn, Dyn), E, D>,
+    heads: usize,
+) -> forma::Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
+    let (b, t, h) = (x.size(0), x.size(1), x.size(2));
+    Ok(
+        x.try_reshape_to((Dyn(b), Dyn(t), Dyn(heads), Dyn(h / heads)))?
+            .transpose::<1, 2>(),
+    )
+}
+
+/// `[batch, heads, len, head_dim]` back to `[batch, len, hidden]`.
+pub(crate) fn merge_heads<E: Float, D: Device<E>>(
+    x: &Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+) -> forma::Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
+    let (b, heads, t, hd) = (x.size(0), x.size(1), x.size(2), x.size(3));
+    x.transpose::<1, 2>()
+        .contiguous()
+        .try_reshape_to((Dyn(b), Dyn(t), Dyn(heads * hd)))
+}
+
+/// The score PyTorch models give a hidden position: the most negative f32,
+/// so that a row with every position hidden stays finite (as Hugging Face's
+/// `torch.finfo(dtype).min` masks do) rather than turning into NaN.
+pub(crate) const HIDDEN: f64 = f32::MIN as f64;
+
+/// The ids of a `[batch, len]` int64 tensor, on the host.
+pub(crate) fn host_ids<D: forma::core::Backend>(t: &Tensor<(Dyn, Dyn), i64, D>) -> Vec<i64> {
+    t.to_vec()
+}
