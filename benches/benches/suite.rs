@@ -96,23 +96,33 @@ impl Mlp {
 fn mlp_batch(rng: &mut Rng) -> (Tensor<(Dyn, C<784>)>, Tensor<(Dyn,), i64>) {
     let batch = 128;
     let x = Tensor::<(Dyn, C<784>)>::randn((Dyn(batch), C), rng);
-    let y =
-        Tensor::<(Dyn,), i64>::from_vec((0..batch as i64).map(|i| i % 10).collect(), (Dyn(batch),))
-            .unwrap();
-    (x, y)
+    (x, labels(batch))
+}
+
+/// Class labels `0, 1, ..., 9, 0, ...` for a batch.
+fn labels(batch: usize) -> Tensor<(Dyn,), i64> {
+    Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect(), (Dyn(batch),)).unwrap()
+}
+
+/// One training step: forward, cross-entropy, backward, optimizer update.
+fn train_step<X: Clone, M: Module + Forward<X, Tensor<(Dyn, C<10>)>>>(
+    model: &M,
+    opt: &mut impl Optimizer,
+    x: &X,
+    y: &Tensor<(Dyn,), i64>,
+) {
+    opt.zero_grad(model);
+    let loss = cross_entropy(&model.forward(x.clone()), y, Mean);
+    loss.backward();
+    opt.step(model);
+    std::hint::black_box(loss.item());
 }
 
 fn mlp_step(rng: &mut Rng) -> Sample {
     let model = Mlp::new(rng);
     let mut opt: Adam = Adam::new(AdamOptions::default());
     let (x, y) = mlp_batch(rng);
-    Sample::time(5, 50, || {
-        opt.zero_grad(&model);
-        let loss = cross_entropy(&model.forward(x.clone()), &y, Mean);
-        loss.backward();
-        opt.step(&model);
-        std::hint::black_box(loss.item());
-    })
+    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y))
 }
 
 /// LeNet-5 as usually written today: ReLU and max pooling.
@@ -157,16 +167,8 @@ fn lenet_step(rng: &mut Rng) -> Sample {
     let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.01).momentum(0.9));
     let batch = 64;
     let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(batch), C, C, C), rng);
-    let y =
-        Tensor::<(Dyn,), i64>::from_vec((0..batch as i64).map(|i| i % 10).collect(), (Dyn(batch),))
-            .unwrap();
-    Sample::time(5, 50, || {
-        opt.zero_grad(&model);
-        let loss = cross_entropy(&model.forward(x.clone()), &y, Mean);
-        loss.backward();
-        opt.step(&model);
-        std::hint::black_box(loss.item());
-    })
+    let y = labels(batch);
+    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y))
 }
 
 type EncoderLayer = TransformerEncoderLayer<384, 12, 1536>;
@@ -212,11 +214,7 @@ fn rss_child() {
         if i == 10 {
             faults = minor_faults().unwrap_or(0);
         }
-        opt.zero_grad(&model);
-        let loss = cross_entropy(&model.forward(x.clone()), &y, Mean);
-        loss.backward();
-        opt.step(&model);
-        std::hint::black_box(loss.item());
+        train_step(&model, &mut opt, &x, &y);
     }
     let per_step = minor_faults().unwrap_or(0).saturating_sub(faults) as f64 / 10.0;
     println!("{} {per_step}", peak_rss_mb().unwrap_or(f64::NAN));
