@@ -152,6 +152,10 @@ pub trait Real:
     fn c(v: f64) -> Self;
     /// `erf`, for the exact GELU.
     fn erf(self) -> Self;
+    /// `exp` in a form a loop can vectorise: in f32 no libm call (within 2
+    /// ulp, with gradual underflow to exactly 0 at `-inf`, overflow to
+    /// `inf`, NaN kept); f64 uses std's.
+    fn exp_fast(self) -> Self;
 }
 
 impl Real for f32 {
@@ -163,6 +167,10 @@ impl Real for f32 {
     fn erf(self) -> Self {
         erf_f32(self)
     }
+    #[inline]
+    fn exp_fast(self) -> Self {
+        exp_f32(self)
+    }
 }
 
 impl Real for f64 {
@@ -173,6 +181,10 @@ impl Real for f64 {
     #[inline]
     fn erf(self) -> Self {
         libm_erf(self)
+    }
+    #[inline]
+    fn exp_fast(self) -> Self {
+        self.exp()
     }
 }
 
@@ -205,18 +217,20 @@ pub fn erf_f32(x: f32) -> f32 {
     y.copysign(x)
 }
 
-/// `exp` in f32 for arguments in `[-87, 88]` (clamped to that range; NaN
-/// becomes a finite value, which `erf_f32` does not rely on: its `t` carries
-/// the NaN). Cephes' `expf`: `x = n ln 2 + r`, a degree-6 polynomial for
-/// `e^r`, and `2^n` written into the exponent bits. Within 2 ulp; no libm
-/// call, so it vectorises.
+/// `exp` in f32 without a libm call, so it vectorises. Cephes' `expf`:
+/// `x = n ln 2 + r`, a degree-6 polynomial for `e^r`, and `2^n` applied as
+/// two normal powers of two written into exponent bits, so results below
+/// `2^-126` underflow gradually (to exactly 0 at `-inf`) and those above
+/// `f32::MAX` become `inf`. Within 2 ulp over the normal range; NaN stays NaN.
 #[inline]
 fn exp_f32(x: f32) -> f32 {
     // Round to nearest with the 1.5 * 2^23 trick: a plain add, unlike
     // `round()`, which is a libm call without SSE4.1.
     const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    // e^-104 is below half the smallest subnormal, e^89 above f32::MAX.
+    let x = x.clamp(-104.0, 89.0);
+    let t = x * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
     let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let p = (((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 0.166_666_65)
@@ -226,7 +240,13 @@ fn exp_f32(x: f32) -> f32 {
         * r
         + r
         + 1.0;
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // n is in [-150, 129], read as an integer from `t`'s low mantissa bits
+    // (a float-to-int `as` would not vectorise: it saturates and maps NaN);
+    // split so each factor is a normal 2^k.
+    let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
+    let half = n >> 1;
+    let pow = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
+    p * pow(half) * pow(n - half)
 }
 
 /// `erf` to double precision (W. J. Cody's rational approximations, as in
@@ -406,6 +426,16 @@ mod tests {
             let rel = ((got as f64 - want) / want).abs();
             assert!(rel < 2.5e-7, "exp({x}) = {got}, want {want}");
         }
+        // The ends: gradual underflow, overflow, and the special values.
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-104.0), 0.0);
+        // A subnormal result keeps what precision its bits allow.
+        let sub = exp_f32(-90.0) as f64;
+        assert!((sub / (-90f64).exp() - 1.0).abs() < 1e-5, "{sub}");
+        assert!(exp_f32(88.5) as f64 / 88.5f64.exp() - 1.0 < 1e-6);
+        assert_eq!(exp_f32(89.0), f32::INFINITY);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert!(exp_f32(f32::NAN).is_nan());
     }
 
     #[test]

@@ -59,33 +59,35 @@ pub(crate) fn build<T: Copy + Send>(
     out
 }
 
-/// Runs `fill` compiled for AVX2 and FMA where the CPU has them (the build
-/// targets baseline x86-64, whose SSE2 has 4 lanes and no `floor`), so the
-/// inlined loop runs 8 lanes wide. The arithmetic is the same either way (no
-/// contraction into FMA), so results do not depend on the CPU.
+/// Runs `fill` on one chunk, compiled for AVX2 and FMA where the CPU has
+/// them (see [`vectorized`]).
 #[inline]
 fn fill_chunk<T, F: Fn(usize, &mut [MaybeUninit<T>])>(
     fill: &F,
     start: usize,
     chunk: &mut [MaybeUninit<T>],
 ) {
+    vectorized(|| fill(start, chunk));
+}
+
+/// Runs `f` compiled for AVX2 and FMA where the CPU has them (the build
+/// targets baseline x86-64, whose SSE2 has 4 lanes and no `floor`), so the
+/// loops inlined into it run 8 lanes wide. The arithmetic is the same either
+/// way (no contraction into FMA), so results do not depend on the CPU.
+#[inline]
+pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features `fill_avx2` is compiled for.
-        unsafe { fill_avx2(fill, start, chunk) };
-        return;
+        // SAFETY: the CPU has the features `call_avx2` is compiled for.
+        return unsafe { call_avx2(f) };
     }
-    fill(start, chunk);
+    f()
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn fill_avx2<T, F: Fn(usize, &mut [MaybeUninit<T>])>(
-    fill: &F,
-    start: usize,
-    chunk: &mut [MaybeUninit<T>],
-) {
-    fill(start, chunk);
+fn call_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// `f(a[i])` over a dense slice.

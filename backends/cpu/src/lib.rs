@@ -5,6 +5,7 @@
 
 mod dense;
 pub mod ops;
+mod rows;
 pub mod strided;
 
 pub use dense::tune_allocator;

@@ -2,6 +2,7 @@
 //! path when both operands are dense and unbroadcast.
 
 use crate::dense::{broadcast_scalar, dense_slices, map1, map2, map3};
+use crate::rows::{zip2, zip3, Rows};
 use crate::{collect_strided, map_strided, Cpu};
 use forma_core::ops::binary::{BinaryKernel, BinaryOp};
 use forma_core::{Float, Layout, Result};
@@ -38,6 +39,9 @@ impl<E: Float> BinaryKernel<E> for Cpu {
         if let (Some(x), Some([b])) = (broadcast_scalar(a, la), dense_slices([b], [lb])) {
             return Ok(map1(b, |y| f(x, y)));
         }
+        if let Some(rows) = Rows::plan([la, lb]) {
+            return Ok(rows.build(|[ia, ib], out| zip2(out, (a, ia), (b, ib), f)));
+        }
         Ok(collect_strided([la, lb], |[i, j]| f(a[i], b[j])))
     }
 
@@ -57,6 +61,11 @@ impl<E: Float> BinaryKernel<E> for Cpu {
             return Ok((map3(a, b, g, da), map3(a, b, g, db)));
         }
         let layouts = [la, lb, lg];
+        if let Some(rows) = Rows::plan(layouts) {
+            let ga = rows.build(|[ia, ib, ig], out| zip3(out, (a, ia), (b, ib), (g, ig), da));
+            let gb = rows.build(|[ia, ib, ig], out| zip3(out, (a, ia), (b, ib), (g, ig), db));
+            return Ok((ga, gb));
+        }
         let ga = collect_strided(layouts, |[i, j, k]| da(a[i], b[j], g[k]));
         let gb = collect_strided(layouts, |[i, j, k]| db(a[i], b[j], g[k]));
         Ok((ga, gb))

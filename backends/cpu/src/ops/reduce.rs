@@ -23,6 +23,7 @@ const LEAF: usize = 256;
 /// Folds `map(v)` over `s` with the associative `comb` whose identity is `id`.
 /// Splits pairwise above [`LEAF`] elements (in parallel above `2 * PAR_CHUNK`);
 /// the split points depend only on the length, so results are deterministic.
+#[inline]
 pub(crate) fn tree_reduce<T, A, M, C>(s: &[T], id: A, map: &M, comb: &C) -> A
 where
     T: Copy + Sync,
@@ -30,23 +31,49 @@ where
     M: Fn(T) -> A + Sync,
     C: Fn(A, A) -> A + Sync,
 {
+    // The leaf is inlined here and the recursion kept out of line, so a
+    // short lane's fold inlines into its caller's (vectorised) loop.
     if s.len() <= LEAF {
-        let mut acc = [id; 8];
-        let chunks = s.chunks_exact(8);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for (a, &v) in acc.iter_mut().zip(c) {
-                *a = comb(*a, map(v));
-            }
-        }
-        let mut tail = id;
-        for &v in rest {
-            tail = comb(tail, map(v));
-        }
-        let lo = comb(comb(acc[0], acc[1]), comb(acc[2], acc[3]));
-        let hi = comb(comb(acc[4], acc[5]), comb(acc[6], acc[7]));
-        return comb(comb(lo, hi), tail);
+        leaf_reduce(s, id, map, comb)
+    } else {
+        split_reduce(s, id, map, comb)
     }
+}
+
+/// A lane of at most [`LEAF`] elements, with eight running accumulators.
+#[inline(always)]
+fn leaf_reduce<T, A, M, C>(s: &[T], id: A, map: &M, comb: &C) -> A
+where
+    T: Copy,
+    A: Copy,
+    M: Fn(T) -> A,
+    C: Fn(A, A) -> A,
+{
+    let mut acc = [id; 8];
+    let chunks = s.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = comb(*a, map(v));
+        }
+    }
+    let mut tail = id;
+    for &v in rest {
+        tail = comb(tail, map(v));
+    }
+    let lo = comb(comb(acc[0], acc[1]), comb(acc[2], acc[3]));
+    let hi = comb(comb(acc[4], acc[5]), comb(acc[6], acc[7]));
+    comb(comb(lo, hi), tail)
+}
+
+/// A lane longer than [`LEAF`]: halves, pairwise.
+fn split_reduce<T, A, M, C>(s: &[T], id: A, map: &M, comb: &C) -> A
+where
+    T: Copy + Sync,
+    A: Copy + Send + Sync,
+    M: Fn(T) -> A + Sync,
+    C: Fn(A, A) -> A + Sync,
+{
     // Split on a multiple of 8 so the leaves stay unrolled.
     let mid = (s.len() / 2).next_multiple_of(8).min(s.len());
     let (a, b) = s.split_at(mid);

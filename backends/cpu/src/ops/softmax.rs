@@ -10,6 +10,7 @@
 use super::reduce::{axis_last_perm, lane_max, lane_sum};
 use crate::strided::StridedIter;
 use crate::{gather_vec, Cpu, PAR_CHUNK};
+use forma_core::dtype::Real;
 use forma_core::ops::softmax::SoftmaxKernel;
 use forma_core::{Float, Layout, Result};
 use num_traits::Float as _;
@@ -17,11 +18,14 @@ use rayon::prelude::*;
 
 /// Softmax of one lane into `out`; `scratch` holds the exponentials in
 /// `E::Acc` so they are rounded only once.
-#[inline]
+#[inline(always)]
 fn softmax_lane<E: Float>(x: &[E], out: &mut [E], scratch: &mut Vec<E::Acc>) {
     let m = lane_max(x);
-    scratch.clear();
-    scratch.extend(x.iter().map(|v| (v.to_acc() - m).exp()));
+    // Lanes share one length, so this sizes the scratch once.
+    scratch.resize(x.len(), E::Acc::default());
+    for (e, v) in scratch.iter_mut().zip(x) {
+        *e = (v.to_acc() - m).exp_fast();
+    }
     let s = lane_sum(scratch, |e| e);
     for (o, &e) in out.iter_mut().zip(scratch.iter()) {
         *o = E::from_acc(e / s);
@@ -29,23 +33,59 @@ fn softmax_lane<E: Float>(x: &[E], out: &mut [E], scratch: &mut Vec<E::Acc>) {
 }
 
 /// Log-softmax of one lane: `x - m - ln(sum(exp(x - m)))`, in that order.
-#[inline]
+#[inline(always)]
 fn log_softmax_lane<E: Float>(x: &[E], out: &mut [E]) {
     let m = lane_max(x);
-    let ls = lane_sum(x, |v: E| (v.to_acc() - m).exp()).ln();
+    let ls = lane_sum(x, |v: E| (v.to_acc() - m).exp_fast()).ln();
     for (o, &v) in out.iter_mut().zip(x) {
         *o = E::from_acc(v.to_acc() - m - ls);
     }
 }
 
-/// Runs `f(lane_in, lane_out)` over every lane of `axis`, writing the
-/// outputs row-major with the axis moved last.
-fn map_lanes_into<E: Float>(
-    x: &[E],
-    layout: &Layout,
-    axis: usize,
-    f: impl Fn(&[E], &mut [E], &mut Vec<E::Acc>) + Sync,
-) -> Vec<E> {
+/// Softmax (or log-softmax) of each `(lane, out)` pair one task is given.
+#[inline(always)]
+fn lanes<'a, E: Float>(log: bool, n: usize, pairs: impl Iterator<Item = (&'a [E], &'a mut [E])>) {
+    let mut scratch = Vec::with_capacity(n);
+    for (x, o) in pairs {
+        if log {
+            log_softmax_lane(x, o);
+        } else {
+            softmax_lane(x, o, &mut scratch);
+        }
+    }
+}
+
+/// [`lanes`] compiled for AVX2 and FMA, so the exponentials run 8 wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn lanes_avx2<'a, E: Float>(
+    log: bool,
+    n: usize,
+    pairs: impl Iterator<Item = (&'a [E], &'a mut [E])>,
+) {
+    lanes(log, n, pairs);
+}
+
+/// [`lanes`], vectorised for the CPU it runs on (see
+/// [`crate::dense::vectorized`]; a closure that large would not be inlined
+/// into it, a function marked `inline(always)` is).
+fn run_lanes<'a, E: Float>(
+    log: bool,
+    n: usize,
+    pairs: impl Iterator<Item = (&'a [E], &'a mut [E])>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has the features `lanes_avx2` is compiled for.
+        unsafe { lanes_avx2(log, n, pairs) };
+        return;
+    }
+    lanes(log, n, pairs);
+}
+
+/// Softmax (or log-softmax) over every lane of `axis`, writing the outputs
+/// row-major with the axis moved last.
+fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) -> Vec<E> {
     let n = layout.dims[axis];
     let numel = layout.numel();
     let mut out = vec![E::default(); numel];
@@ -58,11 +98,11 @@ fn map_lanes_into<E: Float>(
         let outer = layout.remove_axis(axis);
         let run = |start: usize, chunk: &mut [E]| {
             let mut it = StridedIter::new(&outer, start);
-            let mut scratch = Vec::with_capacity(n);
-            for o in chunk.chunks_exact_mut(n) {
+            let pairs = chunk.chunks_exact_mut(n).map(|o| {
                 let b = it.next_offset();
-                f(&x[b..b + n], o, &mut scratch);
-            }
+                (&x[b..b + n], o)
+            });
+            run_lanes(log, n, pairs);
         };
         if par {
             out.par_chunks_mut(per_task)
@@ -74,10 +114,7 @@ fn map_lanes_into<E: Float>(
     } else {
         let buf = gather_vec(x, &layout.permute(&axis_last_perm(layout.rank(), axis)));
         let run = |o: &mut [E], b: &[E]| {
-            let mut scratch = Vec::with_capacity(n);
-            for (o, lane) in o.chunks_exact_mut(n).zip(b.chunks_exact(n)) {
-                f(lane, o, &mut scratch);
-            }
+            run_lanes(log, n, b.chunks_exact(n).zip(o.chunks_exact_mut(n)));
         };
         if par {
             out.par_chunks_mut(per_task)
@@ -92,11 +129,7 @@ fn map_lanes_into<E: Float>(
 
 impl<E: Float> SoftmaxKernel<E> for Cpu {
     fn softmax(&self, x: &Vec<E>, layout: &Layout, axis: usize, log: bool) -> Result<Vec<E>> {
-        let moved = if log {
-            map_lanes_into(x, layout, axis, |l, o, _| log_softmax_lane(l, o))
-        } else {
-            map_lanes_into(x, layout, axis, softmax_lane)
-        };
+        let moved = map_lanes_into(x, layout, axis, log);
         let rank = layout.rank();
         if axis + 1 == rank || layout.numel() == 0 {
             return Ok(moved);
