@@ -33,13 +33,31 @@ pub(crate) fn broadcast_scalar<E: Copy>(storage: &[E], layout: &Layout) -> Optio
         .then(|| storage[layout.offset])
 }
 
-/// A new vector of `n` values, `fill` writing every element of each chunk it
-/// is given (in parallel for large `n`); `fill(start, chunk)` gets the index
-/// of the chunk's first element.
-pub(crate) fn build<T: Copy + Send>(
-    n: usize,
-    fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
-) -> Vec<T> {
+/// An elementwise function of `K` values, for the kernel loops below.
+///
+/// The loops are compiled twice, for AVX2+FMA and for the baseline, and the
+/// function must be inlined into both for the AVX2 copy to run 8 lanes wide.
+/// LLVM inlines a closure called from two places only while it is small (a
+/// GELU is not), so the ops' kernels implement this with an
+/// `#[inline(always)]` method instead.
+pub(crate) trait Elementwise<A, const K: usize>: Sync {
+    /// The output type.
+    type Out: Copy;
+    /// The function at one position.
+    fn at(&self, x: [A; K]) -> Self::Out;
+}
+
+/// A kernel that writes one chunk of an output: `fill(start, out)` writes
+/// every element of `out`, whose first element is the output's `start`th.
+pub(crate) trait Chunks<T>: Sync {
+    /// Fills one chunk; implementations are `#[inline(always)]`, so the
+    /// loop lands in [`fill_avx2`]'s body.
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<T>]);
+}
+
+/// A new vector of `n` values written by `kernel` chunk by chunk (in
+/// parallel for large `n`), into uninitialised memory.
+pub(crate) fn build<T: Copy + Send>(n: usize, kernel: &impl Chunks<T>) -> Vec<T> {
     tune_allocator();
     let mut out: Vec<T> = Vec::with_capacity(n);
     let spare = &mut out.spare_capacity_mut()[..n];
@@ -47,89 +65,82 @@ pub(crate) fn build<T: Copy + Send>(
         spare
             .par_chunks_mut(PAR_CHUNK)
             .enumerate()
-            .for_each(|(c, chunk)| fill_chunk(&fill, c * PAR_CHUNK, chunk));
+            .for_each(|(c, chunk)| fill_chunk(kernel, c * PAR_CHUNK, chunk));
     } else {
-        fill_chunk(&fill, 0, spare);
+        fill_chunk(kernel, 0, spare);
     }
-    // SAFETY: `fill` was handed every chunk of the first `n` slots and writes
-    // each element of its chunk (the callers below zip the chunk with input
-    // slices of the same length); `T: Copy`, so nothing needs dropping if a
-    // panic stops us before this line.
+    // SAFETY: `kernel` was handed every chunk of the first `n` slots and
+    // writes each element of its chunk (`Chunks`' contract); `T: Copy`, so
+    // nothing needs dropping if a panic stops us before this line.
     unsafe { out.set_len(n) };
     out
 }
 
-/// Runs `fill` on one chunk, compiled for AVX2 and FMA where the CPU has
-/// them (see [`vectorized`]).
+/// Runs `kernel` on one chunk, compiled for AVX2 and FMA where the CPU has
+/// them (the build targets baseline x86-64, whose SSE2 has 4 lanes and no
+/// `floor`). The arithmetic is the same either way (no contraction into
+/// FMA), so results do not depend on the CPU.
 #[inline]
-fn fill_chunk<T, F: Fn(usize, &mut [MaybeUninit<T>])>(
-    fill: &F,
-    start: usize,
-    chunk: &mut [MaybeUninit<T>],
-) {
-    vectorized(|| fill(start, chunk));
-}
-
-/// Runs `f` compiled for AVX2 and FMA where the CPU has them (the build
-/// targets baseline x86-64, whose SSE2 has 4 lanes and no `floor`), so the
-/// loops inlined into it run 8 lanes wide. The arithmetic is the same either
-/// way (no contraction into FMA), so results do not depend on the CPU.
-#[inline]
-pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+fn fill_chunk<T>(kernel: &impl Chunks<T>, start: usize, chunk: &mut [MaybeUninit<T>]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features `call_avx2` is compiled for.
-        return unsafe { call_avx2(f) };
+        // SAFETY: the CPU has the features `fill_avx2` is compiled for.
+        unsafe { fill_avx2(kernel, start, chunk) };
+        return;
     }
-    f()
+    kernel.fill(start, chunk);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn call_avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+fn fill_avx2<T>(kernel: &impl Chunks<T>, start: usize, chunk: &mut [MaybeUninit<T>]) {
+    kernel.fill(start, chunk);
 }
 
-/// `f(a[i])` over a dense slice.
-pub(crate) fn map1<A: Copy + Sync, T: Copy + Send>(a: &[A], f: impl Fn(A) -> T + Sync) -> Vec<T> {
-    build(a.len(), |start, out| {
-        let end = start + out.len();
-        for (o, &x) in out.iter_mut().zip(&a[start..end]) {
-            o.write(f(x));
-        }
-    })
+/// `f` over `K` dense slices of one length.
+pub(crate) struct Zip<'a, A, const K: usize, F> {
+    ins: [&'a [A]; K],
+    f: F,
 }
 
-/// `f(a[i], b[i])` over two dense slices of one length.
-pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, T: Copy + Send>(
-    a: &[A],
-    b: &[B],
-    f: impl Fn(A, B) -> T + Sync,
-) -> Vec<T> {
-    debug_assert_eq!(a.len(), b.len());
-    build(a.len(), |start, out| {
-        let end = start + out.len();
-        for ((o, &x), &y) in out.iter_mut().zip(&a[start..end]).zip(&b[start..end]) {
-            o.write(f(x, y));
+impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for Zip<'_, A, 1, F> {
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let [a] = self.ins.map(|s| &s[start..start + out.len()]);
+        for (o, &x) in out.iter_mut().zip(a) {
+            o.write(self.f.at([x]));
         }
-    })
+    }
 }
 
-/// `f(a[i], b[i], c[i])` over three dense slices of one length.
-pub(crate) fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, T: Copy + Send>(
-    a: &[A],
-    b: &[B],
-    c: &[C],
-    f: impl Fn(A, B, C) -> T + Sync,
-) -> Vec<T> {
-    debug_assert!(a.len() == b.len() && b.len() == c.len());
-    build(a.len(), |start, out| {
-        let end = start + out.len();
-        let abc = a[start..end].iter().zip(&b[start..end]).zip(&c[start..end]);
-        for (o, ((&x, &y), &z)) in out.iter_mut().zip(abc) {
-            o.write(f(x, y, z));
+impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for Zip<'_, A, 2, F> {
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let [a, b] = self.ins.map(|s| &s[start..start + out.len()]);
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            o.write(self.f.at([x, y]));
         }
-    })
+    }
+}
+
+impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for Zip<'_, A, 3, F> {
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let [a, b, c] = self.ins.map(|s| &s[start..start + out.len()]);
+        for (o, ((&x, &y), &z)) in out.iter_mut().zip(a.iter().zip(b).zip(c)) {
+            o.write(self.f.at([x, y, z]));
+        }
+    }
+}
+
+/// `f(a[i], b[i], ...)` over `K` dense slices of one length.
+pub(crate) fn map<A: Copy + Sync, T: Copy + Send, const K: usize, F>(ins: [&[A]; K], f: F) -> Vec<T>
+where
+    F: Elementwise<A, K, Out = T>,
+    for<'a> Zip<'a, A, K, F>: Chunks<T>,
+{
+    debug_assert!(ins.iter().all(|s| s.len() == ins[0].len()));
+    build(ins[0].len(), &Zip { ins, f })
 }
 
 /// Keeps freed buffers in the process instead of handing them back to the
@@ -172,9 +183,30 @@ mod tests {
         let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let b: Vec<f32> = (0..n).map(|i| (2 * i) as f32).collect();
         let c: Vec<f32> = vec![1.0; n];
-        let y = map1(&a, |x| x + 1.0);
-        let z = map2(&a, &b, |x, y| x + y);
-        let w = map3(&a, &b, &c, |x, y, z| x * z - y);
+        struct Inc;
+        impl Elementwise<f32, 1> for Inc {
+            type Out = f32;
+            fn at(&self, [x]: [f32; 1]) -> f32 {
+                x + 1.0
+            }
+        }
+        struct Sum2;
+        impl Elementwise<f32, 2> for Sum2 {
+            type Out = f32;
+            fn at(&self, [x, y]: [f32; 2]) -> f32 {
+                x + y
+            }
+        }
+        struct Fma3;
+        impl Elementwise<f32, 3> for Fma3 {
+            type Out = f32;
+            fn at(&self, [x, y, z]: [f32; 3]) -> f32 {
+                x * z - y
+            }
+        }
+        let y = map([&a], Inc);
+        let z = map([&a, &b], Sum2);
+        let w = map([&a, &b, &c], Fma3);
         for i in [0, 1, PAR_CHUNK - 1, PAR_CHUNK, 2 * PAR_CHUNK, n - 1] {
             assert_eq!(y[i], i as f32 + 1.0);
             assert_eq!(z[i], (3 * i) as f32);

@@ -7,7 +7,7 @@
 //! each output row is a zip over slices, which vectorises, instead of an
 //! offset computed per element.
 
-use crate::dense::build;
+use crate::dense::{build, Chunks, Elementwise};
 use crate::strided::StridedIter;
 use forma_core::shape::MAX_RANK;
 use forma_core::Layout;
@@ -75,72 +75,172 @@ impl<const K: usize> Rows<K> {
         })
     }
 
-    /// A new row-major vector of the common sizes, `row(segment, out)` filling
-    /// `out` from one segment of a row: for each operand, the start offset of
-    /// the segment's values in its storage and whether they are a run (else
-    /// one value to repeat). Segments are whole rows except where a parallel
-    /// chunk boundary splits one.
-    pub(crate) fn build<T: Copy + Send>(
-        &self,
-        row: impl Fn([(usize, bool); K], &mut [MaybeUninit<T>]) + Sync,
-    ) -> Vec<T> {
-        let n = self.n;
-        let total = n * self.outer[0].numel();
-        build(total, |start, out| {
-            let mut col = start % n;
-            let mut its = self
+    /// `f` over the operands' rows: a new row-major vector of the common
+    /// sizes, `ins[i]` being the storage operand `i`'s layout indexes.
+    pub(crate) fn map<A: Copy + Sync, T: Copy + Send, F>(&self, ins: [&[A]; K], f: F) -> Vec<T>
+    where
+        F: Elementwise<A, K, Out = T>,
+        for<'a> RowZip<'a, A, K, F>: Chunks<T>,
+    {
+        let total = self.n * self.outer[0].numel();
+        build(total, &RowZip { rows: self, ins, f })
+    }
+
+    /// The row segments of the chunk of `len` output elements starting at
+    /// `start` (see [`Segments`]).
+    #[inline(always)]
+    fn segments(&self, start: usize, len: usize) -> Segments<'_, K> {
+        Segments {
+            rows: self,
+            its: self
                 .outer
                 .each_ref()
-                .map(|l| StridedIter::new(l, start / n));
-            let mut done = 0;
-            while done < out.len() {
-                let seg = (n - col).min(out.len() - done);
-                let at = std::array::from_fn(|i| {
-                    let base = its[i].next_offset();
-                    if self.unit[i] {
-                        (base + col, true)
-                    } else {
-                        (base, false)
-                    }
-                });
-                row(at, &mut out[done..done + seg]);
-                done += seg;
-                col = 0;
+                .map(|l| StridedIter::new(l, start / self.n)),
+            col: start % self.n,
+            done: 0,
+            len,
+        }
+    }
+}
+
+/// Yields, for each row segment of a chunk of the output, where each
+/// operand's values start in its storage and whether they run (else one
+/// repeats), with the segment's range in the chunk. Segments are whole rows
+/// except where a chunk boundary splits one.
+pub(crate) struct Segments<'a, const K: usize> {
+    rows: &'a Rows<K>,
+    its: [StridedIter; K],
+    col: usize,
+    done: usize,
+    len: usize,
+}
+
+impl<const K: usize> Iterator for Segments<'_, K> {
+    type Item = ([(usize, bool); K], std::ops::Range<usize>);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done >= self.len {
+            return None;
+        }
+        let seg = (self.rows.n - self.col).min(self.len - self.done);
+        let at = std::array::from_fn(|i| {
+            let base = self.its[i].next_offset();
+            if self.rows.unit[i] {
+                (base + self.col, true)
+            } else {
+                (base, false)
             }
-        })
+        });
+        let range = self.done..self.done + seg;
+        self.done += seg;
+        self.col = 0;
+        Some((at, range))
+    }
+}
+
+/// `f` over the rows of `K` operands (see [`Rows::map`]).
+pub(crate) struct RowZip<'a, A, const K: usize, F> {
+    rows: &'a Rows<K>,
+    ins: [&'a [A]; K],
+    f: F,
+}
+
+impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for RowZip<'_, A, 1, F> {
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let [a] = self.ins;
+        for ([(ia, ua)], r) in self.rows.segments(start, out.len()) {
+            let out = &mut out[r];
+            let n = out.len();
+            if ua {
+                for (o, &x) in out.iter_mut().zip(&a[ia..ia + n]) {
+                    o.write(self.f.at([x]));
+                }
+            } else {
+                let v = self.f.at([a[ia]]);
+                for o in out.iter_mut() {
+                    o.write(v);
+                }
+            }
+        }
+    }
+}
+
+impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for RowZip<'_, A, 2, F> {
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let [a, b] = self.ins;
+        for ([ia, ib], r) in self.rows.segments(start, out.len()) {
+            zip2(&mut out[r], (a, ia), (b, ib), &self.f);
+        }
+    }
+}
+
+impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for RowZip<'_, A, 3, F> {
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let [a, b, c] = self.ins;
+        for ([ia, ib, (ic, uc)], r) in self.rows.segments(start, out.len()) {
+            let out = &mut out[r];
+            if uc {
+                let c = &c[ic..ic + out.len()];
+                zip2_with(out, (a, ia), (b, ib), c, &self.f);
+            } else {
+                let third = Third {
+                    f: &self.f,
+                    z: c[ic],
+                };
+                zip2(out, (a, ia), (b, ib), &third);
+            }
+        }
+    }
+}
+
+/// A function of three values with the third fixed.
+struct Third<'a, F, A> {
+    f: &'a F,
+    z: A,
+}
+
+impl<A: Copy + Sync, F: Elementwise<A, 3>> Elementwise<A, 2> for Third<'_, F, A> {
+    type Out = F::Out;
+    #[inline(always)]
+    fn at(&self, [x, y]: [A; 2]) -> F::Out {
+        self.f.at([x, y, self.z])
     }
 }
 
 /// `f(a, b)` over one row segment: each operand a run at its offset or one
 /// repeated value.
 #[inline(always)]
-pub(crate) fn zip2<A: Copy, B: Copy, T: Copy>(
-    out: &mut [MaybeUninit<T>],
+fn zip2<A: Copy, F: Elementwise<A, 2>>(
+    out: &mut [MaybeUninit<F::Out>],
     (a, (ia, ua)): (&[A], (usize, bool)),
-    (b, (ib, ub)): (&[B], (usize, bool)),
-    f: impl Fn(A, B) -> T,
+    (b, (ib, ub)): (&[A], (usize, bool)),
+    f: &F,
 ) {
     let n = out.len();
     match (ua, ub) {
         (true, true) => {
             for ((o, &x), &y) in out.iter_mut().zip(&a[ia..ia + n]).zip(&b[ib..ib + n]) {
-                o.write(f(x, y));
+                o.write(f.at([x, y]));
             }
         }
         (true, false) => {
             let y = b[ib];
             for (o, &x) in out.iter_mut().zip(&a[ia..ia + n]) {
-                o.write(f(x, y));
+                o.write(f.at([x, y]));
             }
         }
         (false, true) => {
             let x = a[ia];
             for (o, &y) in out.iter_mut().zip(&b[ib..ib + n]) {
-                o.write(f(x, y));
+                o.write(f.at([x, y]));
             }
         }
         (false, false) => {
-            let v = f(a[ia], b[ib]);
+            let v = f.at([a[ia], b[ib]]);
             for o in out.iter_mut() {
                 o.write(v);
             }
@@ -148,47 +248,40 @@ pub(crate) fn zip2<A: Copy, B: Copy, T: Copy>(
     }
 }
 
-/// `f(a, b, c)` over one row segment (see [`zip2`]); a repeated third
-/// operand is rare (a gradient is dense), so it is handled as a pair.
+/// `f(a, b, c)` over one row segment whose third operand runs (a gradient is
+/// dense; a repeated one goes through [`zip2`]).
 #[inline(always)]
-pub(crate) fn zip3<A: Copy, B: Copy, C: Copy, T: Copy>(
-    out: &mut [MaybeUninit<T>],
-    a: (&[A], (usize, bool)),
-    b: (&[B], (usize, bool)),
-    (c, (ic, uc)): (&[C], (usize, bool)),
-    f: impl Fn(A, B, C) -> T,
+fn zip2_with<A: Copy, F: Elementwise<A, 3>>(
+    out: &mut [MaybeUninit<F::Out>],
+    (a, (ia, ua)): (&[A], (usize, bool)),
+    (b, (ib, ub)): (&[A], (usize, bool)),
+    c: &[A],
+    f: &F,
 ) {
     let n = out.len();
-    if !uc {
-        let z = c[ic];
-        return zip2(out, a, b, |x, y| f(x, y, z));
-    }
-    let c = &c[ic..ic + n];
-    let (a, (ia, ua)) = a;
-    let (b, (ib, ub)) = b;
     match (ua, ub) {
         (true, true) => {
             let ab = a[ia..ia + n].iter().zip(&b[ib..ib + n]);
             for ((o, (&x, &y)), &z) in out.iter_mut().zip(ab).zip(c) {
-                o.write(f(x, y, z));
+                o.write(f.at([x, y, z]));
             }
         }
         (true, false) => {
             let y = b[ib];
             for ((o, &x), &z) in out.iter_mut().zip(&a[ia..ia + n]).zip(c) {
-                o.write(f(x, y, z));
+                o.write(f.at([x, y, z]));
             }
         }
         (false, true) => {
             let x = a[ia];
             for ((o, &y), &z) in out.iter_mut().zip(&b[ib..ib + n]).zip(c) {
-                o.write(f(x, y, z));
+                o.write(f.at([x, y, z]));
             }
         }
         (false, false) => {
             let (x, y) = (a[ia], b[ib]);
             for (o, &z) in out.iter_mut().zip(c) {
-                o.write(f(x, y, z));
+                o.write(f.at([x, y, z]));
             }
         }
     }
@@ -203,14 +296,24 @@ mod tests {
         (0..l.numel()).map(|_| it.next_offset()).collect()
     }
 
-    /// Every element's offsets as the row plan sees them, per operand.
-    fn planned<const K: usize>(ls: [&Layout; K]) -> Option<[Vec<usize>; K]> {
+    /// The inputs themselves, to read back which offsets were used.
+    struct Inputs;
+    impl<const K: usize> Elementwise<usize, K> for Inputs {
+        type Out = [usize; K];
+        fn at(&self, x: [usize; K]) -> [usize; K] {
+            x
+        }
+    }
+
+    /// Every element's offsets as the row plan sees them, per operand
+    /// (each storage holds its own offsets).
+    fn planned<const K: usize>(ls: [&Layout; K]) -> Option<[Vec<usize>; K]>
+    where
+        for<'a> RowZip<'a, usize, K, Inputs>: Chunks<[usize; K]>,
+    {
         let p = Rows::plan(ls)?;
-        let out: Vec<[usize; K]> = p.build(|at, out| {
-            for (k, o) in out.iter_mut().enumerate() {
-                o.write(at.map(|(i, unit)| if unit { i + k } else { i }));
-            }
-        });
+        let storages: [Vec<usize>; K] = ls.map(|l| (0..l.span().max(1)).collect());
+        let out = p.map(storages.each_ref().map(|s| &s[..]), Inputs);
         Some(std::array::from_fn(|i| out.iter().map(|o| o[i]).collect()))
     }
 

@@ -1,8 +1,9 @@
-//! Every binary table row through one kernel, monomorphised per op; a fast
-//! path when both operands are dense and unbroadcast.
+//! Every binary table row through one kernel, monomorphised per op; slice
+//! loops when both operands are dense, one is a scalar, or they broadcast by
+//! rows.
 
-use crate::dense::{broadcast_scalar, dense_slices, map1, map2, map3};
-use crate::rows::{zip2, zip3, Rows};
+use crate::dense::{broadcast_scalar, dense_slices, map, Elementwise};
+use crate::rows::Rows;
 use crate::{collect_strided, map_strided, Cpu};
 use forma_core::ops::binary::{BinaryKernel, BinaryOp};
 use forma_core::{Float, Layout, Result};
@@ -19,6 +20,51 @@ pub(crate) fn zip_strided<A: Copy + Sync, B: Copy + Sync, T: Copy + Send>(
     map_strided(out, [la, lb], |[i, j]| f(a[i], b[j]));
 }
 
+/// `op(a, b)`, computed in the accumulation type.
+struct Forward<Op>(Op);
+
+impl<E: Float, Op: BinaryOp> Elementwise<E, 2> for Forward<Op> {
+    type Out = E;
+    #[inline(always)]
+    fn at(&self, [a, b]: [E; 2]) -> E {
+        E::from_acc(self.0.f(a.to_acc(), b.to_acc()))
+    }
+}
+
+/// `op(a, b)` with one operand a fixed scalar (`x * 0.9`, as optimizers
+/// do): the right one when `right`, else the left.
+struct WithScalar<Op, E> {
+    op: Op,
+    value: E,
+    right: bool,
+}
+
+impl<E: Float, Op: BinaryOp> Elementwise<E, 1> for WithScalar<Op, E> {
+    type Out = E;
+    #[inline(always)]
+    fn at(&self, [x]: [E; 1]) -> E {
+        let (a, b) = if self.right {
+            (x, self.value)
+        } else {
+            (self.value, x)
+        };
+        E::from_acc(self.op.f(a.to_acc(), b.to_acc()))
+    }
+}
+
+/// One operand's gradient, `g * d op / d a` (`SECOND` false) or
+/// `g * d op / d b` (true).
+struct Grad<Op, const SECOND: bool>(Op);
+
+impl<E: Float, Op: BinaryOp, const SECOND: bool> Elementwise<E, 3> for Grad<Op, SECOND> {
+    type Out = E;
+    #[inline(always)]
+    fn at(&self, [a, b, g]: [E; 3]) -> E {
+        let (da, db) = self.0.df(a.to_acc(), b.to_acc());
+        E::from_acc(g.to_acc() * if SECOND { db } else { da })
+    }
+}
+
 impl<E: Float> BinaryKernel<E> for Cpu {
     fn binary<Op: BinaryOp>(
         &self,
@@ -28,21 +74,23 @@ impl<E: Float> BinaryKernel<E> for Cpu {
         b: &Vec<E>,
         lb: &Layout,
     ) -> Result<Vec<E>> {
-        let f = |x: E, y: E| E::from_acc(op.f(x.to_acc(), y.to_acc()));
-        if let Some([a, b]) = dense_slices([a, b], [la, lb]) {
-            return Ok(map2(a, b, f));
+        if let Some(dense) = dense_slices([a, b], [la, lb]) {
+            return Ok(map(dense, Forward(op)));
         }
-        // A tensor with a scalar (`x * 0.9`, as optimizers do): one slice loop.
-        if let (Some([a]), Some(y)) = (dense_slices([a], [la]), broadcast_scalar(b, lb)) {
-            return Ok(map1(a, |x| f(x, y)));
+        if let (Some(dense), Some(value)) = (dense_slices([a], [la]), broadcast_scalar(b, lb)) {
+            let right = true;
+            return Ok(map(dense, WithScalar { op, value, right }));
         }
-        if let (Some(x), Some([b])) = (broadcast_scalar(a, la), dense_slices([b], [lb])) {
-            return Ok(map1(b, |y| f(x, y)));
+        if let (Some(value), Some(dense)) = (broadcast_scalar(a, la), dense_slices([b], [lb])) {
+            let right = false;
+            return Ok(map(dense, WithScalar { op, value, right }));
         }
         if let Some(rows) = Rows::plan([la, lb]) {
-            return Ok(rows.build(|[ia, ib], out| zip2(out, (a, ia), (b, ib), f)));
+            return Ok(rows.map([a, b], Forward(op)));
         }
-        Ok(collect_strided([la, lb], |[i, j]| f(a[i], b[j])))
+        Ok(collect_strided([la, lb], |[i, j]| {
+            Forward(op).at([a[i], b[j]])
+        }))
     }
 
     fn binary_backward<Op: BinaryOp>(
@@ -55,19 +103,16 @@ impl<E: Float> BinaryKernel<E> for Cpu {
         g: &Vec<E>,
         lg: &Layout,
     ) -> Result<(Vec<E>, Vec<E>)> {
-        let da = |x: E, y: E, g: E| E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()).0);
-        let db = |x: E, y: E, g: E| E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()).1);
-        if let Some([a, b, g]) = dense_slices([a, b, g], [la, lb, lg]) {
-            return Ok((map3(a, b, g, da), map3(a, b, g, db)));
+        let (da, db) = (Grad::<Op, false>(op), Grad::<Op, true>(op));
+        if let Some(dense) = dense_slices([a, b, g], [la, lb, lg]) {
+            return Ok((map(dense, da), map(dense, db)));
         }
         let layouts = [la, lb, lg];
         if let Some(rows) = Rows::plan(layouts) {
-            let ga = rows.build(|[ia, ib, ig], out| zip3(out, (a, ia), (b, ib), (g, ig), da));
-            let gb = rows.build(|[ia, ib, ig], out| zip3(out, (a, ia), (b, ib), (g, ig), db));
-            return Ok((ga, gb));
+            return Ok((rows.map([a, b, g], da), rows.map([a, b, g], db)));
         }
-        let ga = collect_strided(layouts, |[i, j, k]| da(a[i], b[j], g[k]));
-        let gb = collect_strided(layouts, |[i, j, k]| db(a[i], b[j], g[k]));
+        let ga = collect_strided(layouts, |[i, j, k]| da.at([a[i], b[j], g[k]]));
+        let gb = collect_strided(layouts, |[i, j, k]| db.at([a[i], b[j], g[k]]));
         Ok((ga, gb))
     }
 }

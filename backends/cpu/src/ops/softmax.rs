@@ -67,7 +67,7 @@ fn lanes_avx2<'a, E: Float>(
 }
 
 /// [`lanes`], vectorised for the CPU it runs on (see
-/// [`crate::dense::vectorized`]; a closure that large would not be inlined
+/// `crate::dense::build`; a closure that large would not be inlined
 /// into it, a function marked `inline(always)` is).
 fn run_lanes<'a, E: Float>(
     log: bool,

@@ -1,24 +1,43 @@
 //! Every unary table row through one kernel, monomorphised per op; a
-//! vectorisable slice loop when the operands are dense.
+//! vectorisable slice loop when the operands are dense or broadcast by rows.
 
-use crate::dense::{dense_slices, map1, map3};
-use crate::rows::{zip2, zip3, Rows};
+use crate::dense::{dense_slices, map, Elementwise};
+use crate::rows::Rows;
 use crate::{collect_strided, Cpu};
 use forma_core::ops::unary::{UnaryKernel, UnaryOp};
 use forma_core::{Float, Layout, Result};
 
+/// `op(x)`, computed in the accumulation type.
+struct Forward<Op>(Op);
+
+impl<E: Float, Op: UnaryOp> Elementwise<E, 1> for Forward<Op> {
+    type Out = E;
+    #[inline(always)]
+    fn at(&self, [x]: [E; 1]) -> E {
+        E::from_acc(self.0.f(x.to_acc()))
+    }
+}
+
+/// `g * op'(x, y)`: the input's gradient from the output gradient `g`.
+struct Backward<Op>(Op);
+
+impl<E: Float, Op: UnaryOp> Elementwise<E, 3> for Backward<Op> {
+    type Out = E;
+    #[inline(always)]
+    fn at(&self, [x, y, g]: [E; 3]) -> E {
+        E::from_acc(g.to_acc() * self.0.df(x.to_acc(), y.to_acc()))
+    }
+}
+
 impl<E: Float> UnaryKernel<E> for Cpu {
     fn unary<Op: UnaryOp>(&self, op: Op, x: &Vec<E>, layout: &Layout) -> Result<Vec<E>> {
-        if let Some([x]) = dense_slices([x], [layout]) {
-            return Ok(map1(x, |v: E| E::from_acc(op.f(v.to_acc()))));
+        if let Some(dense) = dense_slices([x], [layout]) {
+            return Ok(map(dense, Forward(op)));
         }
         if let Some(rows) = Rows::plan([layout]) {
-            let f = |v: E, _: ()| E::from_acc(op.f(v.to_acc()));
-            return Ok(rows.build(|[ix], out| zip2(out, (x, ix), (&[()], (0, false)), f)));
+            return Ok(rows.map([x], Forward(op)));
         }
-        Ok(collect_strided([layout], |[o]| {
-            E::from_acc(op.f(x[o].to_acc()))
-        }))
+        Ok(collect_strided([layout], |[o]| Forward(op).at([x[o]])))
     }
 
     fn unary_backward<Op: UnaryOp>(
@@ -31,17 +50,14 @@ impl<E: Float> UnaryKernel<E> for Cpu {
         g: &Vec<E>,
         lg: &Layout,
     ) -> Result<Vec<E>> {
-        if let Some([x, y, g]) = dense_slices([x, y, g], [lx, ly, lg]) {
-            return Ok(map3(x, y, g, |x: E, y: E, g: E| {
-                E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()))
-            }));
+        if let Some(dense) = dense_slices([x, y, g], [lx, ly, lg]) {
+            return Ok(map(dense, Backward(op)));
         }
         if let Some(rows) = Rows::plan([lx, ly, lg]) {
-            let f = |x: E, y: E, g: E| E::from_acc(g.to_acc() * op.df(x.to_acc(), y.to_acc()));
-            return Ok(rows.build(|[ix, iy, ig], out| zip3(out, (x, ix), (y, iy), (g, ig), f)));
+            return Ok(rows.map([x, y, g], Backward(op)));
         }
         Ok(collect_strided([lx, ly, lg], |[i, j, k]| {
-            E::from_acc(g[k].to_acc() * op.df(x[i].to_acc(), y[j].to_acc()))
+            Backward(op).at([x[i], y[j], g[k]])
         }))
     }
 }
