@@ -72,6 +72,7 @@ pub trait Device<E: crate::Float>:
     + crate::ops::index::IndexKernel<E>
     + crate::ops::conv::ConvKernel<E>
     + crate::ops::pool::PoolKernel<E>
+    + crate::ops::update::UpdateKernel<E>
 {
 }
 
@@ -86,5 +87,6 @@ impl<E: crate::Float, D> Device<E> for D where
         + crate::ops::index::IndexKernel<E>
         + crate::ops::conv::ConvKernel<E>
         + crate::ops::pool::PoolKernel<E>
+        + crate::ops::update::UpdateKernel<E>
 {
 }

@@ -13,3 +13,4 @@ pub mod pool;
 pub mod reduce;
 pub mod softmax;
 pub mod unary;
+pub mod update;

@@ -1,8 +1,11 @@
 //! Adagrad, like `torch.optim.Adagrad`.
 
+use super::fused;
 use super::options::options;
 use super::{non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
 use forma_core::device::Device;
+use forma_core::dtype::Real;
+use forma_core::ops::update::UpdateOp;
 use forma_core::Float;
 use forma_cpu::Cpu;
 
@@ -76,19 +79,57 @@ impl Algorithm for AdagradOptions {
     ) -> Result<(), OptimError> {
         state.step += 1;
         let step = state.step as f64;
+        let clr = self.lr / (1.0 + (step - 1.0) * self.lr_decay);
+        let init = || param.full_like(E::from_f64(self.initial_accumulator_value));
+        if fused::enabled::<E>() {
+            let op = AdagradStep {
+                maximize: self.maximize,
+                l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
+                eps: self.eps,
+                neg_clr: -clr,
+            };
+            let sum = state.buffer_init("sum", init);
+            if Flat::try_fused_update(op, &grad, [param, &sum])? {
+                return Ok(());
+            }
+        }
         let mut g = if self.maximize { -&grad } else { grad };
         if self.weight_decay != 0.0 {
             g = &g + &param.mul_scalar(self.weight_decay);
         }
-        let clr = self.lr / (1.0 + (step - 1.0) * self.lr_decay);
-        let sum = state.buffer_or("sum", || {
-            param.full_like(E::from_f64(self.initial_accumulator_value))
-        });
+        let sum = state.buffer_or("sum", init);
         // `state_sum.addcmul_(grad, grad, value=1)`.
         let sum = &sum + &(&g.mul_scalar(1.0) * &g);
         let std = sum.sqrt().add_scalar(self.eps);
         param.try_assign(&(param + &(&g.mul_scalar(-clr) / &std)))?;
         state.set_buffer("sum", sum);
         Ok(())
+    }
+}
+
+/// One Adagrad step on one element, `[param, sum]`: the composed path's
+/// operations in its order, on its scalars.
+#[derive(Clone, Copy, Debug)]
+struct AdagradStep {
+    maximize: bool,
+    /// The L2 `weight_decay`, when it decays.
+    l2: Option<f64>,
+    eps: f64,
+    neg_clr: f64,
+}
+
+impl UpdateOp<2> for AdagradStep {
+    const NAME: &'static str = "adagrad";
+
+    #[inline(always)]
+    fn apply<R: Real>(&self, grad: R, state: &mut [R; 2]) {
+        let [p, sum] = state;
+        let mut g = if self.maximize { -grad } else { grad };
+        if let Some(wd) = self.l2 {
+            g = g + *p * R::c(wd);
+        }
+        *sum = *sum + g * R::c(1.0) * g;
+        let std = sum.sqrt() + R::c(self.eps);
+        *p = *p + g * R::c(self.neg_clr) / std;
     }
 }

@@ -1,9 +1,13 @@
 //! Adam and AdamW (decoupled weight decay), like `torch.optim.Adam` and
 //! `torch.optim.AdamW`, with AMSGrad.
 
+use super::fused::{self, Lerp};
 use super::options::options;
 use super::{lerp, non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
 use forma_core::device::Device;
+use forma_core::dtype::Real;
+use forma_core::ops::binary::{BinaryOp, Maximum};
+use forma_core::ops::update::UpdateOp;
 use forma_core::Float;
 use forma_cpu::Cpu;
 
@@ -112,6 +116,35 @@ impl Rule {
         state.step += 1;
         // PyTorch reads the step back as a Python float.
         let step = state.step as f64;
+        let bias_correction1 = 1.0 - beta1.powf(step);
+        let bias_correction2 = 1.0 - beta2.powf(step);
+        let step_size = self.lr / bias_correction1;
+        let bias_correction2_sqrt = bias_correction2.powf(0.5);
+        if fused::enabled::<E>() {
+            let op = AdamStep {
+                maximize: self.maximize,
+                decay: (self.weight_decay != 0.0 && self.decoupled)
+                    .then_some(1.0 - self.lr * self.weight_decay),
+                l2: (self.weight_decay != 0.0 && !self.decoupled).then_some(self.weight_decay),
+                lerp: Lerp::new::<E>(1.0 - beta1),
+                beta2,
+                one_minus_beta2: 1.0 - beta2,
+                bias_correction2_sqrt,
+                eps: self.eps,
+                neg_step_size: -step_size,
+            };
+            let m = state.buffer_init("exp_avg", || param.zeros_like());
+            let v = state.buffer_init("exp_avg_sq", || param.zeros_like());
+            let ran = if self.amsgrad {
+                let max = state.buffer_init("max_exp_avg_sq", || param.zeros_like());
+                Flat::try_fused_update(op, &grad, [param, &m, &v, &max])?
+            } else {
+                Flat::try_fused_update(op, &grad, [param, &m, &v])?
+            };
+            if ran {
+                return Ok(());
+            }
+        }
         let mut g = if self.maximize { -&grad } else { grad };
         let mut p = param.clone();
         if self.weight_decay != 0.0 {
@@ -125,10 +158,6 @@ impl Rule {
         let v = state.buffer_or("exp_avg_sq", || param.zeros_like());
         let m = lerp(&m, &g, 1.0 - beta1);
         let v = &v.mul_scalar(beta2) + &(&g.mul_scalar(1.0 - beta2) * &g);
-        let bias_correction1 = 1.0 - beta1.powf(step);
-        let bias_correction2 = 1.0 - beta2.powf(step);
-        let step_size = self.lr / bias_correction1;
-        let bias_correction2_sqrt = bias_correction2.powf(0.5);
         let second = if self.amsgrad {
             let prev = state.buffer_or("max_exp_avg_sq", || param.zeros_like());
             let max = prev.maximum(&v);
@@ -146,6 +175,73 @@ impl Rule {
         state.set_buffer("exp_avg", m);
         state.set_buffer("exp_avg_sq", v);
         Ok(())
+    }
+}
+
+/// One Adam step on one element: the composed path's operations in its
+/// order, on its scalars. The state is `[param, exp_avg, exp_avg_sq]`, and
+/// `max_exp_avg_sq` last with AMSGrad.
+#[derive(Clone, Copy, Debug)]
+struct AdamStep {
+    maximize: bool,
+    /// AdamW's `1 - lr * weight_decay`, when it decays.
+    decay: Option<f64>,
+    /// Adam's L2 `weight_decay`, when it decays.
+    l2: Option<f64>,
+    lerp: Lerp,
+    beta2: f64,
+    one_minus_beta2: f64,
+    bias_correction2_sqrt: f64,
+    eps: f64,
+    neg_step_size: f64,
+}
+
+impl AdamStep {
+    /// The moments' update; returns the (decayed) parameter.
+    #[inline(always)]
+    fn moments<R: Real>(&self, grad: R, p: R, m: &mut R, v: &mut R) -> R {
+        let mut g = if self.maximize { -grad } else { grad };
+        let mut p = p;
+        if let Some(d) = self.decay {
+            p = p * R::c(d);
+        }
+        if let Some(wd) = self.l2 {
+            g = g + p * R::c(wd);
+        }
+        *m = self.lerp.apply(*m, g);
+        *v = *v * R::c(self.beta2) + g * R::c(self.one_minus_beta2) * g;
+        p
+    }
+
+    /// The parameter's update from the decayed parameter, `exp_avg` and the
+    /// second moment used.
+    #[inline(always)]
+    fn param<R: Real>(&self, p: R, m: R, second: R) -> R {
+        let denom = second.sqrt() / R::c(self.bias_correction2_sqrt) + R::c(self.eps);
+        p + m * R::c(self.neg_step_size) / denom
+    }
+}
+
+impl UpdateOp<3> for AdamStep {
+    const NAME: &'static str = "adam";
+
+    #[inline(always)]
+    fn apply<R: Real>(&self, grad: R, state: &mut [R; 3]) {
+        let [p, m, v] = state;
+        let q = self.moments(grad, *p, m, v);
+        *p = self.param(q, *m, *v);
+    }
+}
+
+impl UpdateOp<4> for AdamStep {
+    const NAME: &'static str = "adam";
+
+    #[inline(always)]
+    fn apply<R: Real>(&self, grad: R, state: &mut [R; 4]) {
+        let [p, m, v, max] = state;
+        let q = self.moments(grad, *p, m, v);
+        *max = Maximum.f(*max, *v);
+        *p = self.param(q, *m, *max);
     }
 }
 

@@ -19,7 +19,13 @@ pub type Flat<E, D> = Tensor<(Dyn,), E, D>;
 /// What an optimizer keeps for one parameter: the number of steps taken and
 /// named buffers (`momentum_buffer`, `exp_avg`, ...), each as flat as the
 /// parameter's [`ParamRef::value`].
-#[derive(Clone, Debug)]
+///
+/// Steps update the buffers in place (one fused pass over the parameter
+/// and its buffers, where the backend has one), so a tensor taken from
+/// [`ParamState::buffer`] follows later steps; copy its values
+/// ([`forma_core::Tensor::to_vec`]) to keep them. Cloning a `ParamState`
+/// (or its optimizer) copies the buffers.
+#[derive(Debug)]
 pub struct ParamState<E: Float, D: Device<E>> {
     /// Steps taken for this parameter (PyTorch's `state["step"]`).
     pub step: u64,
@@ -31,6 +37,26 @@ impl<E: Float, D: Device<E>> Default for ParamState<E, D> {
         ParamState {
             step: 0,
             buffers: BTreeMap::new(),
+        }
+    }
+}
+
+impl<E: Float, D: Device<E>> Clone for ParamState<E, D> {
+    fn clone(&self) -> Self {
+        // Buffers are updated in place: a clone sharing their storages would
+        // move with the original.
+        let buffers = self
+            .buffers
+            .iter()
+            .map(|(k, v)| {
+                let copy = v.zeros_like();
+                copy.assign(v);
+                (*k, copy)
+            })
+            .collect();
+        ParamState {
+            step: self.step,
+            buffers,
         }
     }
 }
@@ -54,6 +80,16 @@ impl<E: Float, D: Device<E>> ParamState<E, D> {
     /// The buffer `name`, or `init()` when it does not exist yet.
     pub fn buffer_or(&self, name: &str, init: impl FnOnce() -> Flat<E, D>) -> Flat<E, D> {
         self.buffers.get(name).cloned().unwrap_or_else(init)
+    }
+
+    /// The buffer `name`, created with `init()` and stored when it does not
+    /// exist yet: a buffer to update in place.
+    pub(crate) fn buffer_init(
+        &mut self,
+        name: &'static str,
+        init: impl FnOnce() -> Flat<E, D>,
+    ) -> Flat<E, D> {
+        self.buffers.entry(name).or_insert_with(init).clone()
     }
 }
 

@@ -9,6 +9,12 @@
 //! [`Optimizer::state_dict`] exports it as named tensors plus plain values
 //! that [`Optimizer::load_state_dict`] takes back for a bit-identical resume.
 //!
+//! On the CPU, f32 and f64 parameters are updated by one fused pass over the
+//! parameter, its gradient and its buffers, in place
+//! ([`forma_core::Tensor::try_fused_update`]), with the same arithmetic, in
+//! the same order, as the composed tensor ops that run elsewhere (other
+//! devices, half types): the two give the same bits.
+//!
 //! ```
 //! use forma::prelude::*;
 //! use forma::nn::layers::Linear;
@@ -32,6 +38,7 @@ mod adagrad;
 mod adam;
 mod clip;
 mod error;
+mod fused;
 mod group;
 mod grouped;
 pub(crate) mod options;
@@ -191,7 +198,8 @@ pub trait Algorithm: OptionFields + Clone + std::fmt::Debug + Send + Sync + 'sta
     /// [`OptimError::InvalidOption`] for the first invalid option.
     fn validate(&self) -> Result<(), OptimError>;
 
-    /// One step for one parameter: `param` (updated in place with
+    /// One step for one parameter: `param` (updated in place, by a fused
+    /// [`forma_core::Tensor::try_fused_update`] or with
     /// [`forma_core::Tensor::assign`]) from `grad`, with its `state`.
     /// Runs under no-grad.
     ///
@@ -248,5 +256,7 @@ pub(crate) fn lerp<E: Float, D: Device<E>>(
     }
 }
 
+#[cfg(test)]
+mod fused_tests;
 #[cfg(test)]
 mod tests;

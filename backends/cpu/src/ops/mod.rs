@@ -10,3 +10,4 @@ mod pool;
 mod reduce;
 mod softmax;
 mod unary;
+mod update;

@@ -11,3 +11,4 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod unary;
+pub(crate) mod update;
