@@ -592,10 +592,14 @@ where
     let gr = values(od.iter().product(), 17, -1.0, 1.0);
     let lg = Layout::contiguous(&od);
     let (gc, gg) = (up::<E, _>(&Cpu, &gr), up::<E, _>(g, &gr));
+    let both = [true, true];
     let (dxc, dwc) = Cpu
-        .conv2d_backward(&xc, &lx, &wc, &lw, &gc, &lg, &p)
+        .conv2d_backward(&xc, &lx, &wc, &lw, &gc, &lg, &p, both)
         .unwrap();
-    let (dxg, dwg) = g.conv2d_backward(&xg, &lx, &wg, &lw, &gg, &lg, &p).unwrap();
+    let (dxg, dwg) = g
+        .conv2d_backward(&xg, &lx, &wg, &lw, &gg, &lg, &p, both)
+        .unwrap();
+    let (dxc, dwc, dxg, dwg) = (dxc.unwrap(), dwc.unwrap(), dxg.unwrap(), dwg.unwrap());
     check(
         &format!("conv2d dx {p:?}"),
         &down(g, &dxg, &xd),

@@ -63,7 +63,9 @@ pub trait ConvKernel<E: Float>: Backend {
     ) -> Result<Self::Storage<E>>;
     /// Gradients of [`ConvKernel::conv2d`] from the output's gradient `g`
     /// (`[n, c_out, oh, ow]`): `(dx, dw)`, row-major with the input's and the
-    /// weight's sizes.
+    /// weight's sizes, each computed only when `need` asks for it (`[dx,
+    /// dw]`; a network's first layer needs no input gradient).
+    #[allow(clippy::too_many_arguments)] // three operands with their layouts
     fn conv2d_backward(
         &self,
         x: &Self::Storage<E>,
@@ -73,7 +75,8 @@ pub trait ConvKernel<E: Float>: Backend {
         g: &Self::Storage<E>,
         lg: &Layout,
         p: &Conv2dParams,
-    ) -> Result<(Self::Storage<E>, Self::Storage<E>)>;
+        need: [bool; 2],
+    ) -> Result<(Option<Self::Storage<E>>, Option<Self::Storage<E>>)>;
 }
 
 fn check_conv(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<[usize; 4]> {
@@ -137,6 +140,7 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
             &p,
         )?;
         let (xr, wr) = (self.raw(), weight.raw());
+        let need = [self.var.is_some(), weight.var.is_some()];
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
             "conv2d",
             &[self.var.clone(), weight.var.clone()],
@@ -149,10 +153,11 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                     &g.storage(),
                     &g.layout,
                     &p,
+                    need,
                 )?;
                 Ok(vec![
-                    Some(Raw::new(gx, &xr.layout.dims, g.device.clone())),
-                    Some(Raw::new(gw, &wr.layout.dims, g.device.clone())),
+                    gx.map(|s| Raw::new(s, &xr.layout.dims, g.device.clone())),
+                    gw.map(|s| Raw::new(s, &wr.layout.dims, g.device.clone())),
                 ])
             },
         ))
@@ -437,7 +442,9 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
             &xr.storage(),
             &xr.layout,
             &cp,
+            [true, false],
         )?;
+        let s = s.expect("the input gradient was asked for");
         let wr = weight.raw();
         let (need_x, need_w) = (self.var.is_some(), weight.var.is_some());
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
@@ -471,8 +478,9 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                             &xr.storage(),
                             &xr.layout,
                             &cp,
+                            [false, true],
                         )?;
-                        Some(Raw::new(s, &wr.layout.dims, dev.clone()))
+                        s.map(|s| Raw::new(s, &wr.layout.dims, dev.clone()))
                     }
                     false => None,
                 };

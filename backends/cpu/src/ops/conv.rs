@@ -256,17 +256,36 @@ fn col2im<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry) {
                 continue;
             }
             let dst = &mut plane[y as usize * w..(y as usize + 1) * w];
-            for (ox, &v) in src.iter().enumerate().take(hi).skip(lo) {
-                let xi = (x0 + (ox * sw) as isize) as usize;
-                dst[xi] = dst[xi] + v;
+            if lo == hi {
+                continue;
+            }
+            // First input column written: x0 + lo * sw >= 0.
+            let first = (x0 + (lo * sw) as isize) as usize;
+            if sw == 1 {
+                // A run of columns: a slice loop, which vectorises.
+                let run = &mut dst[first..first + (hi - lo)];
+                for (d, &v) in run.iter_mut().zip(&src[lo..hi]) {
+                    *d = *d + v;
+                }
+            } else {
+                for (d, &v) in dst[first..].iter_mut().step_by(sw).zip(&src[lo..hi]) {
+                    *d = *d + v;
+                }
             }
         }
     }
 }
 
 /// Gradients of the convolution on dense operands: `dx` (per image, in
-/// parallel) and `dw` (summed over the images).
-fn conv2d_backward_acc<A: Real>(x: &[A], wt: &[A], gy: &[A], g: &Geometry) -> (Vec<A>, Vec<A>) {
+/// parallel) and `dw` (summed over the images). Only what `need` asks for
+/// (`[dx, dw]`) is computed; the other is left zero.
+fn conv2d_backward_acc<A: Real>(
+    x: &[A],
+    wt: &[A],
+    gy: &[A],
+    g: &Geometry,
+    [need_x, need_w]: [bool; 2],
+) -> (Vec<A>, Vec<A>) {
     let (in_img, out_img) = (g.c_in * g.h * g.w, g.c_out * g.positions());
     let groups = g.p.groups;
     let og = g.c_out / groups;
@@ -274,7 +293,7 @@ fn conv2d_backward_acc<A: Real>(x: &[A], wt: &[A], gy: &[A], g: &Geometry) -> (V
     let plane = g.cg * g.h * g.w;
     let wlen = g.c_out * kk;
     let mut gx = vec![A::zero(); g.n * in_img];
-    if gx.is_empty() || l == 0 || kk == 0 || og == 0 {
+    if gx.is_empty() || l == 0 || kk == 0 || og == 0 || !(need_x || need_w) {
         return (gx, vec![A::zero(); wlen]);
     }
     // The images' weight gradients are summed in a fixed order (runs of
@@ -300,19 +319,25 @@ fn conv2d_backward_acc<A: Real>(x: &[A], wt: &[A], gy: &[A], g: &Geometry) -> (V
                         rs: l,
                         cs: 1,
                     };
-                    col.resize(kk * l, A::zero());
-                    im2col(&xi[gi * plane..(gi + 1) * plane], &mut col, g, false);
-                    // dW_g += dY_g @ col^T
-                    tmp.resize(og * kk, A::zero());
-                    let col_t = Operand {
-                        data: &col[..],
-                        off: 0,
-                        rs: 1,
-                        cs: l,
-                    };
-                    gemm_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None);
-                    for (a, &b) in gw[gi * og * kk..(gi + 1) * og * kk].iter_mut().zip(&tmp) {
-                        *a = *a + b;
+                    if need_w {
+                        col.resize(kk * l, A::zero());
+                        im2col(&xi[gi * plane..(gi + 1) * plane], &mut col, g, false);
+                        // dW_g += dY_g @ col^T
+                        tmp.resize(og * kk, A::zero());
+                        let col_t = Operand {
+                            data: &col[..],
+                            off: 0,
+                            rs: 1,
+                            cs: l,
+                        };
+                        gemm_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None);
+                        let gwg = &mut gw[gi * og * kk..(gi + 1) * og * kk];
+                        for (a, &b) in gwg.iter_mut().zip(&tmp) {
+                            *a = *a + b;
+                        }
+                    }
+                    if !need_x {
+                        continue;
                     }
                     // dcol = W_g^T @ dY_g, folded back onto the input.
                     dcol.resize(kk * l, A::zero());
@@ -368,7 +393,8 @@ impl<E: Float> ConvKernel<E> for Cpu {
         gy: &Vec<E>,
         lg: &Layout,
         p: &Conv2dParams,
-    ) -> Result<(Vec<E>, Vec<E>)> {
+        need: [bool; 2],
+    ) -> Result<(Option<Vec<E>>, Option<Vec<E>>)> {
         let g = geometry(lx, lw, p)?;
         if *lg.dims != [g.n, g.c_out, g.oh, g.ow]
             || lx.span() > x.len()
@@ -384,8 +410,11 @@ impl<E: Float> ConvKernel<E> for Cpu {
             ));
         }
         let (xs, ws, gs) = (dense_acc(x, lx), dense_acc(w, lw), dense_acc(gy, lg));
-        let (gx, gw) = conv2d_backward_acc(&xs, &ws, &gs, &g);
-        Ok((from_acc_vec::<E>(gx), from_acc_vec::<E>(gw)))
+        let (gx, gw) = conv2d_backward_acc(&xs, &ws, &gs, &g, need);
+        Ok((
+            need[0].then(|| from_acc_vec::<E>(gx)),
+            need[1].then(|| from_acc_vec::<E>(gw)),
+        ))
     }
 }
 

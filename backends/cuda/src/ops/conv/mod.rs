@@ -210,6 +210,26 @@ impl<E: Float> ConvKernel<E> for Cuda {
         gy: &CudaStorage<E>,
         lg: &Layout,
         p: &Conv2dParams,
+        need: [bool; 2],
+    ) -> Result<(Option<CudaStorage<E>>, Option<CudaStorage<E>>)> {
+        // Both are computed; the one not asked for is dropped.
+        let (dx, dw) = self.conv2d_backward_both(x, lx, w, lw, gy, lg, p)?;
+        Ok((need[0].then_some(dx), need[1].then_some(dw)))
+    }
+}
+
+impl Cuda {
+    /// Both gradients of the convolution (see `conv2d_backward`).
+    #[allow(clippy::too_many_arguments)] // three operands with their layouts
+    fn conv2d_backward_both<E: Float>(
+        &self,
+        x: &CudaStorage<E>,
+        lx: &Layout,
+        w: &CudaStorage<E>,
+        lw: &Layout,
+        gy: &CudaStorage<E>,
+        lg: &Layout,
+        p: &Conv2dParams,
     ) -> Result<(CudaStorage<E>, CudaStorage<E>)> {
         let g = geometry(lx, lw, p)?;
         let (l, kg, cog) = (g.oh * g.ow, g.cg * g.kh * g.kw, g.c_out / g.groups);
