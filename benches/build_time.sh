@@ -18,6 +18,9 @@ seconds() { printf "%d.%d" $(($1 / 1000)) $((($1 % 1000) / 100)); }
 start=$(ms)
 cargo build -q --release --workspace
 echo "clean release build of the workspace (libraries and binaries): $(seconds $(($(ms) - start))) s"
+# Build the example once (it and its dev-dependencies are not part of the
+# workspace build above), so the timed build below is the incremental one.
+cargo build -q --release -p forma-examples --example train
 touch examples/src/train/mod.rs
 start=$(ms)
 cargo build -q --release -p forma-examples --example train
