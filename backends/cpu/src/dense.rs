@@ -49,7 +49,11 @@ pub(crate) trait Elementwise<A, const K: usize>: Sync {
 
 /// A kernel that writes one chunk of an output: `fill(start, out)` writes
 /// every element of `out`, whose first element is the output's `start`th.
-pub(crate) trait Chunks<T>: Sync {
+///
+/// # Safety
+/// `fill` must write every element of `out`: [`build`] then treats the
+/// whole output as initialised.
+pub(crate) unsafe trait Chunks<T>: Sync {
     /// Fills one chunk; implementations are `#[inline(always)]`, so the
     /// loop lands in [`fill_avx2`]'s body.
     fn fill(&self, start: usize, out: &mut [MaybeUninit<T>]);
@@ -103,7 +107,8 @@ pub(crate) struct Zip<'a, A, const K: usize, F> {
     f: F,
 }
 
-impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for Zip<'_, A, 1, F> {
+// SAFETY: the loop zips `out` with input slices of its length.
+unsafe impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for Zip<'_, A, 1, F> {
     #[inline(always)]
     fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
         let [a] = self.ins.map(|s| &s[start..start + out.len()]);
@@ -113,7 +118,8 @@ impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for Zip<'_, A, 1, F> {
     }
 }
 
-impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for Zip<'_, A, 2, F> {
+// SAFETY: the loop zips `out` with input slices of its length.
+unsafe impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for Zip<'_, A, 2, F> {
     #[inline(always)]
     fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
         let [a, b] = self.ins.map(|s| &s[start..start + out.len()]);
@@ -123,7 +129,8 @@ impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for Zip<'_, A, 2, F> {
     }
 }
 
-impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for Zip<'_, A, 3, F> {
+// SAFETY: the loop zips `out` with input slices of its length.
+unsafe impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for Zip<'_, A, 3, F> {
     #[inline(always)]
     fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
         let [a, b, c] = self.ins.map(|s| &s[start..start + out.len()]);

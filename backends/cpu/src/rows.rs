@@ -146,7 +146,9 @@ pub(crate) struct RowZip<'a, A, const K: usize, F> {
     f: F,
 }
 
-impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for RowZip<'_, A, 1, F> {
+// SAFETY: `Segments` covers `out` with consecutive ranges, each written
+// whole (a slice loop over the segment, or a fill).
+unsafe impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for RowZip<'_, A, 1, F> {
     #[inline(always)]
     fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
         let [a] = self.ins;
@@ -167,7 +169,9 @@ impl<A: Copy + Sync, F: Elementwise<A, 1>> Chunks<F::Out> for RowZip<'_, A, 1, F
     }
 }
 
-impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for RowZip<'_, A, 2, F> {
+// SAFETY: `Segments` covers `out` with consecutive ranges, each written
+// whole (a slice loop over the segment, or a fill).
+unsafe impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for RowZip<'_, A, 2, F> {
     #[inline(always)]
     fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
         let [a, b] = self.ins;
@@ -177,7 +181,9 @@ impl<A: Copy + Sync, F: Elementwise<A, 2>> Chunks<F::Out> for RowZip<'_, A, 2, F
     }
 }
 
-impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for RowZip<'_, A, 3, F> {
+// SAFETY: `Segments` covers `out` with consecutive ranges, each written
+// whole (a slice loop over the segment, or a fill).
+unsafe impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for RowZip<'_, A, 3, F> {
     #[inline(always)]
     fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
         let [a, b, c] = self.ins;
