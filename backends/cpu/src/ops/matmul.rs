@@ -1,4 +1,5 @@
-//! Matrix products through the `gemm` crate.
+//! Matrix products through the `gemm` crate, or for f32 on x86_64 CPUs with
+//! AVX2 and FMA through Forma's own kernel (`sgemm.rs`).
 //!
 //! f32 and f64 operands go to gemm in place, with their own strides (transposed
 //! and broadcast views are not copied). f16 and bf16 are widened to f32 (their
@@ -161,6 +162,36 @@ pub(crate) fn gemm_into<A: Real>(
                 dst[i * n + j] = s;
             }
         }
+        return;
+    }
+    // f32 on an AVX2+FMA CPU: Forma's own kernel (`sgemm.rs`), which matches
+    // or beats gemm's on the shapes measured there; f64 stays with gemm.
+    #[cfg(target_arch = "x86_64")]
+    if TypeId::of::<A>() == TypeId::of::<f32>() && super::sgemm::available() {
+        let f32s = |s: &[A]| {
+            // SAFETY: `A` is f32 (same `TypeId`), so this is the same slice
+            // at its own type.
+            unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) }
+        };
+        // SAFETY: as above, `A` is f32; the exclusive borrow moves into the
+        // new slice for the rest of the call.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()) };
+        let view = |o: &Operand<'_, A>, rs: isize, cs: isize| super::sgemm::View {
+            data: f32s(o.data),
+            off: o.off,
+            rs: rs as usize,
+            cs: cs as usize,
+        };
+        super::sgemm::sgemm(
+            dst,
+            m,
+            n,
+            k,
+            view(&lhs, lrs, lcs),
+            view(&rhs, rrs, rcs),
+            !matches!(parallelism, Parallelism::None),
+        );
         return;
     }
     let lhs_ptr = lhs.data[lhs.off..].as_ptr();

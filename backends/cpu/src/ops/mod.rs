@@ -8,6 +8,8 @@ mod index;
 mod matmul;
 mod pool;
 mod reduce;
+#[cfg(target_arch = "x86_64")]
+mod sgemm;
 mod softmax;
 mod unary;
 mod update;

@@ -1,0 +1,1045 @@
+//! Forma's own f32 matrix product for x86_64 with AVX2 and FMA.
+//!
+//! The classic blocked design (Goto / BLIS): the right operand is packed into
+//! `kc x 16` column panels, the left operand is read in `6 x kc` row panels
+//! (packed into a contiguous buffer when it is reused across many column
+//! panels or strided badly, read in place otherwise), and a 6x16
+//! register-blocked microkernel keeps its 12 accumulators in `ymm` registers.
+//! Packing reads any non-negative strides (8x8 register transposes for the
+//! transposed views of linear layers), so transposed and broadcast views are
+//! never copied whole, and pads partial panels with zeros so the microkernel
+//! has no edge cases; partial output tiles go through a small temporary.
+//! Shapes that tile much better the other way round (m = 16, narrow outputs)
+//! are computed as `dst^T = b^T @ a^T`.
+//!
+//! Block sizes follow the cache hierarchy of the AVX2 cores this targets
+//! (32 KiB L1d, 512 KiB L2): a `kc x 16` panel of the right operand (32 KiB
+//! at `kc = 512`) is streamed from L1 while the microkernel walks down the
+//! rows, and an `mc x kc` block of the left operand stays in L2. A deep `kc`
+//! halves the read-modify-write passes over the output.
+//!
+//! Threading: a product with enough work is cut into disjoint row (or
+//! column) ranges of the output, a few per thread, run as rayon tasks; the
+//! operand every range needs whole is packed once and shared, the other is
+//! packed per task into thread-local buffers reused from call to call.
+//!
+//! Results are deterministic (a fixed summation order per element: depth
+//! blocks in order, one FMA chain per block) whatever the thread count.
+
+use rayon::prelude::*;
+use std::arch::x86_64::{
+    __m256, _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_load_ps, _mm256_loadu_ps,
+    _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
+    _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+};
+use std::cell::RefCell;
+
+/// Rows of the microkernel's output tile.
+const MR: usize = 6;
+/// Columns of the microkernel's output tile (two `ymm` registers).
+const NR: usize = 16;
+/// Depth of one packed block (the reduction dimension).
+const KC: usize = 512;
+/// Rows of one block of the left operand (kept in L2).
+const MC: usize = 144;
+/// Columns of one packed block of the right operand.
+const NC: usize = 4080;
+/// Multiply-adds below which a product stays on one thread.
+const PAR_WORK: usize = 1 << 20;
+/// Elements above which an operand is not packed whole to be shared (64 MiB).
+const MAX_SHARED: usize = 1 << 24;
+/// Elements below which a shared operand is packed on one thread.
+const PAR_PACK: usize = 1 << 17;
+
+/// Whether this CPU runs the kernel (AVX2 and FMA detected at run time).
+pub(crate) fn available() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// A strided f32 matrix: element `(i, j)` is `data[off + i * rs + j * cs]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct View<'a> {
+    /// The storage the matrix lives in.
+    pub data: &'a [f32],
+    /// Index of element `(0, 0)`.
+    pub off: usize,
+    /// Row stride in elements.
+    pub rs: usize,
+    /// Column stride in elements.
+    pub cs: usize,
+}
+
+impl View<'_> {
+    /// Asserts that every element of a `rows x cols` matrix (both non-zero)
+    /// lies inside `data`.
+    fn check(&self, rows: usize, cols: usize) {
+        let last = (rows - 1)
+            .checked_mul(self.rs)
+            .and_then(|r| r.checked_add((cols - 1).checked_mul(self.cs)?))
+            .and_then(|r| r.checked_add(self.off));
+        assert!(
+            last.is_some_and(|l| l < self.data.len()),
+            "sgemm operand {rows}x{cols} (strides {}, {}, offset {}) outside a storage of {}",
+            self.rs,
+            self.cs,
+            self.off,
+            self.data.len()
+        );
+    }
+
+    /// The transpose.
+    fn transposed(self) -> Self {
+        View {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// The sub-matrix starting at `(i, j)`.
+    fn at(&self, i: usize, j: usize) -> Self {
+        View {
+            off: self.off + i * self.rs + j * self.cs,
+            ..*self
+        }
+    }
+}
+
+/// The output: element `(i, j)` at `ptr + i * rs + j * cs` (`cs` is 1, or
+/// `rs` is 1 when the product is computed transposed), shared between tasks
+/// that each write a disjoint set of its elements.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    rs: usize,
+    cs: usize,
+}
+
+impl Out {
+    /// The same matrix seen from `elems` elements further.
+    ///
+    /// # Safety
+    /// The result must stay inside the allocation `ptr` points into.
+    unsafe fn shifted(self, elems: usize) -> Out {
+        Out {
+            // SAFETY: the caller keeps the result in bounds.
+            ptr: unsafe { self.ptr.add(elems) },
+            ..self
+        }
+    }
+}
+
+// SAFETY: `Out` is only a base pointer; the tasks it is sent to write
+// disjoint elements (distinct row or column ranges, see `sgemm_with`), and
+// the exclusive borrow it was made from outlives them (rayon joins before
+// `sgemm_with` returns).
+unsafe impl Send for Out {}
+// SAFETY: as for `Send`: shared copies never touch the same element.
+unsafe impl Sync for Out {}
+
+/// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`; `dst` is row-major
+/// `m x n` and is overwritten (zeros when `k == 0`). `parallel` lets a large
+/// product use rayon's threads.
+///
+/// # Panics
+/// If the CPU lacks AVX2 or FMA, if `dst` is not `m * n` long or if an
+/// operand does not fit its storage.
+pub(crate) fn sgemm(
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    parallel: bool,
+) {
+    sgemm_with(dst, m, n, k, a, b, parallel, MAX_SHARED);
+}
+
+/// [`sgemm`] with the limit on a shared packed operand as a parameter (the
+/// tests lower it to exercise both parallel paths).
+fn sgemm_with(
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    parallel: bool,
+    max_shared: usize,
+) {
+    assert!(available(), "sgemm needs AVX2 and FMA");
+    assert_eq!(dst.len(), m * n, "sgemm destination length");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst.fill(0.0);
+        return;
+    }
+    a.check(m, k);
+    b.check(k, n);
+    let mut out = Out {
+        ptr: dst.as_mut_ptr(),
+        rs: n,
+        cs: 1,
+    };
+    // Tiles are 6 x 16; when the shape pads clearly less the other way round
+    // (m = 16, a narrow output), compute `dst^T = b^T @ a^T` instead. Not for
+    // small gains: a transposed output is written through a temporary.
+    let padded = |rows: usize, cols: usize| rows.div_ceil(MR) * MR * (cols.div_ceil(NR) * NR);
+    let (m, n, a, b) = if padded(n, m) * 10 < padded(m, n) * 9 {
+        out = Out {
+            rs: 1,
+            cs: n,
+            ..out
+        };
+        (n, m, b.transposed(), a.transposed())
+    } else {
+        (m, n, a, b)
+    };
+    let threads = if parallel {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if threads <= 1 || work < PAR_WORK {
+        // SAFETY: `out` addresses the `m x n` elements of `dst` (or of its
+        // transpose, with `m`, `n`, `a` and `b` swapped to match), borrowed
+        // exclusively for this call; `a` and `b` were checked to hold their
+        // `m x k` and `k x n` elements.
+        unsafe { block(out, m, n, k, a, b, Shared::None) };
+        return;
+    }
+    // Cut the longer side of the output into ranges of whole microkernel
+    // tiles, a few per thread so that rayon can balance them when a thread
+    // is slowed by other load. The operand every range needs whole (`b` for
+    // row ranges, `a` for column ranges) is packed once and shared, so more
+    // ranges cost no more packing.
+    let rows = m >= n;
+    let (len, unit, min_tiles) = if rows { (m, MR, 4) } else { (n, NR, 2) };
+    let tiles = len.div_ceil(unit);
+    // A multiple of the thread count, so that equal ranges share evenly.
+    let parts = threads * (tiles / (min_tiles * threads)).clamp(1, 4);
+    let per = tiles.div_ceil(parts) * unit;
+    let ranges: Vec<(usize, usize)> = (0..len)
+        .step_by(per)
+        .map(|s| (s, per.min(len - s)))
+        .collect();
+    let packed_len = if rows {
+        k * n.div_ceil(NR) * NR
+    } else {
+        m.div_ceil(MR) * MR * k
+    };
+    if packed_len > max_shared {
+        // Too big to keep a packed copy around: every task packs its own
+        // blocks of both operands (re-packing the shared one per task).
+        ranges.par_iter().for_each(|&(s, l)| {
+            if rows {
+                // SAFETY: as in the shared case below: row `s` of the
+                // output starts inside `dst`, rows `s..s + l` belong to this
+                // task alone, and the operands were checked.
+                unsafe {
+                    block(
+                        out.shifted(s * out.rs),
+                        l,
+                        n,
+                        k,
+                        a.at(s, 0),
+                        b,
+                        Shared::None,
+                    )
+                };
+            } else {
+                // SAFETY: as in the shared case below: column `s` of the
+                // output starts inside `dst`, columns `s..s + l` belong to
+                // this task alone, and the operands were checked.
+                unsafe {
+                    block(
+                        out.shifted(s * out.cs),
+                        m,
+                        l,
+                        k,
+                        a,
+                        b.at(0, s),
+                        Shared::None,
+                    )
+                };
+            }
+        });
+        return;
+    }
+    with_shared(packed_len, |packed| {
+        if rows {
+            pack_b_all(packed, b, k, n);
+        } else {
+            pack_a_all(packed, a, m, k);
+        }
+        let packed = &*packed;
+        ranges.par_iter().for_each(|&(s, l)| {
+            if rows {
+                // SAFETY: row `s < m` of the output starts inside `dst`.
+                let o = unsafe { out.shifted(s * out.rs) };
+                // SAFETY: rows `s..s + l` of the output (the product, or
+                // its transpose, in `dst`) belong to this task alone
+                // (the ranges are disjoint) and the borrow of `dst` outlives
+                // the parallel loop; `a`'s rows `s..s + l` and all of `b`
+                // were checked, and `packed` is all of `b`.
+                unsafe { block(o, l, n, k, a.at(s, 0), b, Shared::B(packed)) };
+            } else {
+                // SAFETY: column `s < n` of the output starts inside `dst`.
+                let o = unsafe { out.shifted(s * out.cs) };
+                // SAFETY: columns `s..s + l` of the output belong to this
+                // task alone; `b`'s columns `s..s + l` and all of `a` were
+                // checked, and `packed` is all of `a`.
+                unsafe { block(o, m, l, k, a, b.at(0, s), Shared::A(packed)) };
+            }
+        });
+    });
+}
+
+thread_local! {
+    /// The calling thread's buffer for an operand shared by parallel tasks.
+    static SHARED: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
+}
+
+/// Runs `f` on a 64-byte aligned buffer of `len` elements from this thread's
+/// [`SHARED`] (a fresh one if it is already in use).
+fn with_shared<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SHARED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut g) => f(g.get(len)),
+        Err(_) => f(AlignedBuf::default().get(len)),
+    })
+}
+
+thread_local! {
+    /// Packing buffers of the calling thread: (right operand block, left
+    /// operand block, one edge panel of the left operand).
+    static BUFS: RefCell<(AlignedBuf, AlignedBuf, AlignedBuf)> =
+        RefCell::new((AlignedBuf::default(), AlignedBuf::default(), AlignedBuf::default()));
+}
+
+/// A growable f32 buffer whose working slice starts on a 64-byte boundary
+/// (so the microkernel's aligned loads from packed panels are valid).
+#[derive(Default)]
+struct AlignedBuf {
+    v: Vec<f32>,
+}
+
+impl AlignedBuf {
+    /// A 64-byte aligned slice of `len` elements (contents unspecified).
+    fn get(&mut self, len: usize) -> &mut [f32] {
+        let need = len + 16;
+        if self.v.len() < need {
+            self.v = vec![0.0; need];
+        }
+        let skip = self.v.as_ptr().align_offset(64);
+        // A `Vec<f32>` is 4-aligned, so at most 15 elements are skipped.
+        &mut self.v[skip..skip + len]
+    }
+}
+
+/// Runs `f` with this thread's packing buffers (fresh ones if they are
+/// already in use, which only a re-entrant call could cause).
+fn with_bufs<R>(f: impl FnOnce(&mut AlignedBuf, &mut AlignedBuf, &mut AlignedBuf) -> R) -> R {
+    BUFS.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut g) => {
+            let (bb, ab, eb) = &mut *g;
+            f(bb, ab, eb)
+        }
+        Err(_) => f(
+            &mut AlignedBuf::default(),
+            &mut AlignedBuf::default(),
+            &mut AlignedBuf::default(),
+        ),
+    })
+}
+
+/// Splits `len` into `ceil(len / max)` near-equal blocks, each a multiple of
+/// `unit` except possibly the last; returns the block size.
+fn balanced(len: usize, max: usize, unit: usize) -> usize {
+    let blocks = len.div_ceil(max);
+    len.div_ceil(blocks).div_ceil(unit) * unit
+}
+
+/// An operand packed once for every task of a parallel product: all of
+/// it, in the layout `block` packs one block at a time (for each depth
+/// block `pc`, its panels from offset `pc * padded width`).
+#[derive(Clone, Copy)]
+enum Shared<'a> {
+    /// Nothing shared: `block` packs both operands itself.
+    None,
+    /// The whole right operand, `ceil(n / NR)` panels per depth block.
+    B(&'a [f32]),
+    /// The whole left operand, `ceil(m / MR)` panels per depth block.
+    A(&'a [f32]),
+}
+
+/// Packs all of `b` (`k x n`) as [`Shared::B`] expects, in parallel.
+fn pack_b_all(dst: &mut [f32], b: View<'_>, k: usize, n: usize) {
+    let kc_max = balanced(k, KC, 1);
+    let width = n.div_ceil(NR) * NR;
+    let mut rest = dst;
+    let mut jobs = Vec::new();
+    for pc in (0..k).step_by(kc_max) {
+        let kc = kc_max.min(k - pc);
+        let (d, r) = rest.split_at_mut(kc * width);
+        rest = r;
+        jobs.extend(
+            d.chunks_mut(kc * NR)
+                .enumerate()
+                .map(|(j, d)| (pc, kc, j * NR, d)),
+        );
+    }
+    let pack = |(pc, kc, j0, d): (usize, usize, usize, &mut [f32])| {
+        pack_b(d, b.at(pc, j0), kc, NR.min(n - j0));
+    };
+    if k * n >= PAR_PACK {
+        jobs.into_par_iter().for_each(pack);
+    } else {
+        jobs.into_iter().for_each(pack);
+    }
+}
+
+/// Packs all of `a` (`m x k`) as [`Shared::A`] expects, in parallel.
+fn pack_a_all(dst: &mut [f32], a: View<'_>, m: usize, k: usize) {
+    let kc_max = balanced(k, KC, 1);
+    let height = m.div_ceil(MR) * MR;
+    let mut rest = dst;
+    let mut jobs = Vec::new();
+    for pc in (0..k).step_by(kc_max) {
+        let kc = kc_max.min(k - pc);
+        let (d, r) = rest.split_at_mut(kc * height);
+        rest = r;
+        jobs.extend(
+            d.chunks_mut(kc * MR)
+                .enumerate()
+                .map(|(i, d)| (pc, kc, i * MR, d)),
+        );
+    }
+    let pack = |(pc, kc, i0, d): (usize, usize, usize, &mut [f32])| {
+        pack_a_block(d, a.at(i0, pc), MR.min(m - i0), kc);
+    };
+    if m * k >= PAR_PACK {
+        jobs.into_par_iter().for_each(pack);
+    } else {
+        jobs.into_iter().for_each(pack);
+    }
+}
+
+/// The single-threaded blocked product `out = a @ b` (`m x k` times `k x n`).
+/// With a [`Shared`] operand, `a` or `b` is only used for its shape and the
+/// packed copy (of exactly this `a` or `b`) is read instead.
+///
+/// # Safety
+/// `out` must address an `m x n` matrix (at its strides) that
+/// nothing else reads or writes during the call, and `a`, `b` must hold their
+/// `m x k` and `k x n` elements.
+unsafe fn block(
+    out: Out,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    shared: Shared<'_>,
+) {
+    let kc_max = balanced(k, KC, 1);
+    let mc_max = balanced(m, MC, MR);
+    let nc_max = match shared {
+        // The shared copy holds every column: one column block.
+        Shared::B(_) => n.div_ceil(NR) * NR,
+        _ => balanced(n, NC, NR),
+    };
+    // Packing the left operand pays when its block is reused across many
+    // column panels, or when reading it in place would stride badly (a
+    // column stride other than 1 makes each broadcast a separate line).
+    let pack_a = n > 2 * NR || a.cs != 1 || matches!(shared, Shared::A(_));
+    with_bufs(|bbuf, abuf, ebuf| {
+        let own_b = !matches!(shared, Shared::B(_));
+        let own_a = pack_a && !matches!(shared, Shared::A(_));
+        let bbuf = bbuf.get(if own_b {
+            kc_max * nc_max.div_ceil(NR) * NR
+        } else {
+            0
+        });
+        let abuf = abuf.get(if own_a { kc_max * mc_max } else { 0 });
+        let edge = ebuf.get(kc_max * MR);
+        for jc in (0..n).step_by(nc_max) {
+            let nc = nc_max.min(n - jc);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
+                let accumulate = pc > 0;
+                let bpack: &[f32] = match shared {
+                    Shared::B(all) => &all[pc * nc_max..],
+                    _ => {
+                        let d = &mut bbuf[..kc * nc.div_ceil(NR) * NR];
+                        pack_b(d, b.at(pc, jc), kc, nc);
+                        d
+                    }
+                };
+                for ic in (0..m).step_by(mc_max) {
+                    let mc = mc_max.min(m - ic);
+                    let apack: &[f32] = match shared {
+                        Shared::A(all) => &all[pc * m.div_ceil(MR) * MR + ic * kc..],
+                        _ if own_a => {
+                            let d = &mut abuf[..kc * mc.div_ceil(MR) * MR];
+                            pack_a_block(d, a.at(ic, pc), mc, kc);
+                            d
+                        }
+                        _ => &[],
+                    };
+                    for jr in (0..nc).step_by(NR) {
+                        let nr = NR.min(nc - jr);
+                        let bp = bpack[jr * kc..].as_ptr();
+                        for ir in (0..mc).step_by(MR) {
+                            let mr = MR.min(mc - ir);
+                            // (pointer, row stride, depth stride) of the A panel.
+                            let (ap, ars, aks) = if pack_a {
+                                (apack[ir * kc..].as_ptr(), 1, MR)
+                            } else if mr == MR {
+                                let v = a.at(ic + ir, pc);
+                                (v.data[v.off..].as_ptr(), v.rs, 1)
+                            } else {
+                                pack_a_block(&mut edge[..kc * MR], a.at(ic + ir, pc), mr, kc);
+                                (edge.as_ptr(), 1, MR)
+                            };
+                            // SAFETY: (ic + ir, jc + jr) is inside the m x n
+                            // output, which `out` covers.
+                            let c = unsafe { out.ptr.add((ic + ir) * out.rs + (jc + jr) * out.cs) };
+                            // SAFETY: the A panel holds MR rows of `kc`
+                            // elements at the given strides (a packed panel,
+                            // or MR full rows of `a` checked by the caller),
+                            // the B panel `kc x NR` packed elements starting
+                            // 64-byte aligned (`jr * kc` is a multiple of 16
+                            // and so is every depth block's offset); `c`
+                            // heads an `mr x nr` tile of the output, which
+                            // this call owns.
+                            unsafe {
+                                tile(kc, ap, ars, aks, bp, c, out, mr, nr, accumulate);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Packs the `kc x nc` block `b` into `ceil(nc / NR)` panels of `kc x NR`
+/// (row-major within a panel), zero-padding the last panel's columns.
+fn pack_b(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
+    for (panel, d) in dst.chunks_exact_mut(kc * NR).enumerate() {
+        let j0 = panel * NR;
+        let nr = NR.min(nc - j0);
+        let src = b.at(0, j0);
+        if src.rs == 1 && nr == NR && src.cs != 0 {
+            // SAFETY: sgemm checked that the CPU has AVX2 and FMA.
+            unsafe { pack_b_panel_cols(d, src, kc) };
+        } else if src.cs == 1 && nr == NR {
+            for (p, row) in d.chunks_exact_mut(NR).enumerate() {
+                let s = src.off + p * src.rs;
+                // Fixed-size copies compile to vector moves, not memmove calls.
+                let v: &[f32; NR] = src.data[s..s + NR].try_into().expect("NR elements");
+                *<&mut [f32; NR]>::try_from(row).expect("NR elements") = *v;
+            }
+        } else if src.cs == 1 {
+            for (p, row) in d.chunks_exact_mut(NR).enumerate() {
+                let s = src.off + p * src.rs;
+                row[..nr].copy_from_slice(&src.data[s..s + nr]);
+                row[nr..].fill(0.0);
+            }
+        } else {
+            if nr < NR {
+                d.fill(0.0);
+            }
+            // Walk each column along its stride (contiguous when `b` is
+            // a transposed view).
+            for j in 0..nr {
+                let s = src.off + j * src.cs;
+                for p in 0..kc {
+                    d[p * NR + j] = src.data[s + p * src.rs];
+                }
+            }
+        }
+    }
+}
+
+/// Packs the `mc x kc` block `a` into `ceil(mc / MR)` panels of `MR x kc`
+/// stored depth-major (`MR` consecutive values per depth step),
+/// zero-padding the last panel's rows.
+fn pack_a_block(dst: &mut [f32], a: View<'_>, mc: usize, kc: usize) {
+    for (panel, d) in dst.chunks_exact_mut(kc * MR).enumerate() {
+        let i0 = panel * MR;
+        let mr = MR.min(mc - i0);
+        let src = a.at(i0, 0);
+        if mr < MR {
+            d.fill(0.0);
+        }
+        if src.cs == 1 && mr == MR && src.rs != 0 {
+            // SAFETY: sgemm checked that the CPU has AVX2 and FMA.
+            unsafe { pack_a_panel_rows(d, src, kc) };
+        } else if src.rs == 1 && mr == MR {
+            for (p, col) in d.chunks_exact_mut(MR).enumerate() {
+                let s = src.off + p * src.cs;
+                let v: &[f32; MR] = src.data[s..s + MR].try_into().expect("MR elements");
+                *<&mut [f32; MR]>::try_from(col).expect("MR elements") = *v;
+            }
+        } else {
+            for i in 0..mr {
+                let s = src.off + i * src.rs;
+                for p in 0..kc {
+                    d[p * MR + i] = src.data[s + p * src.cs];
+                }
+            }
+        }
+    }
+}
+
+/// One `mr x nr` output tile (`mr <= MR`, `nr <= NR`): the full 6x16
+/// microkernel straight into `c` when the tile is whole, else through a
+/// temporary.
+///
+/// # Safety
+/// As for [`kernel`], except that only `mr x nr` elements from `c` (at the
+/// strides of `out`) need to be valid.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    aks: usize,
+    b: *const f32,
+    c: *mut f32,
+    out: Out,
+    mr: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    // SAFETY (both calls): the caller's guarantees on the operands; the
+    // output is either the caller's whole 6x16 row-major tile or `tmp`, a
+    // whole tile with row stride NR.
+    let run = |c: *mut f32, ldc: usize, acc: bool| unsafe {
+        if ars == 1 && aks == MR {
+            kernel::<true>(kc, a, ars, aks, b, c, ldc, acc);
+        } else {
+            kernel::<false>(kc, a, ars, aks, b, c, ldc, acc);
+        }
+    };
+    if mr == MR && nr == NR && out.cs == 1 {
+        run(c, out.rs, accumulate);
+        return;
+    }
+    let mut tmp = [0.0f32; MR * NR];
+    run(tmp.as_mut_ptr(), NR, false);
+    let put = |i: usize, j: usize| {
+        // SAFETY: (i, j) lies in the caller's `mr x nr` tile.
+        let d = unsafe { &mut *c.add(i * out.rs + j * out.cs) };
+        let v = tmp[i * NR + j];
+        *d = if accumulate { *d + v } else { v };
+    };
+    // Walk the output in its memory order (rows of a transposed output are
+    // the tile's columns).
+    if out.cs == 1 {
+        for i in 0..mr {
+            for j in 0..nr {
+                put(i, j);
+            }
+        }
+    } else {
+        for j in 0..nr {
+            for i in 0..mr {
+                put(i, j);
+            }
+        }
+    }
+}
+
+/// The 6x16 microkernel: `c[i][j] (+)= sum_p a[i * ars + p * aks] * b[p * 16 + j]`
+/// for `i < 6`, `j < 16`, `p < kc`; `c` is overwritten unless `accumulate`.
+/// With `PACKED`, `ars` and `aks` are taken as 1 and 6 (a packed panel), so
+/// the compiler folds them into the addressing.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `a` is valid for reads at every
+/// `i * ars + p * aks`; `b` is 32-byte aligned and valid for `kc * 16` reads;
+/// `c` is valid for reads and writes at every `i * ldc + j` and those
+/// elements are not accessed by anything else during the call.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel<const PACKED: bool>(
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    aks: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    let (ars, aks) = if PACKED { (1, MR) } else { (ars, aks) };
+    // SAFETY: every pointer access below stays within the ranges the caller
+    // guarantees: `a` at `i * ars + p * aks` for i < 6, p < kc; `b` at
+    // `p * 16 + (0 | 8)` (aligned: `b` is, and 16 floats are 64 bytes); `c`
+    // at `i * ldc + (0 | 8)` with 8-wide unaligned accesses ending below
+    // `i * ldc + 16`.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut ap = a;
+        let mut ap3 = a.add(3 * ars);
+        let mut bp = b;
+        macro_rules! step {
+            () => {
+                let b0 = _mm256_load_ps(bp);
+                let b1 = _mm256_load_ps(bp.add(8));
+                macro_rules! row {
+                    ($i:literal) => {
+                        // Rows 3..6 from a second base keeps every address
+                        // one `base + stride * {0, 1, 2}` (a single x86
+                        // addressing mode) when the strides are not constants.
+                        let base = if $i < 3 { ap } else { ap3 };
+                        let x = _mm256_broadcast_ss(&*base.add(($i % 3) * ars));
+                        acc[$i][0] = _mm256_fmadd_ps(x, b0, acc[$i][0]);
+                        acc[$i][1] = _mm256_fmadd_ps(x, b1, acc[$i][1]);
+                    };
+                }
+                row!(0);
+                row!(1);
+                row!(2);
+                row!(3);
+                row!(4);
+                row!(5);
+                ap = ap.add(aks);
+                ap3 = ap3.add(aks);
+                bp = bp.add(NR);
+            };
+        }
+        for _ in 0..kc / 4 {
+            step!();
+            step!();
+            step!();
+            step!();
+        }
+        for _ in 0..kc % 4 {
+            step!();
+        }
+        for (i, r) in acc.iter().enumerate() {
+            let ci = c.add(i * ldc);
+            let (mut v0, mut v1): (__m256, __m256) = (r[0], r[1]);
+            if accumulate {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(ci));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(ci.add(8)));
+            }
+            _mm256_storeu_ps(ci, v0);
+            _mm256_storeu_ps(ci.add(8), v1);
+        }
+    }
+}
+
+/// The 8x8 transpose of `r` (row `i` of the result holds element `i` of
+/// every input vector).
+#[target_feature(enable = "avx2,fma")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// Eight consecutive elements of `data` from `at`, as a vector.
+///
+/// # Panics
+/// If they run past `data`.
+#[target_feature(enable = "avx2,fma")]
+fn load8(data: &[f32], at: usize) -> __m256 {
+    let s = &data[at..at + 8];
+    // SAFETY: `s` holds the 8 elements read (unaligned load).
+    unsafe { _mm256_loadu_ps(s.as_ptr()) }
+}
+
+/// Stores `v` into the 8 elements of `dst` from `at`.
+///
+/// # Panics
+/// If they run past `dst`.
+#[target_feature(enable = "avx2,fma")]
+fn store8(dst: &mut [f32], at: usize, v: __m256) {
+    let d = &mut dst[at..at + 8];
+    // SAFETY: `d` holds the 8 elements written (unaligned store).
+    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) }
+}
+
+/// `pack_b`'s panel for a `b` whose columns are contiguous (`rs == 1`, a
+/// transposed view): 8x8 blocks transposed in registers.
+#[target_feature(enable = "avx2,fma")]
+fn pack_b_panel_cols(d: &mut [f32], src: View<'_>, kc: usize) {
+    let kc8 = kc / 8 * 8;
+    for p0 in (0..kc8).step_by(8) {
+        for h in 0..2 {
+            let r: [__m256; 8] =
+                std::array::from_fn(|j| load8(src.data, src.off + (8 * h + j) * src.cs + p0));
+            let t = transpose8(r);
+            for (pp, v) in t.into_iter().enumerate() {
+                store8(d, (p0 + pp) * NR + 8 * h, v);
+            }
+        }
+    }
+    for j in 0..NR {
+        let s = src.off + j * src.cs;
+        for p in kc8..kc {
+            d[p * NR + j] = src.data[s + p];
+        }
+    }
+}
+
+/// `pack_a_block`'s panel for a whole panel of an `a` whose rows are
+/// contiguous (`cs == 1`): 6 rows (and 2 of zeros) transposed per 8 depths.
+#[target_feature(enable = "avx2,fma")]
+fn pack_a_panel_rows(d: &mut [f32], src: View<'_>, kc: usize) {
+    let kc8 = kc / 8 * 8;
+    let mut tmp = [0.0f32; 8];
+    for p0 in (0..kc8).step_by(8) {
+        let r: [__m256; 8] = std::array::from_fn(|i| {
+            if i < MR {
+                load8(src.data, src.off + i * src.rs + p0)
+            } else {
+                _mm256_setzero_ps()
+            }
+        });
+        let t = transpose8(r);
+        for (pp, v) in t.into_iter().enumerate() {
+            let q = (p0 + pp) * MR;
+            if q + 8 <= d.len() {
+                // The 2 extra zeros land where the next depth's values go.
+                store8(d, q, v);
+            } else {
+                store8(&mut tmp, 0, v);
+                d[q..q + MR].copy_from_slice(&tmp[..MR]);
+            }
+        }
+    }
+    for i in 0..MR {
+        let s = src.off + i * src.rs;
+        for p in kc8..kc {
+            d[p * MR + i] = src.data[s + p];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forma_core::Rng;
+
+    /// A `rows x cols` matrix laid out in a storage with the given strides
+    /// and offset (gaps filled with NaN, which a stray read would spread).
+    struct Mat {
+        data: Vec<f32>,
+        off: usize,
+        rs: usize,
+        cs: usize,
+    }
+
+    impl Mat {
+        fn new(rows: usize, cols: usize, layout: Layout, rng: &mut Rng) -> Self {
+            let (off, rs, cs) = match layout {
+                Layout::RowMajor => (0, cols, 1),
+                Layout::ColMajor => (0, 1, rows),
+                // Padded rows, every other column, an offset.
+                Layout::Strided => (3, 2 * cols + 5, 2),
+                // Every row (or column) is the same vector.
+                Layout::BroadcastRows => (1, 0, 1),
+                Layout::BroadcastCols => (1, 1, 0),
+            };
+            let len = off + (rows - 1) * rs + (cols - 1) * cs + 1;
+            let mut data = vec![f32::NAN; len];
+            for i in 0..rows {
+                for j in 0..cols {
+                    data[off + i * rs + j * cs] = (rng.uniform() * 2.0 - 1.0) as f32;
+                }
+            }
+            Mat { data, off, rs, cs }
+        }
+
+        fn view(&self) -> View<'_> {
+            View {
+                data: &self.data,
+                off: self.off,
+                rs: self.rs,
+                cs: self.cs,
+            }
+        }
+
+        fn get(&self, i: usize, j: usize) -> f64 {
+            f64::from(self.data[self.off + i * self.rs + j * self.cs])
+        }
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Layout {
+        RowMajor,
+        ColMajor,
+        Strided,
+        BroadcastRows,
+        BroadcastCols,
+    }
+
+    /// Checks `sgemm` against the f64 product of the same f32 inputs. Each
+    /// term is exact in f64; the f32 result carries rounding of order
+    /// `eps * sqrt(k) * |a| |b|` for random signs, bounded here by
+    /// `2e-6 * sqrt(k)` relative to `sum |a_ip b_pj|` (plus the same absolute
+    /// floor, for sums that cancel).
+    fn check(m: usize, n: usize, k: usize, la: Layout, lb: Layout, parallel: bool, seed: u64) {
+        let mut rng = Rng::seed_from(seed);
+        let a = Mat::new(m, k, la, &mut rng);
+        let b = Mat::new(k, n, lb, &mut rng);
+        let mut dst = vec![f32::NAN; m * n];
+        sgemm(&mut dst, m, n, k, a.view(), b.view(), parallel);
+        if parallel {
+            // The path without a shared packed operand, and one thread,
+            // give the same bits (a fixed summation order).
+            for (shared, par) in [(0, true), (MAX_SHARED, false)] {
+                let mut other = vec![f32::NAN; m * n];
+                sgemm_with(&mut other, m, n, k, a.view(), b.view(), par, shared);
+                assert!(
+                    dst.iter()
+                        .zip(&other)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{m}x{k} @ {k}x{n}: paths differ (shared limit {shared}, parallel {par})"
+                );
+            }
+        }
+        let tol = 2e-6 * (k as f64).sqrt().max(1.0);
+        for i in 0..m {
+            for j in 0..n {
+                let (mut want, mut mag) = (0.0, 0.0);
+                for p in 0..k {
+                    let t = a.get(i, p) * b.get(p, j);
+                    want += t;
+                    mag += t.abs();
+                }
+                let got = f64::from(dst[i * n + j]);
+                assert!(
+                    (got - want).abs() <= tol * (mag + 1.0),
+                    "{m}x{k} @ {k}x{n} ({la:?}, {lb:?}) at ({i}, {j}): got {got}, want {want}"
+                );
+            }
+        }
+    }
+
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (1, 17, 3),
+        (5, 1, 9),
+        (6, 16, 1),
+        (7, 13, 5),
+        (12, 32, 256),
+        (13, 33, 257),
+        (37, 41, 29),
+        (65, 130, 300),
+        (150, 20, 40),
+        (3, 500, 11),
+    ];
+
+    #[test]
+    fn shapes_row_major() {
+        for (s, &(m, n, k)) in SHAPES.iter().enumerate() {
+            check(m, n, k, Layout::RowMajor, Layout::RowMajor, false, s as u64);
+            check(m, n, k, Layout::RowMajor, Layout::RowMajor, true, s as u64);
+        }
+    }
+
+    #[test]
+    fn transposed_strided_and_broadcast_operands() {
+        use Layout::*;
+        let layouts = [RowMajor, ColMajor, Strided, BroadcastRows, BroadcastCols];
+        for &(m, n, k) in &[(7, 13, 5), (37, 41, 29), (20, 70, 300)] {
+            for la in layouts {
+                for lb in layouts {
+                    check(m, n, k, la, lb, false, 10);
+                }
+            }
+        }
+        check(200, 300, 100, ColMajor, ColMajor, true, 11);
+        check(100, 300, 200, Strided, ColMajor, true, 12);
+    }
+
+    #[test]
+    fn transposed_orientation() {
+        // Shapes that pad less computed as `b^T @ a^T` (m = 16, narrow n).
+        for &(m, n, k) in &[(16, 200, 30), (16, 1152, 100), (128, 10, 900), (12, 5, 300)] {
+            for par in [false, true] {
+                check(m, n, k, Layout::RowMajor, Layout::ColMajor, par, 40);
+                check(m, n, k, Layout::Strided, Layout::RowMajor, par, 41);
+            }
+        }
+    }
+
+    #[test]
+    fn large_k_and_several_blocks() {
+        // k over several KC blocks (accumulation across blocks), m over
+        // several MC blocks, both ways of splitting over threads.
+        check(300, 70, 1000, Layout::RowMajor, Layout::ColMajor, true, 20);
+        check(40, 600, 700, Layout::ColMajor, Layout::RowMajor, true, 21);
+        check(2, 3, 5000, Layout::RowMajor, Layout::RowMajor, false, 22);
+    }
+
+    #[test]
+    fn wide_output_over_several_column_blocks() {
+        check(7, NC + 37, 9, Layout::RowMajor, Layout::RowMajor, false, 30);
+        check(7, NC + 37, 9, Layout::RowMajor, Layout::ColMajor, true, 31);
+    }
+
+    #[test]
+    fn empty_and_k_zero() {
+        let b = [1.0f32; 4];
+        let v = View {
+            data: &b,
+            off: 0,
+            rs: 1,
+            cs: 1,
+        };
+        let mut dst = vec![f32::NAN; 6];
+        sgemm(&mut dst, 2, 3, 0, v, v, false);
+        assert_eq!(dst, vec![0.0; 6]);
+        let mut dst: Vec<f32> = Vec::new();
+        sgemm(&mut dst, 0, 3, 2, v, v, true);
+        assert!(dst.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "outside a storage")]
+    fn operand_past_its_storage_panics() {
+        let b = [1.0f32; 4];
+        let v = View {
+            data: &b,
+            off: 0,
+            rs: 2,
+            cs: 1,
+        };
+        let mut dst = vec![0.0; 9];
+        sgemm(&mut dst, 3, 3, 2, v, v, false);
+    }
+}
