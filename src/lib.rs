@@ -42,17 +42,19 @@ pub type Tensor<S, E = f32, D = Cpu> = forma_core::Tensor<S, E, D>;
 pub use forma_core::ops::cat::{cat, stack, try_cat, try_stack};
 pub use forma_core::ops::cmp::{try_where_cond, where_cond};
 pub use forma_core::ops::conv::Conv2dParams;
+pub use forma_core::ops::fused::{fused, try_composed, try_fused};
 pub use forma_core::ops::pool::Pool2dParams;
 pub use forma_core::shape::Ax;
 
 /// What most programs import: `use forma::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        cat, stack, where_cond, Ax, Conv2dParams, Cpu, Dim, Dyn, One, Pool2dParams, Rng, Shape,
-        Tensor, C,
+        cat, fused, stack, where_cond, Ax, Conv2dParams, Cpu, Dim, Dyn, One, Pool2dParams, Rng,
+        Shape, Tensor, C,
     };
     pub use forma_core::device::Device;
     pub use forma_core::dtype::{DType, Dtype, Float};
+    pub use forma_core::ops::fused::{BinaryExprs, UnaryExprs};
     pub use forma_macros::{Module, Sequential};
     pub use forma_nn::optim::Optimizer;
     pub use forma_nn::sched::LrScheduler;

@@ -73,6 +73,7 @@ pub trait Device<E: crate::Float>:
     + crate::ops::conv::ConvKernel<E>
     + crate::ops::pool::PoolKernel<E>
     + crate::ops::update::UpdateKernel<E>
+    + crate::ops::fused::FusedKernel<E>
 {
 }
 
@@ -88,5 +89,6 @@ impl<E: crate::Float, D> Device<E> for D where
         + crate::ops::conv::ConvKernel<E>
         + crate::ops::pool::PoolKernel<E>
         + crate::ops::update::UpdateKernel<E>
+        + crate::ops::fused::FusedKernel<E>
 {
 }

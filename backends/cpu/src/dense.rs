@@ -150,6 +150,67 @@ where
     build(ins[0].len(), &Zip { ins, f })
 }
 
+/// Values per block of [`Blocks`]: short enough for every operand's block to
+/// sit in L1, long enough for an unrolled 8-lane loop.
+pub(crate) const BLOCK: usize = 64;
+
+/// `f` over one block: `K` arrays of [`BLOCK`] values in, one out. The fixed
+/// length lets the compiler drop bounds checks and vectorise for any `K`.
+#[inline(always)]
+pub(crate) fn fill_block<A: Copy, F: Elementwise<A, K>, const K: usize>(
+    ins: [&[A; BLOCK]; K],
+    out: &mut [MaybeUninit<F::Out>; BLOCK],
+    f: &F,
+) {
+    for (j, o) in out.iter_mut().enumerate() {
+        o.write(f.at(std::array::from_fn(|k| ins[k][j])));
+    }
+}
+
+/// `f` over `K` dense slices of one length, for any `K` (the [`Zip`] loops
+/// are written out for `K <= 3`): whole blocks through [`fill_block`], then
+/// the tail.
+pub(crate) struct Blocks<'a, A, const K: usize, F> {
+    ins: [&'a [A]; K],
+    f: F,
+}
+
+// SAFETY: the block loop writes each whole block of `out`, the tail loop
+// every element after the last whole block.
+unsafe impl<A: Copy + Sync, F: Elementwise<A, K>, const K: usize> Chunks<F::Out>
+    for Blocks<'_, A, K, F>
+{
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let n = out.len();
+        let whole = n - n % BLOCK;
+        for (b, o) in out[..whole].chunks_exact_mut(BLOCK).enumerate() {
+            let at = start + b * BLOCK;
+            let ins = self.ins.map(|s| {
+                <&[A; BLOCK]>::try_from(&s[at..at + BLOCK]).expect("a block is BLOCK long")
+            });
+            let o = <&mut [_; BLOCK]>::try_from(o).expect("a block is BLOCK long");
+            fill_block(ins, o, &self.f);
+        }
+        for (j, o) in out.iter_mut().enumerate().skip(whole) {
+            o.write(self.f.at(self.ins.map(|s| s[start + j])));
+        }
+    }
+}
+
+/// [`map`] for any number of operands.
+pub(crate) fn map_blocks<A: Copy + Sync, T: Copy + Send, const K: usize, F>(
+    ins: [&[A]; K],
+    f: F,
+) -> Vec<T>
+where
+    F: Elementwise<A, K, Out = T>,
+{
+    debug_assert!(ins.iter().all(|s| s.len() == ins[0].len()));
+    let n = ins.first().map_or(0, |s| s.len());
+    build(n, &Blocks { ins, f })
+}
+
 /// Keeps freed buffers in the process instead of handing them back to the
 /// OS after every op (glibc only; once per process).
 ///

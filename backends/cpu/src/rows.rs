@@ -7,7 +7,7 @@
 //! each output row is a zip over slices, which vectorises, instead of an
 //! offset computed per element.
 
-use crate::dense::{build, Chunks, Elementwise};
+use crate::dense::{build, fill_block, Chunks, Elementwise, BLOCK};
 use crate::strided::StridedIter;
 use forma_core::shape::MAX_RANK;
 use forma_core::Layout;
@@ -84,6 +84,21 @@ impl<const K: usize> Rows<K> {
     {
         let total = self.n * self.outer[0].numel();
         build(total, &RowZip { rows: self, ins, f })
+    }
+
+    /// [`Rows::map`] for any number of operands: each block of a row is
+    /// copied (or, for a repeated value, filled) into an L1 buffer per
+    /// operand, then run through [`fill_block`].
+    pub(crate) fn map_blocks<A: Copy + Default + Sync, T: Copy + Send, F>(
+        &self,
+        ins: [&[A]; K],
+        f: F,
+    ) -> Vec<T>
+    where
+        F: Elementwise<A, K, Out = T>,
+    {
+        let total = self.n * self.outer[0].numel();
+        build(total, &RowBlocks { rows: self, ins, f })
     }
 
     /// The row segments of the chunk of `len` output elements starting at
@@ -198,6 +213,48 @@ unsafe impl<A: Copy + Sync, F: Elementwise<A, 3>> Chunks<F::Out> for RowZip<'_, 
                     z: c[ic],
                 };
                 zip2(out, (a, ia), (b, ib), &third);
+            }
+        }
+    }
+}
+
+/// `f` over the rows of `K` operands, block by block (see
+/// [`Rows::map_blocks`]).
+pub(crate) struct RowBlocks<'a, A, const K: usize, F> {
+    rows: &'a Rows<K>,
+    ins: [&'a [A]; K],
+    f: F,
+}
+
+// SAFETY: `Segments` covers `out` with consecutive ranges; each is written
+// block by block, whole blocks through `fill_block` and the last, shorter
+// one element by element.
+unsafe impl<A: Copy + Default + Sync, F: Elementwise<A, K>, const K: usize> Chunks<F::Out>
+    for RowBlocks<'_, A, K, F>
+{
+    #[inline(always)]
+    fn fill(&self, start: usize, out: &mut [MaybeUninit<F::Out>]) {
+        let mut buf = [[A::default(); BLOCK]; K];
+        for (at, r) in self.rows.segments(start, out.len()) {
+            let seg = &mut out[r];
+            for (b, o) in seg.chunks_mut(BLOCK).enumerate() {
+                let len = o.len();
+                for (k, &(i, unit)) in at.iter().enumerate() {
+                    if unit {
+                        let i = i + b * BLOCK;
+                        buf[k][..len].copy_from_slice(&self.ins[k][i..i + len]);
+                    } else {
+                        buf[k][..len].fill(self.ins[k][i]);
+                    }
+                }
+                if len == BLOCK {
+                    let o = <&mut [_; BLOCK]>::try_from(o).expect("checked length");
+                    fill_block(buf.each_ref(), o, &self.f);
+                } else {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        o.write(self.f.at(std::array::from_fn(|k| buf[k][j])));
+                    }
+                }
             }
         }
     }

@@ -7,6 +7,7 @@ pub mod binary;
 pub mod cat;
 pub mod cmp;
 pub mod conv;
+pub mod fused;
 pub mod index;
 pub mod matmul;
 pub mod pool;

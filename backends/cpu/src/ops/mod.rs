@@ -4,6 +4,7 @@
 mod binary;
 mod cmp;
 mod conv;
+mod fused;
 mod index;
 mod matmul;
 mod pool;

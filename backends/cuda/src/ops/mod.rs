@@ -5,6 +5,7 @@ pub(crate) mod binary;
 pub(crate) mod cmp;
 pub(crate) mod conv;
 pub(crate) mod copy;
+pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod pool;

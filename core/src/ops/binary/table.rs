@@ -4,6 +4,7 @@
 use super::BinaryOp;
 use crate::dtype::{Float, Real};
 use crate::error::Result;
+use crate::ops::fused::{Binary, Expr};
 use crate::ops::unary::Neg;
 use crate::shape::{BroadcastShape, Shape};
 use crate::tensor::{ok, Tensor};
@@ -12,7 +13,20 @@ macro_rules! binary_table {
     ($(
         $(#[$doc:meta])*
         $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr, d|$da:ident, $db:ident| $dbody:expr;
-    )*) => {$(
+    )*) => {
+        /// The binary table's ops as methods of fused expressions
+        /// ([`crate::fused`]): `a.maximum(b)` on expressions is the same op
+        /// as on tensors (`+ - * /` are also operators).
+        pub trait BinaryExprs: Expr {$(
+            $(#[$doc])*
+            fn $method<B: Expr>(self, rhs: B) -> Binary<$op, Self, B> {
+                Binary($op, self, rhs)
+            }
+        )*}
+
+        impl<X: Expr> BinaryExprs for X {}
+
+        $(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, Default, PartialEq)]
         pub struct $op;

@@ -4,6 +4,7 @@
 
 use super::UnaryOp;
 use crate::dtype::{Float, Real};
+use crate::ops::fused::{Expr, Unary};
 use crate::shape::Shape;
 use crate::tensor::Tensor;
 
@@ -11,7 +12,21 @@ macro_rules! unary_table {
     ($(
         $(#[$doc:meta])*
         $method:ident => $op:ident { $($field:ident),* } : |$x:ident, $s:ident| $body:expr, d|$dx:ident, $dy:ident| $dbody:expr;
-    )*) => {$(
+    )*) => {
+        /// The unary table's ops as methods of fused expressions
+        /// ([`crate::fused`]): `x.gelu()` on an expression is the same op
+        /// as on a tensor.
+        pub trait UnaryExprs: Expr {$(
+            $(#[$doc])*
+            #[allow(clippy::wrong_self_convention)] // named like the tensor methods
+            fn $method(self $(, $field: f64)*) -> Unary<$op, Self> {
+                Unary($op { $($field),* }, self)
+            }
+        )*}
+
+        impl<X: Expr> UnaryExprs for X {}
+
+        $(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq)]
         pub struct $op { $(
