@@ -6,6 +6,9 @@
 //! column matrix and multiplied by the group's `[c_out/groups, c_in/groups *
 //! kh * kw]` weight rows straight into the output. A 1x1 kernel with stride 1
 //! and no padding skips the unrolling (the input plane is the column matrix).
+//! With stride 1 the input is padded explicitly first, so the unrolling (and
+//! its transpose, folding the column gradient back) moves whole runs without
+//! per-run bounds (see [`im2col`], [`col2im`]).
 //!
 //! Parallelism: over the images with rayon when there are enough of them
 //! (see [`batch_parallel`]), else image by image with the unrolling and gemm
@@ -74,40 +77,87 @@ pub(crate) fn tap_range(start: isize, step: usize, count: usize, size: usize) ->
     (lo.min(hi), hi)
 }
 
-/// Unrolls one group's input `[cg, h, w]` into `col`, `[cg * kh * kw, oh * ow]`
-/// row-major; taps in the padding are zeros. Rows in parallel when `par`.
-fn im2col<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
-    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
-    let [sh, sw] = g.p.stride;
+/// `dst.copy_from_slice(src)` for the short runs of im2col and col2im (an
+/// output row, often under 32 elements): fixed-size pieces the compiler
+/// copies inline, where `copy_from_slice` calls `memmove` per run.
+#[inline(always)]
+fn copy_short<A: Copy>(dst: &mut [A], src: &[A]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d8, s8) in (&mut d).zip(&mut s) {
+        let d8: &mut [A; 8] = d8.try_into().expect("8 elements");
+        *d8 = s8.try_into().expect("8 elements");
+    }
+    // The rest in pieces of 4, 2 and 1: a plain loop would become `memmove`.
+    let (mut d, mut s) = (d.into_remainder(), s.remainder());
+    if d.len() >= 4 {
+        let (d4, dr) = d.split_at_mut(4);
+        let (s4, sr) = s.split_at(4);
+        d4.copy_from_slice(s4);
+        (d, s) = (dr, sr);
+    }
+    if d.len() >= 2 {
+        let (d2, dr) = d.split_at_mut(2);
+        let (s2, sr) = s.split_at(2);
+        d2.copy_from_slice(s2);
+        (d, s) = (dr, sr);
+    }
+    if let (Some(a), Some(&b)) = (d.first_mut(), s.first()) {
+        *a = b;
+    }
+}
+
+/// Where kernel column `j` reads along an input row: output columns
+/// `lo..hi` read inside it, starting at input column `first`.
+#[derive(Clone, Copy, Debug)]
+struct ColSpan {
+    lo: usize,
+    hi: usize,
+    first: usize,
+}
+
+/// The [`ColSpan`] of each kernel column.
+fn col_spans(g: &Geometry) -> Vec<ColSpan> {
+    let [sw, pw, dw] = [g.p.stride[1], g.p.padding[1], g.p.dilation[1]];
+    (0..g.kw)
+        .map(|j| {
+            let x0 = (j * dw) as isize - pw as isize;
+            let (lo, hi) = tap_range(x0, sw, g.ow, g.w);
+            // First input column read: x0 + lo * sw >= 0 (when lo < hi).
+            let first = (x0 + (lo * sw) as isize).max(0) as usize;
+            ColSpan { lo, hi, first }
+        })
+        .collect()
+}
+
+/// The sizes of one input plane with its padding, `[h + 2 ph, w + 2 pw]`.
+fn padded_size(g: &Geometry) -> [usize; 2] {
+    [g.h + 2 * g.p.padding[0], g.w + 2 * g.p.padding[1]]
+}
+
+/// One group's input `[cg, h, w]` with the padding made explicit, `[cg,
+/// h + 2 ph, w + 2 pw]` with zeros around: `x` itself without padding, else
+/// written into `buf`.
+fn padded<'a, A: Real>(x: &'a [A], g: &Geometry, buf: &'a mut Vec<A>) -> &'a [A] {
     let [ph, pw] = g.p.padding;
-    let [dh, dw] = g.p.dilation;
-    let fill_row = |r: usize, row: &mut [A]| {
-        let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
-        let plane = &x[c * h * w..(c + 1) * h * w];
-        // Output columns `lo..hi` read inside the input row; `x0 + ox * sw`.
-        let x0 = (j * dw) as isize - pw as isize;
-        let (lo, hi) = tap_range(x0, sw, ow, w);
-        for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
-            let y = (oy * sh + i * dh) as isize - ph as isize;
-            if y < 0 || y >= h as isize || lo == hi {
-                dst.fill(A::zero());
-                continue;
-            }
-            let src = &plane[y as usize * w..(y as usize + 1) * w];
-            dst[..lo].fill(A::zero());
-            dst[hi..].fill(A::zero());
-            // First input column read: x0 + lo * sw >= 0.
-            let first = (x0 + (lo * sw) as isize) as usize;
-            if sw == 1 {
-                dst[lo..hi].copy_from_slice(&src[first..first + (hi - lo)]);
-            } else {
-                for (d, s) in dst[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
-                    *d = *s;
-                }
-            }
+    if ph == 0 && pw == 0 {
+        return x;
+    }
+    let (h, w) = (g.h, g.w);
+    let [hp, wp] = padded_size(g);
+    buf.clear();
+    buf.resize(g.cg * hp * wp, A::zero());
+    for (src, dst) in x.chunks_exact(h * w).zip(buf.chunks_exact_mut(hp * wp)) {
+        for (srow, drow) in src.chunks_exact(w).zip(dst[ph * wp..].chunks_exact_mut(wp)) {
+            drow[pw..pw + w].copy_from_slice(srow);
         }
-    };
-    let l = oh * ow;
+    }
+    buf
+}
+
+/// Runs `fill_row(r, row)` over the `l`-long rows of `col`, in parallel when
+/// `par` and there is enough work.
+fn per_row<A: Real>(col: &mut [A], l: usize, par: bool, fill_row: impl Fn(usize, &mut [A]) + Sync) {
     if par && col.len() >= 2 * PAR_CHUNK {
         col.par_chunks_mut(l)
             .enumerate()
@@ -120,12 +170,93 @@ fn im2col<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
     }
 }
 
-/// One image: `out` is its `[c_out, oh * ow]` output, `col` scratch space.
+/// Unrolls one group's input `[cg, h, w]` into `col`, `[cg * kh * kw, oh * ow]`
+/// row-major; taps in the padding are zeros. Rows in parallel when `par`;
+/// `buf` is scratch space.
+///
+/// With stride 1 (the common case) the input is padded explicitly first, so
+/// every output row of a tap is one whole run of the padded row: a short
+/// copy without bounds to work out.
+fn im2col<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool, buf: &mut Vec<A>) {
+    if g.p.stride == [1, 1] {
+        im2col_unit(x, col, g, par, buf);
+    } else {
+        im2col_general(x, col, g, par);
+    }
+}
+
+/// [`im2col`] with stride 1.
+fn im2col_unit<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool, buf: &mut Vec<A>) {
+    let (kh, kw, oh, ow) = (g.kh, g.kw, g.oh, g.ow);
+    let xp = padded(x, g, buf);
+    let [hp, wp] = padded_size(g);
+    let [dh, dw] = g.p.dilation;
+    per_row(col, oh * ow, par, |r, row| {
+        let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let plane = &xp[c * hp * wp..(c + 1) * hp * wp];
+        let base = i * dh * wp + j * dw;
+        for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
+            copy_short(dst, &plane[base + oy * wp..][..ow]);
+        }
+    });
+}
+
+/// [`im2col`] for any stride, bounds worked out per output row.
+fn im2col_general<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
+    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
+    let [sh, sw] = g.p.stride;
+    let ph = g.p.padding[0];
+    let dh = g.p.dilation[0];
+    let spans = col_spans(g);
+    let fill_row = |r: usize, row: &mut [A]| {
+        let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        let ColSpan { lo, hi, first } = spans[j];
+        for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
+            let y = (oy * sh + i * dh) as isize - ph as isize;
+            if y < 0 || y >= h as isize || lo == hi {
+                dst.fill(A::zero());
+                continue;
+            }
+            let src = &plane[y as usize * w..(y as usize + 1) * w];
+            dst[..lo].fill(A::zero());
+            dst[hi..].fill(A::zero());
+            if sw == 1 {
+                copy_short(&mut dst[lo..hi], &src[first..first + (hi - lo)]);
+            } else {
+                for (d, s) in dst[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw)) {
+                    *d = *s;
+                }
+            }
+        }
+    };
+    per_row(col, oh * ow, par, fill_row);
+}
+
+/// Scratch space of one image's convolution, kept across images.
+#[derive(Debug)]
+struct Scratch<A> {
+    /// The column matrix.
+    col: Vec<A>,
+    /// The padded input (see [`padded`]).
+    pad: Vec<A>,
+}
+
+impl<A> Default for Scratch<A> {
+    fn default() -> Self {
+        Scratch {
+            col: Vec::new(),
+            pad: Vec::new(),
+        }
+    }
+}
+
+/// One image: `out` is its `[c_out, oh * ow]` output.
 fn conv_image<A: Real>(
     x: &[A],
     wt: &[A],
     out: &mut [A],
-    col: &mut Vec<A>,
+    scratch: &mut Scratch<A>,
     g: &Geometry,
     parallelism: Parallelism,
 ) {
@@ -144,8 +275,9 @@ fn conv_image<A: Real>(
                 cs: 1,
             }
         } else {
+            let col = &mut scratch.col;
             col.resize(kk * l, A::zero());
-            im2col(xg, col, g, inner_par);
+            im2col(xg, col, g, inner_par, &mut scratch.pad);
             Operand {
                 data: &col[..],
                 off: 0,
@@ -176,16 +308,16 @@ fn conv2d_acc<A: Real>(x: &[A], wt: &[A], g: &Geometry) -> Vec<A> {
         out.par_chunks_mut(out_img)
             .enumerate()
             .with_min_len((PAR_CHUNK / work.max(1)).max(1))
-            .for_each_init(Vec::new, |col, (i, o)| {
+            .for_each_init(Scratch::default, |scratch, (i, o)| {
                 let xi = &x[i * in_img..(i + 1) * in_img];
-                conv_image(xi, wt, o, col, g, Parallelism::None);
+                conv_image(xi, wt, o, scratch, g, Parallelism::None);
             });
     } else {
-        let mut col = Vec::new();
+        let mut scratch = Scratch::default();
         let par = solo_parallelism();
         for (i, o) in out.chunks_exact_mut(out_img).enumerate() {
             let xi = &x[i * in_img..(i + 1) * in_img];
-            conv_image(xi, wt, o, &mut col, g, par);
+            conv_image(xi, wt, o, &mut scratch, g, par);
         }
     }
     out
@@ -238,8 +370,61 @@ fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
 }
 
 /// Adds the column matrix `dcol` (`[cg * kh * kw, oh * ow]`) back into one
-/// group's input gradient `[cg, h, w]`: the transpose of [`im2col`].
-fn col2im<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry) {
+/// group's input gradient `[cg, h, w]`: the transpose of [`im2col`]. `buf`
+/// is scratch space.
+///
+/// With stride 1, each output row of a tap adds into one whole run of the
+/// (explicitly) padded gradient, whose inside is then added to `gx`; every
+/// element gets its terms in the same order as on the general path.
+fn col2im<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
+    if g.p.stride == [1, 1] {
+        col2im_unit(dcol, gx, g, buf);
+    } else {
+        col2im_general(dcol, gx, g);
+    }
+}
+
+/// [`col2im`] with stride 1.
+fn col2im_unit<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
+    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
+    let [ph, pw] = g.p.padding;
+    let [hp, wp] = padded_size(g);
+    let [dh, dw] = g.p.dilation;
+    let unpadded = ph == 0 && pw == 0;
+    let gp: &mut [A] = if unpadded {
+        gx
+    } else {
+        buf.clear();
+        buf.resize(g.cg * hp * wp, A::zero());
+        buf
+    };
+    for (r, row) in dcol.chunks_exact(oh * ow).enumerate() {
+        let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let plane = &mut gp[c * hp * wp..(c + 1) * hp * wp];
+        let base = i * dh * wp + j * dw;
+        for (oy, src) in row.chunks_exact(ow).enumerate() {
+            let dst = &mut plane[base + oy * wp..][..ow];
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = *d + v;
+            }
+        }
+    }
+    if !unpadded {
+        for (gplane, bplane) in gx.chunks_exact_mut(h * w).zip(buf.chunks_exact(hp * wp)) {
+            for (grow, brow) in gplane
+                .chunks_exact_mut(w)
+                .zip(bplane[ph * wp..].chunks_exact(wp))
+            {
+                for (d, &v) in grow.iter_mut().zip(&brow[pw..pw + w]) {
+                    *d = *d + v;
+                }
+            }
+        }
+    }
+}
+
+/// [`col2im`] for any stride, bounds worked out per output row.
+fn col2im_general<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry) {
     let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
@@ -306,8 +491,13 @@ fn conv2d_backward_acc<A: Real>(
         .par_chunks_mut(in_img * RUN)
         .enumerate()
         .map(|(r, gx_run)| {
-            let (mut gw, mut col, mut dcol, mut tmp) =
-                (vec![A::zero(); wlen], Vec::new(), Vec::new(), Vec::new());
+            let (mut gw, mut col, mut dcol, mut tmp, mut pad) = (
+                vec![A::zero(); wlen],
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+            );
             for (k, gxi) in gx_run.chunks_mut(in_img).enumerate() {
                 let i = r * RUN + k;
                 let xi = &x[i * in_img..(i + 1) * in_img];
@@ -321,7 +511,8 @@ fn conv2d_backward_acc<A: Real>(
                     };
                     if need_w {
                         col.resize(kk * l, A::zero());
-                        im2col(&xi[gi * plane..(gi + 1) * plane], &mut col, g, false);
+                        let xg = &xi[gi * plane..(gi + 1) * plane];
+                        im2col(xg, &mut col, g, false, &mut pad);
                         // dW_g += dY_g @ col^T
                         tmp.resize(og * kk, A::zero());
                         let col_t = Operand {
@@ -348,7 +539,7 @@ fn conv2d_backward_acc<A: Real>(
                         cs: kk,
                     };
                     gemm_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None);
-                    col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g);
+                    col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g, &mut pad);
                 }
             }
             gw
@@ -632,6 +823,175 @@ mod tests {
         assert!(Cpu
             .conv2d(&vec![0.0f32; 32], &lx, &vec![0.0; 54], &lw, &p)
             .is_err());
+    }
+
+    /// The gradients `(dx, dw)` of [`naive`] by definition, in f64.
+    fn naive_backward(
+        x: &[f64],
+        xd: [usize; 4],
+        w: &[f64],
+        wd: [usize; 4],
+        gy: &[f64],
+        p: &Conv2dParams,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let [n, ci, h, wi] = xd;
+        let [co, cg, kh, kw] = wd;
+        let oh = conv_out_size(h, kh, p.stride[0], p.padding[0], p.dilation[0]).unwrap();
+        let ow = conv_out_size(wi, kw, p.stride[1], p.padding[1], p.dilation[1]).unwrap();
+        let og = co / p.groups;
+        let (mut dx, mut dw) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+        for b in 0..n {
+            for o in 0..co {
+                for y in 0..oh {
+                    for xx in 0..ow {
+                        let gv = gy[((b * co + o) * oh + y) * ow + xx];
+                        for c in 0..cg {
+                            let cin = (o / og) * cg + c;
+                            for i in 0..kh {
+                                for j in 0..kw {
+                                    let iy = (y * p.stride[0] + i * p.dilation[0]) as isize
+                                        - p.padding[0] as isize;
+                                    let ix = (xx * p.stride[1] + j * p.dilation[1]) as isize
+                                        - p.padding[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= wi as isize {
+                                        continue;
+                                    }
+                                    let xi = ((b * ci + cin) * h + iy as usize) * wi + ix as usize;
+                                    let wk = ((o * cg + c) * kh + i) * kw + j;
+                                    dx[xi] += gv * w[wk];
+                                    dw[wk] += gv * x[xi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (dx, dw)
+    }
+
+    fn check_backward<E: Float>(
+        xd: [usize; 4],
+        wd: [usize; 4],
+        p: Conv2dParams,
+        rtol: f64,
+        seed: u64,
+    ) {
+        let mut rng = Rng::seed_from(seed);
+        let g = geometry(&Layout::contiguous(&xd), &Layout::contiguous(&wd), &p).unwrap();
+        let yd = [xd[0], wd[0], g.oh, g.ow];
+        let cast = |v: Vec<f64>| -> Vec<E> { v.into_iter().map(<E as Dtype>::from_f64).collect() };
+        let x = cast(rand_vec(xd.iter().product(), &mut rng));
+        let w = cast(rand_vec(wd.iter().product(), &mut rng));
+        let gy = cast(rand_vec(yd.iter().product(), &mut rng));
+        let wide = |v: &[E]| -> Vec<f64> { v.iter().map(|&v| Dtype::to_f64(v)).collect() };
+        let (want_dx, want_dw) = naive_backward(&wide(&x), xd, &wide(&w), wd, &wide(&gy), &p);
+        let (lx, lw, ly) = (
+            Layout::contiguous(&xd),
+            Layout::contiguous(&wd),
+            Layout::contiguous(&yd),
+        );
+        let (dx, dw) = Cpu
+            .conv2d_backward(&x, &lx, &w, &lw, &gy, &ly, &p, [true, true])
+            .unwrap();
+        // dx sums c_out * kh * kw terms at most, dw n * oh * ow.
+        for (got, want, terms) in [
+            (dx.unwrap(), want_dx, wd[0] * wd[2] * wd[3]),
+            (dw.unwrap(), want_dw, xd[0] * g.oh * g.ow),
+        ] {
+            assert_eq!(got.len(), want.len());
+            let scale = (terms as f64).sqrt();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let g = Dtype::to_f64(*g);
+                assert!(
+                    (g - w).abs() <= rtol * (w.abs() + scale),
+                    "{xd:?} * {wd:?} {p:?} gradient element {i}: got {g}, want {w}"
+                );
+            }
+        }
+        // Only dw asked for: no dx, the same dw.
+        let (none, dw_only) = Cpu
+            .conv2d_backward(&x, &lx, &w, &lw, &gy, &ly, &p, [false, true])
+            .unwrap();
+        assert!(none.is_none() && dw_only.is_some());
+    }
+
+    fn check_backward_all(xd: [usize; 4], wd: [usize; 4], p: Conv2dParams, seed: u64) {
+        check_backward::<f32>(xd, wd, p, 1e-5, seed);
+        check_backward::<f64>(xd, wd, p, 1e-12, seed);
+        check_backward::<bf16>(xd, wd, p, 1e-2, seed);
+    }
+
+    #[test]
+    fn gradients_against_the_definition() {
+        // Stride 1 (unrolled through the padded input): padded, dilated, grouped.
+        let p = Conv2dParams {
+            padding: [2, 1],
+            dilation: [1, 2],
+            groups: 2,
+            ..Conv2dParams::default()
+        };
+        check_backward_all([3, 4, 7, 9], [6, 2, 3, 3], p, 12);
+        // LeNet's two layers, batch 5.
+        let p = Conv2dParams {
+            padding: [2, 2],
+            ..Conv2dParams::default()
+        };
+        check_backward_all([5, 1, 12, 12], [6, 1, 5, 5], p, 13);
+        check_backward_all([5, 6, 14, 14], [16, 6, 5, 5], Conv2dParams::default(), 14);
+        // Strided (the general unrolling).
+        let p = Conv2dParams {
+            stride: [2, 3],
+            padding: [1, 2],
+            dilation: [2, 1],
+            groups: 1,
+        };
+        check_backward_all([2, 3, 9, 11], [4, 3, 3, 2], p, 15);
+    }
+
+    #[test]
+    fn unit_stride_unrolling_matches_the_general_one() {
+        let mut rng = Rng::seed_from(16);
+        for (xd, wd, padding, dilation) in [
+            ([1, 3, 7, 9], [4, 3, 3, 2], [0, 0], [1, 1]),
+            ([1, 2, 6, 5], [2, 2, 3, 3], [2, 1], [1, 2]),
+            ([1, 1, 28, 28], [6, 1, 5, 5], [2, 2], [1, 1]),
+            ([1, 6, 14, 14], [16, 6, 5, 5], [0, 0], [1, 1]),
+            ([1, 2, 4, 4], [3, 2, 4, 4], [3, 3], [1, 1]),
+        ] {
+            let p = Conv2dParams {
+                padding,
+                dilation,
+                ..Conv2dParams::default()
+            };
+            let g = geometry(&Layout::contiguous(&xd), &Layout::contiguous(&wd), &p).unwrap();
+            let x: Vec<f32> = rand_vec(xd.iter().product(), &mut rng)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let len = g.patch() * g.positions();
+            let (mut fast, mut general, mut buf) = (vec![1.0; len], vec![2.0; len], Vec::new());
+            im2col_unit(&x, &mut fast, &g, false, &mut buf);
+            im2col_general(&x, &mut general, &g, false);
+            assert_eq!(fast, general, "{xd:?} {wd:?} {p:?}");
+            // Both orders of accumulation are the same: equal bits.
+            let dcol: Vec<f32> = rand_vec(len, &mut rng).iter().map(|&v| v as f32).collect();
+            let (mut fast, mut general) = (vec![0.0f32; x.len()], vec![0.0f32; x.len()]);
+            col2im_unit(&dcol, &mut fast, &g, &mut buf);
+            col2im_general(&dcol, &mut general, &g);
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&general), "{xd:?} {wd:?} {p:?}");
+        }
+    }
+
+    #[test]
+    fn short_copies() {
+        for n in 0..40 {
+            let src: Vec<u32> = (0..n).collect();
+            let mut dst = vec![u32::MAX; n as usize];
+            copy_short(&mut dst, &src);
+            assert_eq!(dst, src);
+        }
     }
 
     #[test]

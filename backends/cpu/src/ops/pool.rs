@@ -3,6 +3,11 @@
 //! their order of evaluation: max pooling skips padding and lets NaN win;
 //! average pooling sums in the accumulation type and divides by PyTorch's
 //! count (see [`avg_plane`]).
+//!
+//! Max pooling whose windows tile the input (kernel == stride, no padding or
+//! dilation, e.g. the usual 2x2) takes a fast path, forward and backward,
+//! that works on whole output rows so it vectorises, with the same
+//! results bit for bit (see [`tiles`]).
 
 use super::conv::tap_range;
 use crate::{gather_vec, Cpu, PAR_CHUNK};
@@ -82,6 +87,79 @@ fn max_plane<E: Float>(
                 }
             }
             *o = m;
+        }
+    }
+}
+
+/// `if on { a } else { b }`.
+#[inline(always)]
+fn pick<E: Float>(on: bool, a: E, b: E) -> E {
+    if on {
+        a
+    } else {
+        b
+    }
+}
+
+/// Max pooling's step, PyTorch's test: whether `v` replaces the running
+/// maximum `m` (it is larger, or NaN; a NaN taken is never replaced by a
+/// number, but a later NaN does replace it).
+#[inline(always)]
+fn take_max<E: Float>(m: E, v: E) -> bool {
+    v > m || v.is_nan()
+}
+
+/// Whether pooling windows tile the input without overlap or padding
+/// (`kernel == stride`, no padding, dilation 1, every window inside), so
+/// [`max_plane_tiled`] and [`max_plane_tiled_backward`] apply.
+fn tiles(p: &Pool2dParams, out: [usize; 2], h: usize, w: usize) -> bool {
+    p.kernel == p.stride
+        && p.padding == [0, 0]
+        && p.dilation == [1, 1]
+        && p.kernel[0] > 0
+        && p.kernel[1] > 0
+        && out[0] * p.kernel[0] <= h
+        && out[1] * p.kernel[1] <= w
+}
+
+/// [`max_plane`] for tiling windows (see [`tiles`]): taps in the same
+/// row-major order per window, but each tap applied across a whole output
+/// row, so the loops run over contiguous outputs and vectorise.
+#[inline(always)]
+fn max_plane_tiled<E: Float>(x: &[E], w: usize, out: &mut [E], ow: usize, kh: usize, kw: usize) {
+    for (oy, orow) in out.chunks_exact_mut(ow).enumerate() {
+        for i in 0..kh {
+            let xrow = &x[(oy * kh + i) * w..][..ow * kw];
+            if kw == 2 {
+                // The common 2-wide window: both taps of a row at once.
+                let pairs = xrow.chunks_exact(2);
+                if i == 0 {
+                    for (o, pr) in orow.iter_mut().zip(pairs) {
+                        *o = if take_max(pr[0], pr[1]) { pr[1] } else { pr[0] };
+                    }
+                } else {
+                    for (o, pr) in orow.iter_mut().zip(pairs) {
+                        let m = if take_max(*o, pr[0]) { pr[0] } else { *o };
+                        *o = if take_max(m, pr[1]) { pr[1] } else { m };
+                    }
+                }
+                continue;
+            }
+            for j in 0..kw {
+                let taps = xrow[j..].iter().step_by(kw);
+                if i == 0 && j == 0 {
+                    // The first tap is the window's start (`-inf` never wins over it).
+                    for (o, &v) in orow.iter_mut().zip(taps) {
+                        *o = v;
+                    }
+                } else {
+                    for (o, &v) in orow.iter_mut().zip(taps) {
+                        if take_max(*o, v) {
+                            *o = v;
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -228,6 +306,83 @@ fn max_plane_backward<E: Float>(
     }
 }
 
+/// One row of 2x2 windows for [`max_plane_tiled_backward`]: input rows
+/// `r0`, `r1`, their gradient rows `d0`, `d1`. A function of its own so the
+/// compiler knows the four rows apart, and indexed over bounded slices: the
+/// form it vectorises (as selects; branches would mispredict on random data).
+#[inline(never)]
+fn max_row2x2_backward<E: Float>(r0: &[E], r1: &[E], g: &[E], d0: &mut [E], d1: &mut [E]) {
+    let n = g.len();
+    let (r0, r1) = (&r0[..2 * n], &r1[..2 * n]);
+    let (d0, d1) = (&mut d0[..2 * n], &mut d1[..2 * n]);
+    let zero = E::zero();
+    for k in 0..n {
+        let (a0, a1, b0, b1) = (r0[2 * k], r0[2 * k + 1], r1[2 * k], r1[2 * k + 1]);
+        // Which later tap replaced the running maximum.
+        let t1 = take_max(a0, a1);
+        let m = pick(t1, a1, a0);
+        let t2 = take_max(m, b0);
+        let m = pick(t2, b0, m);
+        let t3 = take_max(m, b1);
+        let s = E::from_acc(zero.to_acc() + g[k].to_acc());
+        d0[2 * k] = pick(!(t1 | t2 | t3), s, zero);
+        d0[2 * k + 1] = pick(t1 & !(t2 | t3), s, zero);
+        d1[2 * k] = pick(t2 & !t3, s, zero);
+        d1[2 * k + 1] = pick(t3, s, zero);
+    }
+}
+
+/// [`max_plane_backward`] for tiling windows (see [`tiles`]): each window's
+/// first maximum is found as in the forward, and since windows do not
+/// overlap, every input element gets either its window's gradient (added to
+/// zero, as the general path does, so `-0.0` becomes `0.0` alike) or zero.
+/// `best` is scratch space for one output row.
+#[inline(always)]
+fn max_plane_tiled_backward<E: Float>(
+    x: &[E],
+    w: usize,
+    g: &[E],
+    gx: &mut [E],
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    best: &mut Vec<(E, u32)>,
+) {
+    let zero = E::zero();
+    let share = |gv: E| E::from_acc(zero.to_acc() + gv.to_acc());
+    for (oy, grow) in g.chunks_exact(ow).enumerate() {
+        let rows = &x[oy * kh * w..(oy + 1) * kh * w];
+        let gxrows = &mut gx[oy * kh * w..(oy + 1) * kh * w];
+        if kh == 2 && kw == 2 {
+            let (r0, r1) = rows.split_at(w);
+            let (d0, d1) = gxrows.split_at_mut(w);
+            max_row2x2_backward(r0, r1, grow, d0, d1);
+            continue;
+        }
+        // Running maximum and its tap per output, taps in the forward's order.
+        best.clear();
+        best.extend(rows[..ow * kw].iter().step_by(kw).map(|&v| (v, 0u32)));
+        for i in 0..kh {
+            let xrow = &rows[i * w..i * w + ow * kw];
+            for j in 0..kw {
+                if i == 0 && j == 0 {
+                    continue;
+                }
+                let tap = (i * kw + j) as u32;
+                for (b, &v) in best.iter_mut().zip(xrow[j..].iter().step_by(kw)) {
+                    if take_max(b.0, v) {
+                        *b = (v, tap);
+                    }
+                }
+            }
+        }
+        for (ox, (&gv, &(_, tap))) in grow.iter().zip(best.iter()).enumerate() {
+            let (i, j) = (tap as usize / kw, tap as usize % kw);
+            gxrows[i * w + ox * kw + j] = share(gv);
+        }
+    }
+}
+
 /// The gradient of [`avg_plane`]: each output's gradient, divided by the
 /// same count, spread over the input elements of its window.
 fn avg_plane_backward<E: Float>(
@@ -308,8 +463,19 @@ impl<E: Float> PoolKernel<E> for Cpu {
     ) -> Result<Vec<E>> {
         let (xs, dims) = prepare("max_pool2d", x, lx, p)?;
         let [_, _, h, w] = dims;
-        let (rows, cols) = window_spans(p, out, h, w);
         let window = p.kernel[0] * p.kernel[1];
+        if tiles(p, out, h, w) {
+            let [kh, kw] = p.kernel;
+            let ow = out[1];
+            return Ok(per_plane(&xs, dims, out, window, E::zero(), |xp, o| {
+                if [kh, kw] == [2, 2] {
+                    max_plane_tiled(xp, w, o, ow, 2, 2)
+                } else {
+                    max_plane_tiled(xp, w, o, ow, kh, kw)
+                }
+            }));
+        }
+        let (rows, cols) = window_spans(p, out, h, w);
         Ok(per_plane(
             &xs,
             dims,
@@ -346,8 +512,23 @@ impl<E: Float> PoolKernel<E> for Cpu {
         let (xs, dims) = prepare("max_pool2d_backward", x, lx, p)?;
         let [_, _, h, w] = dims;
         let out = [lg.dims[2], lg.dims[3]];
+        let gs = match lg.contiguous_range() {
+            Some(r) => Cow::Borrowed(&g[r]),
+            None => Cow::Owned(gather_vec(g, lg)),
+        };
+        if tiles(p, out, h, w) {
+            let [kh, kw] = p.kernel;
+            let ow = out[1];
+            return Ok(per_plane_backward(&xs, dims, &gs, out, |xp, gp, gxp| {
+                let mut best = Vec::new();
+                if [kh, kw] == [2, 2] {
+                    max_plane_tiled_backward(xp, w, gp, gxp, ow, 2, 2, &mut best)
+                } else {
+                    max_plane_tiled_backward(xp, w, gp, gxp, ow, kh, kw, &mut best)
+                }
+            }));
+        }
         let (rows, cols) = window_spans(p, out, h, w);
-        let gs = gather_vec(g, lg);
         Ok(per_plane_backward(&xs, dims, &gs, out, |xp, gp, gxp| {
             max_plane_backward(xp, w, gp, gxp, &rows, &cols, p.dilation)
         }))
@@ -591,6 +772,185 @@ mod tests {
         for max in [true, false] {
             assert_eq!(run(&store, &lx, &p, max), run(&dense, &ld, &p, max));
         }
+    }
+
+    /// Max pooling and its gradient through the general (span) path, which
+    /// the tiled fast path must match bit for bit.
+    fn general_max<E: Float>(x: &[E], lx: &Layout, g: &[E], p: &Pool2dParams) -> (Vec<E>, Vec<E>) {
+        let (xs, dims) = prepare("test", x, lx, p).unwrap();
+        let [_, _, h, w] = dims;
+        let out = out_size(dims, p);
+        let (rows, cols) = window_spans(p, out, h, w);
+        let y = per_plane(&xs, dims, out, 1, E::neg_infinity(), |xp, o| {
+            max_plane(xp, w, o, &rows, &cols, p.dilation)
+        });
+        let gx = per_plane_backward(&xs, dims, g, out, |xp, gp, gxp| {
+            max_plane_backward(xp, w, gp, gxp, &rows, &cols, p.dilation)
+        });
+        (y, gx)
+    }
+
+    /// The kernel's max pooling and gradient for a view `lx` of `x`.
+    fn kernel_max<E: Float>(x: &[E], lx: &Layout, g: &[E], p: &Pool2dParams) -> (Vec<E>, Vec<E>) {
+        let d = [lx.dims[0], lx.dims[1], lx.dims[2], lx.dims[3]];
+        let out = out_size(d, p);
+        let x = x.to_vec();
+        let y = Cpu.max_pool2d(&x, lx, p, out).unwrap();
+        let lg = Layout::contiguous(&[d[0], d[1], out[0], out[1]]);
+        let gx = Cpu
+            .max_pool2d_backward(&x, lx, &g.to_vec(), &lg, p)
+            .unwrap();
+        (y, gx)
+    }
+
+    /// Bitwise equality (NaN payloads and the sign of zero included).
+    fn same_bits<E: Float>(a: &[E], b: &[E]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| Dtype::to_f64(*x).to_bits() == Dtype::to_f64(*y).to_bits())
+    }
+
+    /// Values drawn from a few levels (so windows have ties), with NaNs,
+    /// infinities and signed zeros mixed in.
+    fn tricky<E: Float>(n: usize, rng: &mut Rng) -> Vec<E> {
+        (0..n)
+            .map(|_| {
+                let u = rng.uniform();
+                let v = if u < 0.04 {
+                    f64::NAN
+                } else if u < 0.06 {
+                    f64::NEG_INFINITY
+                } else if u < 0.08 {
+                    f64::INFINITY
+                } else if u < 0.12 {
+                    -0.0
+                } else if u < 0.16 {
+                    0.0
+                } else {
+                    (rng.uniform() * 6.0).floor() - 3.0
+                };
+                <E as Dtype>::from_f64(v)
+            })
+            .collect()
+    }
+
+    fn check_tiled<E: Float>(d: [usize; 4], p: &Pool2dParams, seed: u64) {
+        let mut rng = Rng::seed_from(seed);
+        let out = out_size(d, p);
+        assert!(
+            tiles(p, out, d[2], d[3]),
+            "{d:?} {p:?} should take the fast path"
+        );
+        let lx = Layout::contiguous(&d);
+        let g: Vec<E> = rand_vec(d[0] * d[1] * out[0] * out[1], &mut rng)
+            .into_iter()
+            .map(|v| <E as Dtype>::from_f64(if v < -0.9 { -0.0 } else { v }))
+            .collect();
+        for x in [
+            rand_vec(d.iter().product(), &mut rng)
+                .into_iter()
+                .map(<E as Dtype>::from_f64)
+                .collect(),
+            tricky::<E>(d.iter().product(), &mut rng),
+        ] {
+            let (y, gx) = kernel_max(&x, &lx, &g, p);
+            let (want_y, want_gx) = general_max(&x, &lx, &g, p);
+            assert!(same_bits(&y, &want_y), "{d:?} {p:?} forward");
+            assert!(same_bits(&gx, &want_gx), "{d:?} {p:?} backward");
+            // And against the definition.
+            let xr: Vec<f64> = x.iter().map(|&v| Dtype::to_f64(v)).collect();
+            let naive_y = naive(&xr, d, p, true);
+            for (a, b) in y.iter().zip(&naive_y) {
+                let a = Dtype::to_f64(*a);
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+            }
+        }
+    }
+
+    #[test]
+    fn tiled_max_matches_the_general_path() {
+        for (d, k, seed) in [
+            ([2, 3, 8, 8], [2, 2], 20),
+            // Odd sizes: the last row and column belong to no window.
+            ([3, 2, 7, 9], [2, 2], 21),
+            ([1, 5, 28, 28], [2, 2], 22),
+            ([2, 2, 9, 10], [3, 3], 23),
+            ([2, 3, 7, 11], [2, 3], 24),
+            ([1, 2, 10, 7], [3, 1], 25),
+            ([2, 2, 5, 6], [1, 1], 26),
+            // Enough planes for the parallel path.
+            ([16, 16, 12, 12], [2, 2], 27),
+        ] {
+            let p = Pool2dParams::new(k);
+            check_tiled::<f32>(d, &p, seed);
+            check_tiled::<f64>(d, &p, seed);
+            check_tiled::<f16>(d, &p, seed);
+            check_tiled::<bf16>(d, &p, seed);
+        }
+        // Ceil mode where every window still fits takes the fast path too.
+        let p = Pool2dParams {
+            ceil_mode: true,
+            ..Pool2dParams::new([2, 2])
+        };
+        check_tiled::<f32>([2, 2, 8, 6], &p, 28);
+        // Where the last window would hang over, it does not.
+        assert!(!tiles(&p, out_size([1, 1, 7, 7], &p), 7, 7));
+    }
+
+    #[test]
+    fn tiled_max_hand_computed() {
+        // One 2x2 window per case, taps in order (0,0) (0,1) (1,0) (1,1).
+        let nan = f32::NAN;
+        let cases: [([f32; 4], f32, usize); 6] = [
+            ([1.0, 3.0, 3.0, 2.0], 3.0, 1), // tie: the first maximum
+            ([5.0, 5.0, 5.0, 5.0], 5.0, 0),
+            ([1.0, nan, 7.0, 2.0], nan, 1), // NaN wins and stays
+            ([nan, 1.0, nan, 2.0], nan, 2), // a later NaN replaces an earlier one
+            ([f32::NEG_INFINITY; 4], f32::NEG_INFINITY, 0),
+            ([-0.0, 0.0, -1.0, -0.0], -0.0, 0), // 0.0 is not above -0.0
+        ];
+        let l = Layout::contiguous(&[1, 1, 2, 2]);
+        let p = Pool2dParams::new([2, 2]);
+        for (x, want, at) in cases {
+            let (y, gx) = kernel_max(&x, &l, &[2.5], &p);
+            assert_eq!(y[0].to_bits(), want.to_bits(), "{x:?}");
+            let mut want_gx = [0.0f32; 4];
+            want_gx[at] = 2.5;
+            assert_eq!(gx, want_gx, "{x:?}");
+        }
+        // A -0.0 gradient arrives as 0.0 (added to zero), as on the general path.
+        let (_, gx) = kernel_max(&[1.0f32, 0.0, 0.0, 0.0], &l, &[-0.0], &p);
+        assert_eq!(gx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), [0; 4]);
+    }
+
+    #[test]
+    fn tiled_max_on_strided_views() {
+        let mut rng = Rng::seed_from(29);
+        let store: Vec<f32> = tricky(2 * 8 * 6 * 3, &mut rng);
+        // Stored [n, h, w, c], viewed [n, c, h, w].
+        let lx = Layout::contiguous(&[2, 8, 6, 3]).permute(&[0, 3, 1, 2]);
+        let dense = gather_vec(&store, &lx);
+        let ld = Layout::contiguous(&[2, 3, 8, 6]);
+        let p = Pool2dParams::new([2, 2]);
+        let g: Vec<f32> = rand_vec(2 * 3 * 4 * 3, &mut rng)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let (y, gx) = kernel_max(&store, &lx, &g, &p);
+        let (want_y, want_gx) = general_max(&dense, &ld, &g, &p);
+        assert!(same_bits(&y, &want_y) && same_bits(&gx, &want_gx));
+        // A gradient given as a strided view.
+        let gstore: Vec<f32> = (0..2 * 4 * 3 * 3).map(|v| v as f32 - 30.0).collect();
+        let lg = Layout::contiguous(&[2, 4, 3, 3]).permute(&[0, 3, 1, 2]);
+        let gdense = gather_vec(&gstore, &lg);
+        let got = Cpu
+            .max_pool2d_backward(&dense, &ld, &gstore, &lg, &p)
+            .unwrap();
+        let want = Cpu
+            .max_pool2d_backward(&dense, &ld, &gdense, &Layout::contiguous(&[2, 3, 4, 3]), &p)
+            .unwrap();
+        assert!(same_bits(&got, &want));
     }
 
     #[test]
