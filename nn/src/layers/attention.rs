@@ -440,6 +440,28 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
             Some(b) => &y + &b.narrow_static::<0, EMBED>(part * EMBED),
             None => y,
         };
+        Self::heads(&y)
+    }
+
+    /// Self-attention's three projections as one product with the stacked
+    /// weight, as PyTorch does when query, key and value are one tensor:
+    /// one pass over the input and one larger, better-tiled product instead
+    /// of three. Returns the query, key and value heads (views of it).
+    fn project_packed(
+        &self,
+        x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+    ) -> [Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3] {
+        let y = x.matmul(&self.in_proj_weight.t());
+        let y = match &self.in_proj_bias {
+            Some(b) => &y + b,
+            None => y,
+        };
+        std::array::from_fn(|part| Self::heads(&y.narrow::<2>(part * EMBED, EMBED)))
+    }
+
+    /// `[batch, len, EMBED]` (a view whose last axis is EMBED long) split
+    /// into heads: `[batch, HEADS, len, EMBED / HEADS]`.
+    fn heads<L: Dim>(y: &Tensor<(Dyn, Dyn, L), E, D>) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
         let split = y
             .try_reshape_to((
                 Dyn(y.size(0)),
@@ -464,9 +486,18 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
     ) {
         const { assert_heads(EMBED, HEADS) };
-        let q = self.project(query, 0);
-        let k = self.project(key, 1);
-        let v = self.project(value, 2);
+        let one_input = [key, value]
+            .iter()
+            .all(|t| query.shares_storage(t) && query.layout() == t.layout());
+        let [q, k, v] = if one_input {
+            self.project_packed(query)
+        } else {
+            [
+                self.project(query, 0),
+                self.project(key, 1),
+                self.project(value, 2),
+            ]
+        };
         // PyTorch scales the queries before the product.
         let scale = 1.0 / ((EMBED / HEADS) as f64).sqrt();
         let scores = masks.apply(q.mul_scalar(scale).matmul(&k.transpose::<2, 3>()));

@@ -6,6 +6,7 @@ use super::attention::{check_dropout, AttnMasks, Masks};
 use super::{restore, Dropout, LayerNorm, Linear, MultiheadAttention};
 use crate::Forward;
 use forma_core::device::Device;
+use forma_core::ops::fused::{fused, UnaryExprs};
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
@@ -29,6 +30,21 @@ impl Activation {
         match self {
             Activation::Relu => x.relu(),
             Activation::Gelu => x.gelu(),
+        }
+    }
+
+    /// `self(linear(x))`, with the bias add and the activation fused into
+    /// one pass over the hidden tensor (the same f32/f64 bits as the two ops).
+    fn after_linear<const I: usize, const O: usize, E: Float, D: Device<E>>(
+        self,
+        linear: &Linear<I, O, E, D>,
+        x: Tensor<(Dyn, Dyn, C<I>), E, D>,
+    ) -> Tensor<(Dyn, Dyn, C<O>), E, D> {
+        let y = x.matmul(&linear.weight.t());
+        match (&linear.bias, self) {
+            (Some(b), Activation::Relu) => fused((&y, b), |(y, b)| (y + b).relu()),
+            (Some(b), Activation::Gelu) => fused((&y, b), |(y, b)| (y + b).gelu()),
+            (None, _) => self.apply(y),
         }
     }
 }
@@ -167,7 +183,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         &self,
         x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
     ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        let hidden = self.activation.apply(self.linear1.forward(x));
+        let hidden = self.activation.after_linear(&self.linear1, x);
         self.dropout2
             .forward(self.linear2.forward(self.dropout.forward(hidden)))
     }
@@ -347,7 +363,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         &self,
         x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
     ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        let hidden = self.activation.apply(self.linear1.forward(x));
+        let hidden = self.activation.after_linear(&self.linear1, x);
         self.dropout3
             .forward(self.linear2.forward(self.dropout.forward(hidden)))
     }
