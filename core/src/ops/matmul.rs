@@ -147,6 +147,26 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                     false => None,
                 };
                 let gb = match need_b {
+                    // A transposed right operand (the `x @ w.t()` of a linear
+                    // layer): its gradient is computed as `(dC^T @ A)^T`, row-major
+                    // in `w`'s own orientation, so the transpose's backward hands
+                    // `w` a dense gradient instead of a strided one to copy.
+                    true if transposed(&br.layout) => {
+                        let gbt = dev.matmul(
+                            &g.storage(),
+                            &g.layout.swap(r - 2, r - 1),
+                            &ar.storage(),
+                            &ar.layout,
+                        )?;
+                        let mut tdims = br.layout.dims;
+                        tdims.swap(r - 2, r - 1);
+                        let gbt = Raw::new(gbt, &tdims, dev.clone());
+                        let gb = Raw {
+                            layout: gbt.layout.swap(r - 2, r - 1),
+                            ..gbt
+                        };
+                        Some(reshape(&sum_to(&gb, &pb)?, &db)?)
+                    }
                     true => {
                         let gb = dev.matmul(
                             &ar.storage(),
@@ -165,4 +185,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             },
         ))
     }
+}
+
+/// Whether the matrices of `l` (its last two dims) are stored transposed:
+/// unit stride down the rows, not along them.
+fn transposed(l: &Layout) -> bool {
+    let r = l.rank();
+    l.strides[r - 2] == 1 && l.strides[r - 1] > 1 && l.dims[r - 2] > 1
 }
