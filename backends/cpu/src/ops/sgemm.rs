@@ -378,50 +378,45 @@ enum Shared<'a> {
 
 /// Packs all of `b` (`k x n`) as [`Shared::B`] expects, in parallel.
 fn pack_b_all(dst: &mut [f32], b: View<'_>, k: usize, n: usize) {
-    let kc_max = balanced(k, KC, 1);
-    let width = n.div_ceil(NR) * NR;
-    let mut rest = dst;
-    let mut jobs = Vec::new();
-    for pc in (0..k).step_by(kc_max) {
-        let kc = kc_max.min(k - pc);
-        let (d, r) = rest.split_at_mut(kc * width);
-        rest = r;
-        jobs.extend(
-            d.chunks_mut(kc * NR)
-                .enumerate()
-                .map(|(j, d)| (pc, kc, j * NR, d)),
-        );
-    }
-    let pack = |(pc, kc, j0, d): (usize, usize, usize, &mut [f32])| {
+    pack_all(dst, k, n, NR, |d, pc, kc, j0| {
         pack_b(d, b.at(pc, j0), kc, NR.min(n - j0));
-    };
-    if k * n >= PAR_PACK {
-        jobs.into_par_iter().for_each(pack);
-    } else {
-        jobs.into_iter().for_each(pack);
-    }
+    });
 }
 
 /// Packs all of `a` (`m x k`) as [`Shared::A`] expects, in parallel.
 fn pack_a_all(dst: &mut [f32], a: View<'_>, m: usize, k: usize) {
+    pack_all(dst, k, m, MR, |d, pc, kc, i0| {
+        pack_a_block(d, a.at(i0, pc), MR.min(m - i0), kc);
+    });
+}
+
+/// Packs a whole operand whose other side is `len` long: for each depth
+/// block (`pc`, `kc` deep) its panels of `unit` rows or columns, the panel
+/// starting at `s` written by `panel(dst, pc, kc, s)`; in parallel when the
+/// operand is large.
+fn pack_all(
+    dst: &mut [f32],
+    k: usize,
+    len: usize,
+    unit: usize,
+    panel: impl Fn(&mut [f32], usize, usize, usize) + Sync,
+) {
     let kc_max = balanced(k, KC, 1);
-    let height = m.div_ceil(MR) * MR;
+    let padded = len.div_ceil(unit) * unit;
     let mut rest = dst;
     let mut jobs = Vec::new();
     for pc in (0..k).step_by(kc_max) {
         let kc = kc_max.min(k - pc);
-        let (d, r) = rest.split_at_mut(kc * height);
+        let (d, r) = rest.split_at_mut(kc * padded);
         rest = r;
         jobs.extend(
-            d.chunks_mut(kc * MR)
+            d.chunks_mut(kc * unit)
                 .enumerate()
-                .map(|(i, d)| (pc, kc, i * MR, d)),
+                .map(|(p, d)| (pc, kc, p * unit, d)),
         );
     }
-    let pack = |(pc, kc, i0, d): (usize, usize, usize, &mut [f32])| {
-        pack_a_block(d, a.at(i0, pc), MR.min(m - i0), kc);
-    };
-    if m * k >= PAR_PACK {
+    let pack = |(pc, kc, s, d): (usize, usize, usize, &mut [f32])| panel(d, pc, kc, s);
+    if k * len >= PAR_PACK {
         jobs.into_par_iter().for_each(pack);
     } else {
         jobs.into_iter().for_each(pack);
