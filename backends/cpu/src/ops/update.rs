@@ -8,9 +8,8 @@ use forma_core::ops::update::{UpdateKernel, UpdateOp};
 use forma_core::{Float, Layout, Result};
 use rayon::prelude::*;
 
-/// Elements staged at a time in the accumulation type: the rule then runs
-/// over local arrays, which the compiler vectorises without having to prove
-/// that the caller's buffers do not overlap.
+/// Elements per block: a fixed trip count the compiler vectorises (whole
+/// blocks in place, the tail staged in local arrays of this length).
 const BLOCK: usize = 64;
 
 impl<E: Float> UpdateKernel<E> for Cpu {
@@ -81,40 +80,60 @@ fn run_avx2<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], s: [&mut
     run(op, g, s);
 }
 
-/// The rule over one chunk, `BLOCK` elements at a time: widen the gradient
-/// and the state into local arrays, apply, round the state back.
+/// The rule over one chunk, `BLOCK` elements at a time: whole blocks in
+/// place through fixed-size views (which the compiler vectorises, checking
+/// at run time that the buffers do not overlap), the tail staged in local
+/// arrays.
 #[inline(always)]
 fn run<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], mut s: [&mut [E]; N]) {
+    let whole = g.len() - g.len() % BLOCK;
+    for start in (0..whole).step_by(BLOCK) {
+        let block = |x: &[E]| -> [E; BLOCK] {
+            <[E; BLOCK]>::try_from(&x[start..start + BLOCK]).expect("a whole block")
+        };
+        let gb = block(g);
+        let mut sb: [&mut [E; BLOCK]; N] = s.each_mut().map(|x| {
+            <&mut [E; BLOCK]>::try_from(&mut x[start..start + BLOCK]).expect("a whole block")
+        });
+        for j in 0..BLOCK {
+            let mut v: [E::Acc; N] = std::array::from_fn(|k| sb[k][j].to_acc());
+            op.apply(gb[j].to_acc(), &mut v);
+            for (b, x) in sb.iter_mut().zip(v) {
+                b[j] = E::from_acc(x);
+            }
+        }
+    }
+    if whole < g.len() {
+        tail(op, &g[whole..], s.map(|x| &mut x[whole..]));
+    }
+}
+
+/// The last partial block: widened into zero-padded local arrays, the rule
+/// over the whole array (a fixed trip count), the used part rounded back.
+#[inline(always)]
+fn tail<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], mut s: [&mut [E]; N]) {
     let zero = <E::Acc as num_traits::Zero>::zero();
-    let mut start = 0;
-    while start < g.len() {
-        let len = BLOCK.min(g.len() - start);
-        let end = start + len;
-        let mut gb = [zero; BLOCK];
-        let mut sb = [[zero; BLOCK]; N];
-        for (d, x) in gb.iter_mut().zip(&g[start..end]) {
+    let mut gb = [zero; BLOCK];
+    let mut sb = [[zero; BLOCK]; N];
+    for (d, x) in gb.iter_mut().zip(g) {
+        *d = x.to_acc();
+    }
+    for (b, src) in sb.iter_mut().zip(s.iter()) {
+        for (d, x) in b.iter_mut().zip(src.iter()) {
             *d = x.to_acc();
         }
-        for (b, src) in sb.iter_mut().zip(s.iter()) {
-            for (d, x) in b.iter_mut().zip(&src[start..end]) {
-                *d = x.to_acc();
-            }
+    }
+    for j in 0..BLOCK {
+        let mut v: [E::Acc; N] = std::array::from_fn(|k| sb[k][j]);
+        op.apply(gb[j], &mut v);
+        for (b, x) in sb.iter_mut().zip(v) {
+            b[j] = x;
         }
-        // Over the whole block (a tail block's unused lanes hold zeros and
-        // are not written back): a fixed trip count vectorises best.
-        for j in 0..BLOCK {
-            let mut v: [E::Acc; N] = std::array::from_fn(|k| sb[k][j]);
-            op.apply(gb[j], &mut v);
-            for (b, x) in sb.iter_mut().zip(v) {
-                b[j] = x;
-            }
+    }
+    for (b, dst) in sb.iter().zip(s.iter_mut()) {
+        for (d, x) in dst.iter_mut().zip(b) {
+            *d = E::from_acc(*x);
         }
-        for (b, dst) in sb.iter().zip(s.iter_mut()) {
-            for (d, x) in dst[start..end].iter_mut().zip(b) {
-                *d = E::from_acc(*x);
-            }
-        }
-        start = end;
     }
 }
 
