@@ -106,19 +106,33 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             Op::NAME,
             &[self.var.clone(), rhs.var.clone()],
             move |g: &Raw<E, D>| {
-                let (ga, gb) = g.device.binary_backward(
-                    op,
-                    &a.storage(),
-                    &a.layout,
-                    &b.storage(),
-                    &b.layout,
-                    &g.storage(),
-                    &g.layout,
-                )?;
-                let ga = sum_to(&Raw::new(ga, &g.layout.dims, g.device.clone()), &da)?;
-                let gb = sum_to(&Raw::new(gb, &g.layout.dims, g.device.clone()), &db)?;
-                Ok(vec![Some(ga), Some(gb)])
+                let (ga, gb) = raw_binary_backward(op, &a, &b, g)?;
+                Ok(vec![Some(sum_to(&ga, &da)?), Some(sum_to(&gb, &db)?)])
             },
         ))
     }
+}
+
+/// `(g * df/da, g * df/db)` for raw operands whose views have `g`'s sizes:
+/// row-major, over `g`'s sizes (not yet summed back to the operands').
+pub(crate) fn raw_binary_backward<Op: BinaryOp, E: Float, D: Device<E>>(
+    op: Op,
+    a: &Raw<E, D>,
+    b: &Raw<E, D>,
+    g: &Raw<E, D>,
+) -> Result<(Raw<E, D>, Raw<E, D>)> {
+    let (ga, gb) = g.device.binary_backward(
+        op,
+        &a.storage(),
+        &a.layout,
+        &b.storage(),
+        &b.layout,
+        &g.storage(),
+        &g.layout,
+    )?;
+    let dims = &g.layout.dims;
+    Ok((
+        Raw::new(ga, dims, g.device.clone()),
+        Raw::new(gb, dims, g.device.clone()),
+    ))
 }

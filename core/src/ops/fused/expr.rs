@@ -10,7 +10,7 @@
 use crate::device::Device;
 use crate::dtype::{Float, Real};
 use crate::error::Result;
-use crate::ops::binary::{Add, BinaryOp, Div, Mul, Sub};
+use crate::ops::binary::{raw_binary_backward, Add, BinaryOp, Div, Mul, Sub};
 use crate::ops::unary::{AddScalar, DivScalar, MulScalar, Neg, UnaryOp};
 use crate::tape::Raw;
 
@@ -150,20 +150,9 @@ impl<Op: BinaryOp, A: Expr, B: Expr> Expr for Binary<Op, A, B> {
         grads: &mut [Option<Raw<E, D>>],
     ) -> Result<()> {
         let (a, b) = (self.1.compose(x)?, self.2.compose(x)?);
-        let (ga, gb) = g.device.binary_backward(
-            self.0,
-            &a.storage(),
-            &a.layout,
-            &b.storage(),
-            &b.layout,
-            &g.storage(),
-            &g.layout,
-        )?;
-        let dims = &g.layout.dims;
-        self.1
-            .compose_grad(x, Raw::new(ga, dims, g.device.clone()), grads)?;
-        self.2
-            .compose_grad(x, Raw::new(gb, dims, g.device.clone()), grads)
+        let (ga, gb) = raw_binary_backward(self.0, &a, &b, &g)?;
+        self.1.compose_grad(x, ga, grads)?;
+        self.2.compose_grad(x, gb, grads)
     }
 }
 
