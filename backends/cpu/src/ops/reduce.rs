@@ -209,6 +209,73 @@ pub(crate) fn map_lanes<E: Dtype, T: Dtype>(
     out
 }
 
+/// Columns summed side by side by [`column_sums`]: one `ymm` of f32.
+const COLS: usize = 8;
+
+/// Sums over an axis that is not the innermost when the innermost dim is
+/// dense (a bias gradient: `[batch, n]` summed over the batch). Lanes are
+/// then columns, and a strided copy would move the axis last; instead
+/// [`COLS`] neighbouring columns are summed at once, each step adding a
+/// row of them. The fold is [`lane_sum`]'s, with the same split points
+/// (they depend only on the lane length) applied to whole rows, so every
+/// column gets the bits its own lane would. `None` when the layout is not
+/// of this kind.
+fn column_sums<E: Float>(x: &[E], layout: &Layout, axis: usize) -> Option<Vec<E::Acc>> {
+    let r = layout.rank();
+    if r < 2 || axis + 1 == r || layout.strides[r - 1] != 1 || layout.dims[r - 1] < COLS {
+        return None;
+    }
+    let n = layout.dims[axis];
+    let step = layout.strides[axis];
+    let outer = layout.remove_axis(axis);
+    let width = outer.dims[r - 2];
+    let rows = outer.remove_axis(r - 2);
+    let idx: Vec<usize> = (0..n).collect();
+    let zero = <E::Acc as num_traits::Zero>::zero();
+    // Output columns `c0..c0 + o.len()` of one outer position's row.
+    let run = |row: usize, c0: usize, o: &mut [E::Acc]| {
+        let base = StridedIter::new(&rows, row).next_offset() + c0;
+        let mut c = 0;
+        while c < o.len() {
+            let at = base + c;
+            if c + COLS <= o.len() {
+                let sums = tree_reduce(
+                    &idx,
+                    [zero; COLS],
+                    &|i: usize| -> [E::Acc; COLS] {
+                        std::array::from_fn(|j| x[at + i * step + j].to_acc())
+                    },
+                    &|a: [E::Acc; COLS], b: [E::Acc; COLS]| std::array::from_fn(|j| a[j] + b[j]),
+                );
+                o[c..c + COLS].copy_from_slice(&sums);
+                c += COLS;
+            } else {
+                o[c] = lane_sum(&idx, |i: usize| x[at + i * step].to_acc());
+                c += 1;
+            }
+        }
+    };
+    let m = rows.numel();
+    let mut out = vec![zero; m * width];
+    if m * width * n >= 2 * PAR_CHUNK {
+        // Tasks of whole column groups, about `PAR_CHUNK` inputs each.
+        let per = (PAR_CHUNK / n).max(1).next_multiple_of(COLS).min(width);
+        out.par_chunks_mut(width)
+            .enumerate()
+            .flat_map(|(row, o)| {
+                o.par_chunks_mut(per)
+                    .enumerate()
+                    .map(move |(t, o)| (row, t, o))
+            })
+            .for_each(|(row, t, o)| run(row, t * per, o));
+    } else {
+        for (row, o) in out.chunks_mut(width).enumerate() {
+            run(row, 0, o);
+        }
+    }
+    Some(out)
+}
+
 fn empty_axis(op: &'static str) -> Error {
     Error::invalid(op, "cannot reduce an empty axis")
 }
@@ -217,6 +284,15 @@ impl<E: Float> ReduceKernel<E> for Cpu {
     fn reduce(&self, op: ReduceOp, x: &Vec<E>, layout: &Layout, axis: usize) -> Result<Vec<E>> {
         let n = layout.dims[axis];
         let nf = E::Acc::c(n as f64);
+        if matches!(op, ReduceOp::Sum | ReduceOp::Mean) && n > 0 {
+            if let Some(sums) = column_sums(x, layout, axis) {
+                let mean = matches!(op, ReduceOp::Mean);
+                return Ok(sums
+                    .into_iter()
+                    .map(|v| E::from_acc(if mean { v / nf } else { v }))
+                    .collect());
+            }
+        }
         let out = match op {
             ReduceOp::Sum => map_lanes(x, layout, axis, |l| {
                 E::from_acc(lane_sum(l, |v: E| v.to_acc()))
@@ -484,6 +560,69 @@ mod tests {
         let s = Cpu.reduce(ReduceOp::Sum, &x, &l, 0).unwrap();
         let want: f64 = x.iter().map(|&v| v as f64).sum();
         assert!((s[0] as f64 - want).abs() < 1e-3, "{} vs {want}", s[0]);
+    }
+
+    /// The lane path's sum of a view (what `reduce` does without
+    /// [`column_sums`]), to the bit.
+    fn lane_sums<E: Float>(x: &[E], l: &Layout, axis: usize) -> Vec<f64> {
+        map_lanes(x, l, axis, |lane| {
+            acc_f64::<E>(lane_sum(lane, |v: E| v.to_acc()))
+        })
+    }
+
+    /// An accumulation-type value exactly (f32 and f64 widen without loss).
+    fn acc_f64<E: Float>(v: E::Acc) -> f64 {
+        num_traits::ToPrimitive::to_f64(&v).expect("a float")
+    }
+
+    fn columns_match_lanes<E: Float>(x: &[E]) {
+        // (view dims, strides, offset, axis): bias-gradient shapes, tails of
+        // fewer than COLS columns, lanes past LEAF (split), rank 3 with the
+        // axis in front or in the middle, a strided outer dim, and sizes
+        // that take the parallel path, with short and long lanes.
+        let cases: [(&[usize], Option<&[usize]>, usize, usize); 10] = [
+            (&[128, 512], None, 0, 0),
+            (&[7, 13], None, 0, 0),
+            (&[300, 9], None, 3, 0),
+            (&[600, 37], None, 1, 0),
+            (&[1, 8], None, 0, 0),
+            (&[4, 5, 11], None, 0, 1),
+            (&[6, 4, 19], None, 2, 0),
+            (&[3, 5, 10], Some(&[10, 60, 1]), 0, 1),
+            (&[1030, 130], None, 0, 0),
+            // Lanes longer than PAR_CHUNK (a broadcast view keeps it small).
+            (&[40_000, 9], Some(&[0, 1]), 0, 0),
+        ];
+        for (dims, strides, offset, axis) in cases {
+            let mut l = Layout::contiguous(dims);
+            if let Some(st) = strides {
+                l.strides = forma_core::shape::Dims::from_slice(st);
+            }
+            l.offset = offset;
+            assert!(l.span() <= x.len());
+            let want = lane_sums(x, &l, axis);
+            let got = column_sums(x, &l, axis).expect("a column layout");
+            let got: Vec<u64> = got.into_iter().map(|v| acc_f64::<E>(v).to_bits()).collect();
+            let want: Vec<u64> = want.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{dims:?} axis {axis}");
+        }
+        // Not columns: the axis innermost, or a strided innermost dim.
+        assert!(column_sums(x, &Layout::contiguous(&[4, 9]), 1).is_none());
+        let t = Layout::contiguous(&[9, 12]).permute(&[1, 0]);
+        assert!(column_sums(x, &t, 0).is_none());
+    }
+
+    #[test]
+    fn column_sums_give_the_lane_bits() {
+        let n = 140_000;
+        let f = |i: usize| ((i * 37) % 101) as f64 / 7.0 - 6.5 + 1e-3 * (i % 13) as f64;
+        columns_match_lanes::<f32>(&(0..n).map(|i| f(i) as f32).collect::<Vec<_>>());
+        columns_match_lanes::<f64>(&(0..n).map(f).collect::<Vec<_>>());
+        columns_match_lanes::<half::bf16>(
+            &(0..n)
+                .map(|i| half::bf16::from_f64(f(i)))
+                .collect::<Vec<_>>(),
+        );
     }
 
     #[test]
