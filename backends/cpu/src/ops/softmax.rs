@@ -15,11 +15,12 @@ use forma_core::ops::softmax::SoftmaxKernel;
 use forma_core::{Float, Layout, Result};
 use num_traits::Float as _;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Softmax of one lane into `out`; `scratch` holds the exponentials in
 /// `E::Acc` so they are rounded only once.
 #[inline(always)]
-fn softmax_lane<E: Float>(x: &[E], out: &mut [E], scratch: &mut Vec<E::Acc>) {
+fn softmax_lane<E: Float>(x: &[E], out: &mut [MaybeUninit<E>], scratch: &mut Vec<E::Acc>) {
     let m = lane_max(x);
     // Lanes share one length, so this sizes the scratch once.
     scratch.resize(x.len(), E::Acc::default());
@@ -28,23 +29,27 @@ fn softmax_lane<E: Float>(x: &[E], out: &mut [E], scratch: &mut Vec<E::Acc>) {
     }
     let s = lane_sum(scratch, |e| e);
     for (o, &e) in out.iter_mut().zip(scratch.iter()) {
-        *o = E::from_acc(e / s);
+        o.write(E::from_acc(e / s));
     }
 }
 
 /// Log-softmax of one lane: `x - m - ln(sum(exp(x - m)))`, in that order.
 #[inline(always)]
-fn log_softmax_lane<E: Float>(x: &[E], out: &mut [E]) {
+fn log_softmax_lane<E: Float>(x: &[E], out: &mut [MaybeUninit<E>]) {
     let m = lane_max(x);
     let ls = lane_sum(x, |v: E| (v.to_acc() - m).exp_fast()).ln();
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = E::from_acc(v.to_acc() - m - ls);
+        o.write(E::from_acc(v.to_acc() - m - ls));
     }
 }
 
 /// Softmax (or log-softmax) of each `(lane, out)` pair one task is given.
 #[inline(always)]
-fn lanes<'a, E: Float>(log: bool, n: usize, pairs: impl Iterator<Item = (&'a [E], &'a mut [E])>) {
+fn lanes<'a, E: Float>(
+    log: bool,
+    n: usize,
+    pairs: impl Iterator<Item = (&'a [E], &'a mut [MaybeUninit<E>])>,
+) {
     let mut scratch = Vec::with_capacity(n);
     for (x, o) in pairs {
         if log {
@@ -61,7 +66,7 @@ fn lanes<'a, E: Float>(log: bool, n: usize, pairs: impl Iterator<Item = (&'a [E]
 fn lanes_avx2<'a, E: Float>(
     log: bool,
     n: usize,
-    pairs: impl Iterator<Item = (&'a [E], &'a mut [E])>,
+    pairs: impl Iterator<Item = (&'a [E], &'a mut [MaybeUninit<E>])>,
 ) {
     lanes(log, n, pairs);
 }
@@ -72,7 +77,7 @@ fn lanes_avx2<'a, E: Float>(
 fn run_lanes<'a, E: Float>(
     log: bool,
     n: usize,
-    pairs: impl Iterator<Item = (&'a [E], &'a mut [E])>,
+    pairs: impl Iterator<Item = (&'a [E], &'a mut [MaybeUninit<E>])>,
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
@@ -88,15 +93,18 @@ fn run_lanes<'a, E: Float>(
 fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) -> Vec<E> {
     let n = layout.dims[axis];
     let numel = layout.numel();
-    let mut out = vec![E::default(); numel];
+    let mut vec = Vec::with_capacity(numel);
     if numel == 0 {
-        return out;
+        return vec;
     }
+    // Written once, into uninitialised memory (zero-filling first cost a
+    // `memset` pass over every output).
+    let out = &mut vec.spare_capacity_mut()[..numel];
     let per_task = (PAR_CHUNK / n).max(1) * n;
     let par = numel >= 2 * PAR_CHUNK && numel > n;
     if n == 1 || layout.strides[axis] == 1 {
         let outer = layout.remove_axis(axis);
-        let run = |start: usize, chunk: &mut [E]| {
+        let run = |start: usize, chunk: &mut [MaybeUninit<E>]| {
             let mut it = StridedIter::new(&outer, start);
             let pairs = chunk.chunks_exact_mut(n).map(|o| {
                 let b = it.next_offset();
@@ -109,11 +117,11 @@ fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) ->
                 .enumerate()
                 .for_each(|(c, chunk)| run(c * (per_task / n), chunk));
         } else {
-            run(0, &mut out);
+            run(0, out);
         }
     } else {
         let buf = gather_vec(x, &layout.permute(&axis_last_perm(layout.rank(), axis)));
-        let run = |o: &mut [E], b: &[E]| {
+        let run = |o: &mut [MaybeUninit<E>], b: &[E]| {
             run_lanes(log, n, b.chunks_exact(n).zip(o.chunks_exact_mut(n)));
         };
         if par {
@@ -121,10 +129,14 @@ fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) ->
                 .zip(buf.par_chunks(per_task))
                 .for_each(|(o, b)| run(o, b));
         } else {
-            run(&mut out, &buf);
+            run(out, &buf);
         }
     }
-    out
+    // SAFETY: the lanes cover all `numel` slots (`numel / n` lanes of `n`
+    // each, chunked on lane boundaries) and each lane function writes every
+    // slot of its lane; `E: Copy`, so nothing needs dropping on a panic.
+    unsafe { vec.set_len(numel) };
+    vec
 }
 
 impl<E: Float> SoftmaxKernel<E> for Cpu {
