@@ -27,6 +27,7 @@ pub(crate) use gemm::Parallelism;
 use rayon::prelude::*;
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// Multiply-adds per matrix above which a batch of a few matrices is better
 /// served by gemm's own threading than by one thread per matrix.
@@ -124,13 +125,31 @@ impl<A> Operand<'_, A> {
     }
 }
 
+/// `dst = lhs @ rhs` for an `m x k` `lhs` and a `k x n` `rhs` into a filled
+/// buffer; see [`gemm_uninit`].
+pub(crate) fn gemm_into<A: Real>(
+    dst: &mut [A],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+    parallelism: Parallelism,
+) {
+    // SAFETY: `MaybeUninit<A>` has `A`'s layout, and `gemm_uninit` stores
+    // only values of `A` (every element), so `dst` stays initialised.
+    let dst = unsafe { &mut *(dst as *mut [A] as *mut [MaybeUninit<A>]) };
+    gemm_uninit(dst, m, n, k, lhs, rhs, parallelism);
+}
+
 /// `dst = lhs @ rhs` for an `m x k` `lhs` and a `k x n` `rhs`; `dst` is
-/// row-major `m x n` and is overwritten (zeros when `k == 0`).
+/// row-major `m x n` and is written in full (zeros when `k == 0`) without
+/// being read, so a fresh allocation needs no zero-filling first.
 ///
 /// # Panics
 /// If `dst` is not `m * n` long or an operand does not fit its storage.
-pub(crate) fn gemm_into<A: Real>(
-    dst: &mut [A],
+pub(crate) fn gemm_uninit<A: Real>(
+    dst: &mut [MaybeUninit<A>],
     m: usize,
     n: usize,
     k: usize,
@@ -143,7 +162,9 @@ pub(crate) fn gemm_into<A: Real>(
         return;
     }
     if k == 0 {
-        dst.fill(A::zero());
+        for d in dst.iter_mut() {
+            d.write(A::zero());
+        }
         return;
     }
     let (lrs, lcs) = lhs.checked_strides(m, k);
@@ -159,7 +180,7 @@ pub(crate) fn gemm_into<A: Real>(
                 for p in 0..k {
                     s = s + *lhs.at(i, p) * *rhs.at(p, j);
                 }
-                dst[i * n + j] = s;
+                dst[i * n + j].write(s);
             }
         }
         return;
@@ -175,8 +196,9 @@ pub(crate) fn gemm_into<A: Real>(
         };
         // SAFETY: as above, `A` is f32; the exclusive borrow moves into the
         // new slice for the rest of the call.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()) };
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<f32>>(), dst.len())
+        };
         let view = |o: &Operand<'_, A>, rs: isize, cs: isize| super::sgemm::View {
             data: f32s(o.data),
             off: o.off,
@@ -210,7 +232,7 @@ pub(crate) fn gemm_into<A: Real>(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst.as_mut_ptr().cast::<A>(),
             1,
             n as isize,
             false,
@@ -288,10 +310,13 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
     let (m, k, n) = (la.dims[r - 2], la.dims[r - 1], lb.dims[r - 1]);
     let batch: usize = la.dims[..r - 2].iter().product();
     let (acs, brs, bcs) = (la.strides[r - 1], lb.strides[r - 2], lb.strides[r - 1]);
-    let mut out = vec![A::zero(); batch * m * n];
-    if out.is_empty() {
-        return out;
+    let len = batch * m * n;
+    let mut vec = Vec::with_capacity(len);
+    if len == 0 {
+        return vec;
     }
+    // Written once by the products, into uninitialised memory.
+    let out = &mut vec.spare_capacity_mut()[..len];
     let rhs_at = |off| Operand {
         data: b,
         off,
@@ -309,8 +334,8 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
                 rs,
                 cs: acs,
             };
-            gemm_into(
-                &mut out,
+            gemm_uninit(
+                out,
                 batch * m,
                 n,
                 k,
@@ -318,7 +343,9 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
                 rhs_at(lb.offset),
                 solo_parallelism(),
             );
-            return out;
+            // SAFETY: the product wrote all `len` elements.
+            unsafe { vec.set_len(len) };
+            return vec;
         }
     }
     let mut ia = StridedIter::new(&batch_layout(la), 0);
@@ -327,14 +354,14 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
         .map(|_| (ia.next_offset(), ib.next_offset()))
         .collect();
     let ars = la.strides[r - 2];
-    let one = |o: &mut [A], (ao, bo): (usize, usize), par| {
+    let one = |o: &mut [MaybeUninit<A>], (ao, bo): (usize, usize), par| {
         let lhs = Operand {
             data: a,
             off: ao,
             rs: ars,
             cs: acs,
         };
-        gemm_into(o, m, n, k, lhs, rhs_at(bo), par);
+        gemm_uninit(o, m, n, k, lhs, rhs_at(bo), par);
     };
     let work = m * n * k;
     if batch_parallel(batch, work) {
@@ -348,7 +375,9 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
             one(o, offs, par);
         }
     }
-    out
+    // SAFETY: the `batch` products wrote their `m * n` elements each.
+    unsafe { vec.set_len(len) };
+    vec
 }
 
 /// A copy of a view in the accumulation type that keeps broadcast (stride-0)

@@ -19,9 +19,14 @@
 //! halves the read-modify-write passes over the output.
 //!
 //! Threading: a product with enough work is cut into disjoint row (or
-//! column) ranges of the output, a few per thread, run as rayon tasks; the
-//! operand every range needs whole is packed once and shared, the other is
-//! packed per task into thread-local buffers reused from call to call.
+//! column) ranges of the output. A mid-size product (tens of microseconds)
+//! is cut into exactly one range per thread: the calling thread computes one
+//! itself while rayon workers are handed the others, every range packs its
+//! own operands (no serial step before the split), and a range nobody has
+//! started yet is taken back by whoever is free first. A large product is
+//! cut into a few ranges per thread run as rayon tasks, the operand every
+//! range needs whole packed once and shared, the other packed per task into
+//! thread-local buffers reused from call to call.
 //!
 //! Results are deterministic (a fixed summation order per element: depth
 //! blocks in order, one FMA chain per block) whatever the thread count.
@@ -30,9 +35,11 @@ use rayon::prelude::*;
 use std::arch::x86_64::{
     __m256, _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_load_ps, _mm256_loadu_ps,
     _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
-    _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch, _MM_HINT_T0,
 };
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Rows of the microkernel's output tile.
 const MR: usize = 6;
@@ -46,6 +53,11 @@ const MC: usize = 144;
 const NC: usize = 4080;
 /// Multiply-adds below which a product stays on one thread.
 const PAR_WORK: usize = 1 << 20;
+/// Multiply-adds below which a parallel product is split into one range per
+/// thread ([`split`]); from here on, the general parallel path. Measured on a
+/// 2-core AVX2 machine: the split is 1.2-1.5x faster at 128^3 and 256^3, on
+/// a par with the general path at 512^3.
+const SPLIT_WORK: usize = 1 << 26;
 /// Elements above which an operand is not packed whole to be shared (64 MiB).
 const MAX_SHARED: usize = 1 << 24;
 /// Elements below which a shared operand is packed on one thread.
@@ -130,22 +142,23 @@ impl Out {
 }
 
 // SAFETY: `Out` is only a base pointer; the tasks it is sent to write
-// disjoint elements (distinct row or column ranges, see `sgemm_with`), and
-// the exclusive borrow it was made from outlives them (rayon joins before
-// `sgemm_with` returns).
+// disjoint elements (distinct row or column ranges, see `sgemm_with` and
+// `split`), and the exclusive borrow it was made from outlives them (rayon
+// joins, and `split` waits for every range, before `sgemm_with` returns).
 unsafe impl Send for Out {}
 // SAFETY: as for `Send`: shared copies never touch the same element.
 unsafe impl Sync for Out {}
 
 /// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`; `dst` is row-major
-/// `m x n` and is overwritten (zeros when `k == 0`). `parallel` lets a large
+/// `m x n` and is written in full (zeros when `k == 0`), never read before
+/// it is written, so it may be uninitialised. `parallel` lets a large
 /// product use rayon's threads.
 ///
 /// # Panics
 /// If the CPU lacks AVX2 or FMA, if `dst` is not `m * n` long or if an
 /// operand does not fit its storage.
 pub(crate) fn sgemm(
-    dst: &mut [f32],
+    dst: &mut [MaybeUninit<f32>],
     m: usize,
     n: usize,
     k: usize,
@@ -153,20 +166,37 @@ pub(crate) fn sgemm(
     b: View<'_>,
     parallel: bool,
 ) {
-    sgemm_with(dst, m, n, k, a, b, parallel, MAX_SHARED);
+    sgemm_with(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
 }
 
-/// [`sgemm`] with the limit on a shared packed operand as a parameter (the
-/// tests lower it to exercise both parallel paths).
+/// The thresholds that pick a parallel path (the tests change them to
+/// exercise every path on small shapes).
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// Multiply-adds below which a parallel product takes [`split`].
+    split_work: usize,
+    /// Elements above which an operand is not packed whole to be shared.
+    max_shared: usize,
+}
+
+impl Limits {
+    const DEFAULT: Limits = Limits {
+        split_work: SPLIT_WORK,
+        max_shared: MAX_SHARED,
+    };
+}
+
+/// [`sgemm`] with the thresholds that pick a parallel path as a parameter.
+#[allow(clippy::too_many_arguments)]
 fn sgemm_with(
-    dst: &mut [f32],
+    dst: &mut [MaybeUninit<f32>],
     m: usize,
     n: usize,
     k: usize,
     a: View<'_>,
     b: View<'_>,
     parallel: bool,
-    max_shared: usize,
+    limits: Limits,
 ) {
     assert!(available(), "sgemm needs AVX2 and FMA");
     assert_eq!(dst.len(), m * n, "sgemm destination length");
@@ -174,13 +204,15 @@ fn sgemm_with(
         return;
     }
     if k == 0 {
-        dst.fill(0.0);
+        for d in dst.iter_mut() {
+            d.write(0.0);
+        }
         return;
     }
     a.check(m, k);
     b.check(k, n);
     let mut out = Out {
-        ptr: dst.as_mut_ptr(),
+        ptr: dst.as_mut_ptr().cast::<f32>(),
         rs: n,
         cs: 1,
     };
@@ -212,6 +244,11 @@ fn sgemm_with(
         unsafe { block(out, m, n, k, a, b, Shared::None) };
         return;
     }
+    if work < limits.split_work {
+        // SAFETY: as for `block` just above.
+        unsafe { split(out, m, n, k, a, b, threads) };
+        return;
+    }
     // Cut the longer side of the output into ranges of whole microkernel
     // tiles, a few per thread so that rayon can balance them when a thread
     // is slowed by other load. The operand every range needs whole (`b` for
@@ -232,41 +269,14 @@ fn sgemm_with(
     } else {
         m.div_ceil(MR) * MR * k
     };
-    if packed_len > max_shared {
+    if packed_len > limits.max_shared {
         // Too big to keep a packed copy around: every task packs its own
         // blocks of both operands (re-packing the shared one per task).
         ranges.par_iter().for_each(|&(s, l)| {
-            if rows {
-                // SAFETY: as in the shared case below: row `s` of the
-                // output starts inside `dst`, rows `s..s + l` belong to this
-                // task alone, and the operands were checked.
-                unsafe {
-                    block(
-                        out.shifted(s * out.rs),
-                        l,
-                        n,
-                        k,
-                        a.at(s, 0),
-                        b,
-                        Shared::None,
-                    )
-                };
-            } else {
-                // SAFETY: as in the shared case below: column `s` of the
-                // output starts inside `dst`, columns `s..s + l` belong to
-                // this task alone, and the operands were checked.
-                unsafe {
-                    block(
-                        out.shifted(s * out.cs),
-                        m,
-                        l,
-                        k,
-                        a,
-                        b.at(0, s),
-                        Shared::None,
-                    )
-                };
-            }
+            // SAFETY: the ranges are disjoint, so each task owns its part of
+            // the output; the borrow of `dst` outlives the parallel loop and
+            // the operands were checked.
+            unsafe { range(out, m, n, k, a, b, rows, s, l, Shared::None) };
         });
         return;
     }
@@ -277,26 +287,122 @@ fn sgemm_with(
             pack_a_all(packed, a, m, k);
         }
         let packed = &*packed;
+        let shared = if rows {
+            Shared::B(packed)
+        } else {
+            Shared::A(packed)
+        };
         ranges.par_iter().for_each(|&(s, l)| {
-            if rows {
-                // SAFETY: row `s < m` of the output starts inside `dst`.
-                let o = unsafe { out.shifted(s * out.rs) };
-                // SAFETY: rows `s..s + l` of the output (the product, or
-                // its transpose, in `dst`) belong to this task alone
-                // (the ranges are disjoint) and the borrow of `dst` outlives
-                // the parallel loop; `a`'s rows `s..s + l` and all of `b`
-                // were checked, and `packed` is all of `b`.
-                unsafe { block(o, l, n, k, a.at(s, 0), b, Shared::B(packed)) };
-            } else {
-                // SAFETY: column `s < n` of the output starts inside `dst`.
-                let o = unsafe { out.shifted(s * out.cs) };
-                // SAFETY: columns `s..s + l` of the output belong to this
-                // task alone; `b`'s columns `s..s + l` and all of `a` were
-                // checked, and `packed` is all of `a`.
-                unsafe { block(o, m, l, k, a, b.at(0, s), Shared::A(packed)) };
-            }
+            // SAFETY: as in the unshared case above, and `packed` is all of
+            // the operand the ranges do not cut.
+            unsafe { range(out, m, n, k, a, b, rows, s, l, shared) };
         });
     });
+}
+
+/// A mid-size parallel product: the longer side of the output cut into one
+/// range of whole tiles per thread (at most), each computed by [`block`]
+/// packing its own operands. The calling thread takes ranges too, so one
+/// fewer rayon worker is woken and nothing waits for a hand-off to return;
+/// ranges are claimed from a shared counter, so one that no worker has
+/// started when the caller is done is computed by the caller.
+///
+/// The ranges split the output, never the depth, so every element is summed
+/// in the same order as on one thread.
+///
+/// # Safety
+/// As for [`block`].
+unsafe fn split(out: Out, m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>, threads: usize) {
+    // Rows when the right operand (which every row range packs whole) is
+    // the smaller one to pack twice, else columns (every range packs `a`).
+    let rows = m >= n;
+    let (len, unit) = if rows { (m, MR) } else { (n, NR) };
+    let tiles = len.div_ceil(unit);
+    let parts = threads.min(tiles);
+    let run = |i: usize| {
+        let s = i * tiles / parts * unit;
+        let e = ((i + 1) * tiles / parts * unit).min(len);
+        // SAFETY: the ranges are disjoint and each is claimed once, so this
+        // one owns its part of the output; the caller's guarantees cover
+        // the operands.
+        unsafe { range(out, m, n, k, a, b, rows, s, e - s, Shared::None) };
+    };
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= parts {
+            break;
+        }
+        // Counted even if `run` panics, so the wait below ends (and the
+        // scope then re-raises the panic).
+        let _done = Finished(&done);
+        run(i);
+    };
+    rayon::in_place_scope(|scope| {
+        for _ in 1..parts {
+            scope.spawn(|_| work());
+        }
+        work();
+        // Every range is claimed; those still running belong to workers
+        // that have started them. Spinning briefly beats blocking at the end
+        // of the scope (a sleep and a wake-up cost more than a small range);
+        // past that, yield in case this thread keeps a worker off its core.
+        let mut spins = 0u32;
+        while done.load(Ordering::Acquire) < parts {
+            if spins < SPINS {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    });
+}
+
+/// [`block`] on rows `s..s + l` of the output (`rows`) or on its columns
+/// `s..s + l`, with the rows of `a` or the columns of `b` that part reads.
+///
+/// # Safety
+/// As for [`block`] over the whole `m x n` product, with `s + l` inside the
+/// cut side; that part of the output belongs to this call alone, and a
+/// `shared` operand is all of the one not cut (`b` for rows, `a` for
+/// columns).
+#[allow(clippy::too_many_arguments)]
+unsafe fn range(
+    out: Out,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    rows: bool,
+    s: usize,
+    l: usize,
+    shared: Shared<'_>,
+) {
+    // SAFETY: row (column) `s` of the output starts inside it, and the
+    // caller's guarantees cover `a`'s rows (`b`'s columns) `s..s + l` and
+    // all of the other operand.
+    unsafe {
+        if rows {
+            block(out.shifted(s * out.rs), l, n, k, a.at(s, 0), b, shared)
+        } else {
+            block(out.shifted(s * out.cs), m, l, k, a, b.at(0, s), shared)
+        }
+    }
+}
+
+/// Busy-wait iterations before [`split`]'s caller starts yielding its core.
+const SPINS: u32 = 4096;
+
+/// Counts one finished range of [`split`] when dropped.
+struct Finished<'a>(&'a AtomicUsize);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
 }
 
 thread_local! {
@@ -629,10 +735,14 @@ unsafe fn tile(
     let mut tmp = [0.0f32; MR * NR];
     run(tmp.as_mut_ptr(), NR, false);
     let put = |i: usize, j: usize| {
-        // SAFETY: (i, j) lies in the caller's `mr x nr` tile.
-        let d = unsafe { &mut *c.add(i * out.rs + j * out.cs) };
-        let v = tmp[i * NR + j];
-        *d = if accumulate { *d + v } else { v };
+        // SAFETY: (i, j) lies in the caller's `mr x nr` tile, which holds
+        // values when accumulating (and may be uninitialised otherwise, so
+        // it is only written then).
+        unsafe {
+            let d = c.add(i * out.rs + j * out.cs);
+            let v = tmp[i * NR + j];
+            d.write(if accumulate { d.read() + v } else { v });
+        }
     };
     // Walk the output in its memory order (rows of a transposed output are
     // the tile's columns).
@@ -710,7 +820,28 @@ unsafe fn kernel<const PACKED: bool>(
                 bp = bp.add(NR);
             };
         }
+        // A panel read in place from the caller's rows (`aks == 1`; a
+        // weight matrix times a few rows of activations) is used once, so
+        // memory bounds the product: while this panel is computed, fetch
+        // the next one (the next `MR` rows, where the caller's next tile
+        // reads), two cache lines per four steps.
+        let stream = !PACKED && aks == 1;
+        let (mut pr, mut pc) = (0usize, 0usize);
         for _ in 0..kc / 4 {
+            if stream && pr < MR {
+                for _ in 0..2 {
+                    // `wrapping_add`: past the last panel the address lies
+                    // outside the operand (a prefetch never faults, and
+                    // nothing is read).
+                    let line = a.wrapping_add((MR + pr) * ars + pc);
+                    _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>());
+                    pc += 16;
+                    if pc >= kc {
+                        pc = 0;
+                        pr += 1;
+                    }
+                }
+            }
             step!();
             step!();
             step!();
@@ -848,6 +979,14 @@ mod tests {
     use super::*;
     use forma_core::Rng;
 
+    /// A filled buffer as an output slot for `sgemm` (which only writes
+    /// initialised values into it).
+    fn w(v: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+        // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and `sgemm` stores
+        // only f32 values, so `v` stays initialised.
+        unsafe { &mut *(v as *mut [f32] as *mut [MaybeUninit<f32>]) }
+    }
+
     /// A `rows x cols` matrix laid out in a storage with the given strides
     /// and offset (gaps filled with NaN, which a stray read would spread).
     struct Mat {
@@ -911,20 +1050,9 @@ mod tests {
         let a = Mat::new(m, k, la, &mut rng);
         let b = Mat::new(k, n, lb, &mut rng);
         let mut dst = vec![f32::NAN; m * n];
-        sgemm(&mut dst, m, n, k, a.view(), b.view(), parallel);
+        sgemm(w(&mut dst), m, n, k, a.view(), b.view(), parallel);
         if parallel {
-            // The path without a shared packed operand, and one thread,
-            // give the same bits (a fixed summation order).
-            for (shared, par) in [(0, true), (MAX_SHARED, false)] {
-                let mut other = vec![f32::NAN; m * n];
-                sgemm_with(&mut other, m, n, k, a.view(), b.view(), par, shared);
-                assert!(
-                    dst.iter()
-                        .zip(&other)
-                        .all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{m}x{k} @ {k}x{n}: paths differ (shared limit {shared}, parallel {par})"
-                );
-            }
+            same_bits_every_path(&dst, m, n, k, a.view(), b.view());
         }
         let tol = 2e-6 * (k as f64).sqrt().max(1.0);
         for i in 0..m {
@@ -941,6 +1069,39 @@ mod tests {
                     "{m}x{k} @ {k}x{n} ({la:?}, {lb:?}) at ({i}, {j}): got {got}, want {want}"
                 );
             }
+        }
+    }
+
+    /// Asserts that every parallel path (the split, the general path with
+    /// and without a shared packed operand) and one thread give exactly
+    /// `want` (a fixed summation order per element).
+    fn same_bits_every_path(want: &[f32], m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>) {
+        let split = Limits {
+            split_work: usize::MAX,
+            ..Limits::DEFAULT
+        };
+        let shared = Limits {
+            split_work: 0,
+            ..Limits::DEFAULT
+        };
+        let unshared = Limits {
+            split_work: 0,
+            max_shared: 0,
+        };
+        for (limits, par) in [
+            (split, true),
+            (shared, true),
+            (unshared, true),
+            (Limits::DEFAULT, false),
+        ] {
+            let mut other = vec![f32::NAN; m * n];
+            sgemm_with(w(&mut other), m, n, k, a, b, par, limits);
+            assert!(
+                want.iter()
+                    .zip(&other)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{m}x{k} @ {k}x{n}: paths differ ({limits:?}, parallel {par})"
+            );
         }
     }
 
@@ -1008,6 +1169,48 @@ mod tests {
     }
 
     #[test]
+    fn around_the_parallel_thresholds() {
+        // Just below and above PAR_WORK (one thread / the split), and just
+        // below and above SPLIT_WORK (the split / the general path), with
+        // sides that are no multiple of a tile, split by rows and by columns.
+        const { assert!(101 * 101 * 102 < PAR_WORK && 103 * 101 * 101 > PAR_WORK) };
+        check(101, 101, 102, Layout::RowMajor, Layout::RowMajor, true, 50);
+        check(103, 101, 101, Layout::RowMajor, Layout::ColMajor, true, 51);
+        check(37, 300, 97, Layout::RowMajor, Layout::RowMajor, true, 52);
+        const { assert!(407 * 409 * 403 < SPLIT_WORK && 409 * 409 * 403 > SPLIT_WORK) };
+        check(407, 409, 403, Layout::RowMajor, Layout::RowMajor, true, 53);
+        check(409, 409, 403, Layout::RowMajor, Layout::ColMajor, true, 54);
+    }
+
+    #[test]
+    fn split_in_pools_of_other_sizes() {
+        // The split from inside a pool (the caller is a worker), with one
+        // range per thread for 1 to 5 threads and more threads than tiles:
+        // the same bits as one thread.
+        let mut rng = Rng::seed_from(60);
+        for &(m, n, k) in &[(131, 70, 150), (20, 333, 170), (8, 9, 20000)] {
+            let a = Mat::new(m, k, Layout::RowMajor, &mut rng);
+            let b = Mat::new(k, n, Layout::Strided, &mut rng);
+            let mut want = vec![f32::NAN; m * n];
+            sgemm(w(&mut want), m, n, k, a.view(), b.view(), false);
+            for threads in 1..=5 {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .expect("a thread pool");
+                let mut got = vec![f32::NAN; m * n];
+                pool.install(|| sgemm(w(&mut got), m, n, k, a.view(), b.view(), true));
+                assert!(
+                    want.iter()
+                        .zip(&got)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{m}x{k} @ {k}x{n} on {threads} threads"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn empty_and_k_zero() {
         let b = [1.0f32; 4];
         let v = View {
@@ -1017,10 +1220,10 @@ mod tests {
             cs: 1,
         };
         let mut dst = vec![f32::NAN; 6];
-        sgemm(&mut dst, 2, 3, 0, v, v, false);
+        sgemm(w(&mut dst), 2, 3, 0, v, v, false);
         assert_eq!(dst, vec![0.0; 6]);
         let mut dst: Vec<f32> = Vec::new();
-        sgemm(&mut dst, 0, 3, 2, v, v, true);
+        sgemm(w(&mut dst), 0, 3, 2, v, v, true);
         assert!(dst.is_empty());
     }
 
@@ -1035,6 +1238,6 @@ mod tests {
             cs: 1,
         };
         let mut dst = vec![0.0; 9];
-        sgemm(&mut dst, 3, 3, 2, v, v, false);
+        sgemm(w(&mut dst), 3, 3, 2, v, v, false);
     }
 }
