@@ -10,6 +10,7 @@ It writes one safetensors file per op family to `tools/fixtures/`:
 
     unary.safetensors    binary.safetensors   cmp.safetensors
     reduce.safetensors   softmax.safetensors  matmul.safetensors
+    attention.safetensors
     index.safetensors    shape.safetensors    conv.safetensors
     pool.safetensors     create.safetensors
 
@@ -708,6 +709,46 @@ def gen_create():
     return f
 
 
+# ---------------------------------------------------------------- attention
+def gen_attention():
+    f = Family("attention", 12)
+    q = f.put("q.in0", f.normal((2, 3, 4, 8)))
+    k = f.put("k.in0", f.normal((2, 3, 5, 8)))
+    v = f.put("v.in0", f.normal((2, 3, 5, 6)))
+    sdpa = F.scaled_dot_product_attention
+    f.put("plain.out", sdpa(q, k, v))
+    # is_causal with 4 queries over 5 keys: key j is hidden from query i when j > i.
+    f.put("causal.out", sdpa(q, k, v, is_causal=True))
+    f.put("scale.out", sdpa(q, k, v, scale=0.3))
+    # An additive [4, 5] mask broadcast over batch and heads, -inf hiding some keys.
+    mask = f.normal((4, 5))
+    mask[0, 1] = -INF
+    mask[2, 0] = -INF
+    mask[2, 4] = -INF
+    f.put("mask.in0", mask)
+    f.put("mask.out", sdpa(q, k, v, attn_mask=mask))
+    f.put("mask_causal.out", sdpa(q, k, v, attn_mask=mask + torch.zeros(4, 5).masked_fill(
+        torch.ones(4, 5, dtype=torch.bool).triu(1), -INF)))
+    # Self-attention heads as views of one packed projection [2, 4, 3 * 24]:
+    # the test splits it as q, k, v = y.narrow(2, i * 24, 24).reshape(2, 4, 3, 8).transpose(1, 2).
+    y = f.put("packed.in0", f.normal((2, 4, 72)))
+    qs, ks, vs = (y.narrow(2, i * 24, 24).reshape(2, 4, 3, 8).transpose(1, 2) for i in range(3))
+    f.put("packed.out", sdpa(qs, ks, vs))
+    f.put("packed_causal.out", sdpa(qs, ks, vs, is_causal=True))
+    # Gradients of (out * g).sum() with respect to q, k, v and the mask.
+    qg, kg, vg, mg = (x.clone().requires_grad_() for x in (q, k, v, mask))
+    g = f.put("grad.in0", f.normal((2, 3, 4, 6)))
+    (sdpa(qg, kg, vg, attn_mask=mg) * g).sum().backward()
+    for name, x in (("q", qg), ("k", kg), ("v", vg), ("mask", mg)):
+        f.put(f"grad.{name}.out", x.grad)
+    # float64
+    q64, k64, v64 = (f.put(f"{n}64.in0", f.normal(s, 1.0, F64)) for n, s in
+                     (("q", (1, 2, 3, 4)), ("k", (1, 2, 6, 4)), ("v", (1, 2, 6, 5))))
+    f.put("f64.out", sdpa(q64, k64, v64))
+    f.put("f64_causal.out", sdpa(q64, k64, v64, is_causal=True))
+    return f
+
+
 def main():
     families = [
         gen_unary,
@@ -715,6 +756,7 @@ def main():
         gen_cmp,
         gen_reduce,
         gen_softmax,
+        gen_attention,
         gen_matmul,
         gen_index,
         gen_shape,

@@ -74,6 +74,7 @@ pub trait Device<E: crate::Float>:
     + crate::ops::pool::PoolKernel<E>
     + crate::ops::update::UpdateKernel<E>
     + crate::ops::fused::FusedKernel<E>
+    + crate::ops::attention::AttentionKernel<E>
 {
 }
 
@@ -90,5 +91,6 @@ impl<E: crate::Float, D> Device<E> for D where
         + crate::ops::pool::PoolKernel<E>
         + crate::ops::update::UpdateKernel<E>
         + crate::ops::fused::FusedKernel<E>
+        + crate::ops::attention::AttentionKernel<E>
 {
 }

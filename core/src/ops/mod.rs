@@ -3,6 +3,7 @@
 //! public methods and docs; backends implement the kernel traits in their own
 //! `ops/` folders. See `README.md` in this folder for how to add an op.
 
+pub mod attention;
 pub mod binary;
 pub mod cat;
 pub mod cmp;

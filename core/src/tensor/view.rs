@@ -257,17 +257,24 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: ExpandTo<S2>,
     {
-        let target = shape.dims();
-        let extra = target.len() - S::RANK;
+        self.try_expand_dims(&shape.dims())
+    }
+
+    /// [`Tensor::try_expand`] to sizes `target` given at run time, for
+    /// callers whose shape types cannot name the bound.
+    pub(crate) fn try_expand_dims<S2: Shape>(&self, target: &[usize]) -> Result<Tensor<S2, E, D>> {
+        let Some(extra) = target.len().checked_sub(S::RANK) else {
+            return Err(Error::shape("expand", fmt_dims(target), &self.layout.dims));
+        };
         for i in 0..S::RANK {
             let d = self.layout.dims[i];
             if d != target[extra + i] && d != 1 {
-                return Err(Error::shape("expand", fmt_dims(&target), &self.layout.dims));
+                return Err(Error::shape("expand", fmt_dims(target), &self.layout.dims));
             }
         }
         let (dims, ops) = (self.layout.dims, self.var.as_ref().map(|v| v.ops()));
         Ok(self.view_with_grad(
-            self.layout.broadcast_to(&target),
+            self.layout.broadcast_to(target),
             "expand",
             move |g| match ops {
                 Some(ops) => ops.sum_to(g, &dims),

@@ -170,6 +170,19 @@ pub(crate) enum ErasedMask<E: Float, D: Device<E>> {
     Add(Tensor<(Dyn, Dyn), E, D>),
 }
 
+impl<E: Float, D: Device<E>> ErasedMask<E, D> {
+    /// The mask in its additive form: `-inf` where a bool mask hides.
+    fn additive(&self) -> Tensor<(Dyn, Dyn), E, D> {
+        match self {
+            ErasedMask::Add(m) => m.clone(),
+            ErasedMask::Hide(m) => {
+                let zeros = Tensor::<(Dyn, Dyn), E, D>::zeros_on(m.shape(), m.device());
+                zeros.masked_fill(m, f64::NEG_INFINITY)
+            }
+        }
+    }
+}
+
 /// [`AttnMasks`] on erased sizes, owned: what the computation reads.
 pub(crate) struct Masks<E: Float, D: Device<E>> {
     pub key_padding: Option<ErasedMask<E, D>>,
@@ -473,9 +486,79 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         split.transpose::<1, 2>()
     }
 
-    /// The computation on erased sizes: the output `[batch, T, EMBED]` and
-    /// the attention weights `[batch, HEADS, T, S]` (after dropout).
+    /// The query, key and value heads `[batch, HEADS, len, EMBED / HEADS]`.
+    fn project_all(
+        &self,
+        query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+    ) -> [Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3] {
+        const { assert_heads(EMBED, HEADS) };
+        let one_input = [key, value]
+            .iter()
+            .all(|t| query.shares_storage(t) && query.layout() == t.layout());
+        if one_input {
+            self.project_packed(query)
+        } else {
+            [
+                self.project(query, 0),
+                self.project(key, 1),
+                self.project(value, 2),
+            ]
+        }
+    }
+
+    /// The heads' outputs `[batch, HEADS, T, EMBED / HEADS]` merged and
+    /// projected: `[batch, T, EMBED]`.
+    fn merge(
+        &self,
+        ctx: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+        query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+    ) -> Tensor<(Dyn, Dyn, C<EMBED>), E, D> {
+        let merged = ctx
+            .transpose::<1, 2>()
+            .contiguous()
+            .try_reshape_to((Dyn(query.size(0)), Dyn(query.size(1)), C::<EMBED>))
+            .expect("heads merge back into EMBED");
+        self.out_proj.forward(merged)
+    }
+
+    /// The computation on erased sizes: the output `[batch, T, EMBED]`. It
+    /// runs as [`Tensor::scaled_dot_product_attention`] (fused when nothing
+    /// needs a gradient), as PyTorch's `need_weights=False` does, unless the
+    /// weights take dropout or both masks are given.
     pub(crate) fn attend_erased(
+        &self,
+        query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        masks: &Masks<E, D>,
+    ) -> Tensor<(Dyn, Dyn, C<EMBED>), E, D> {
+        let dropout = self.training.is_on() && self.dropout > 0.0;
+        if dropout || (masks.attn.is_some() && masks.key_padding.is_some()) {
+            return self.attend_erased_weights(query, key, value, masks).0;
+        }
+        let [q, k, v] = self.project_all(query, key, value);
+        let (b, t, s) = (q.size(0), q.size(2), k.size(2));
+        let scores = (Dyn(b), Dyn(HEADS), Dyn(t), Dyn(s));
+        let mask = match (&masks.attn, &masks.key_padding) {
+            (Some(m), _) => Some(m.additive().expand(scores)),
+            (_, Some(m)) => {
+                let m = m
+                    .additive()
+                    .try_reshape_to((Dyn(b), Dyn(1), Dyn(1), Dyn(s)));
+                Some(m.expect("a [batch, S] mask").expand(scores))
+            }
+            (None, None) => None,
+        };
+        let ctx = q.scaled_dot_product_attention(&k, &v, mask.as_ref(), masks.causal, None);
+        self.merge(ctx, query)
+    }
+
+    /// The computation on erased sizes, as composed ops: the output
+    /// `[batch, T, EMBED]` and the attention weights `[batch, HEADS, T, S]`
+    /// (after dropout).
+    pub(crate) fn attend_erased_weights(
         &self,
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
@@ -485,19 +568,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
     ) {
-        const { assert_heads(EMBED, HEADS) };
-        let one_input = [key, value]
-            .iter()
-            .all(|t| query.shares_storage(t) && query.layout() == t.layout());
-        let [q, k, v] = if one_input {
-            self.project_packed(query)
-        } else {
-            [
-                self.project(query, 0),
-                self.project(key, 1),
-                self.project(value, 2),
-            ]
-        };
+        let [q, k, v] = self.project_all(query, key, value);
         // PyTorch scales the queries before the product.
         let scale = 1.0 / ((EMBED / HEADS) as f64).sqrt();
         let scores = masks.apply(q.mul_scalar(scale).matmul(&k.transpose::<2, 3>()));
@@ -505,11 +576,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         if self.training.is_on() && self.dropout > 0.0 {
             weights = self.drop.apply(weights, self.dropout);
         }
-        let ctx = weights.matmul(&v).transpose::<1, 2>().contiguous();
-        let merged = ctx
-            .try_reshape_to((Dyn(query.size(0)), Dyn(query.size(1)), C::<EMBED>))
-            .expect("heads merge back into EMBED");
-        (self.out_proj.forward(merged), weights)
+        (self.merge(weights.matmul(&v), query), weights)
     }
 
     /// Checks the sizes of one call and erases them.
@@ -575,7 +642,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Result<Tensor<(B, T, C<EMBED>), E, D>> {
         let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
-        Ok(restore(self.attend_erased(&q, &k, &v, &masks).0))
+        Ok(restore(self.attend_erased(&q, &k, &v, &masks)))
     }
 
     /// [`MultiheadAttention::attend_with`] that also returns the attention
@@ -595,7 +662,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
             Ok(p) => p,
             Err(e) => panic!("{e}"),
         };
-        let (y, w) = self.attend_erased(&q, &k, &v, &masks);
+        let (y, w) = self.attend_erased_weights(&q, &k, &v, &masks);
         AttnOutput {
             output: restore(y),
             weights: restore(w.mean::<1>()),

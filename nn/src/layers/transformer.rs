@@ -176,7 +176,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         masks: &Masks<E, D>,
     ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
         self.dropout1
-            .forward(self.self_attn.attend_erased(x, x, x, masks).0)
+            .forward(self.self_attn.attend_erased(x, x, x, masks))
     }
 
     fn ff_block(
@@ -343,7 +343,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         masks: &Masks<E, D>,
     ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
         self.dropout1
-            .forward(self.self_attn.attend_erased(x, x, x, masks).0)
+            .forward(self.self_attn.attend_erased(x, x, x, masks))
     }
 
     fn mha_block(
@@ -352,11 +352,8 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         memory: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
     ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        self.dropout2.forward(
-            self.multihead_attn
-                .attend_erased(x, memory, memory, masks)
-                .0,
-        )
+        self.dropout2
+            .forward(self.multihead_attn.attend_erased(x, memory, memory, masks))
     }
 
     fn ff_block(

@@ -36,7 +36,7 @@ const INNER_PAR_WORK: usize = 1 << 21;
 /// `v` itself when `T` and `U` are the same type.
 // A `Vec`, not a slice: an unsized `[T]` cannot be downcast through `Any`.
 #[allow(clippy::ptr_arg)]
-fn same_ref<T: 'static, U: 'static>(v: &Vec<T>) -> Option<&Vec<U>> {
+pub(crate) fn same_ref<T: 'static, U: 'static>(v: &Vec<T>) -> Option<&Vec<U>> {
     (v as &dyn Any).downcast_ref::<Vec<U>>()
 }
 

@@ -1,6 +1,7 @@
 //! One file per op family, each implementing its kernel trait from
 //! `forma_core::ops` for [`crate::Cpu`].
 
+mod attention;
 mod binary;
 mod cmp;
 mod conv;

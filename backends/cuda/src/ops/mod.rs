@@ -1,6 +1,7 @@
 //! The kernel traits of `forma_core::ops` for [`Cuda`](crate::Cuda), one
 //! folder per op: `mod.rs` (the launch) beside its `.cu` source.
 
+pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod cmp;
 pub(crate) mod conv;

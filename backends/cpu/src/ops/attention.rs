@@ -1,0 +1,296 @@
+//! [`AttentionKernel`] for [`Cpu`]: one task per head (and block of queries)
+//! computes its scores into a scratch buffer that stays in cache, turns them
+//! into weights in place (scale, mask, softmax) and multiplies them by the
+//! values, writing the result straight into the output's layout. Nothing of
+//! size `heads x T x S` is written to memory, and no head is copied to be
+//! split or merged.
+//!
+//! It runs for f32 and f64, which are their own accumulation types; f16 and
+//! bf16 take the composed ops, which round after each op as eager PyTorch
+//! does.
+
+use super::matmul::{gemm_into, same_ref, Operand};
+use super::reduce::{lane_sum, tree_reduce};
+use crate::{Cpu, PAR_CHUNK};
+use forma_core::dtype::Real;
+use forma_core::error::fmt_dims;
+use forma_core::ops::attention::AttentionKernel;
+use forma_core::{Error, Float, Layout, Result};
+use gemm::Parallelism;
+use rayon::prelude::*;
+use std::mem::MaybeUninit;
+
+/// Scores one task holds (256 KiB of f32): longer key sequences split the
+/// queries of a head into blocks of fewer rows.
+const SCORES: usize = 1 << 16;
+
+/// The output buffer, shared by the tasks, each of which writes its own
+/// disjoint set of elements.
+#[derive(Clone, Copy)]
+struct Dst<A>(*mut MaybeUninit<A>);
+
+// SAFETY: `Dst` is only a base pointer; the tasks it is sent to write
+// disjoint elements (their own head and query rows, and the output layout is
+// a bijection, checked in `attention`), and the buffer outlives them (rayon
+// joins before `fused` returns).
+unsafe impl<A: Send> Send for Dst<A> {}
+// SAFETY: as for `Send`: shared copies never touch the same element.
+unsafe impl<A: Send> Sync for Dst<A> {}
+
+impl<A> Dst<A> {
+    /// Writes `x` at offset `i`.
+    ///
+    /// # Safety
+    /// `i` must be inside the buffer, and no other task may write it.
+    unsafe fn write(self, i: usize, x: A) {
+        // SAFETY: as the caller promises.
+        unsafe { self.0.add(i).write(MaybeUninit::new(x)) };
+    }
+}
+
+/// `v` in its accumulation type, when that is its own type (f32, f64).
+fn acc<E: Float>(v: &Vec<E>) -> Option<&[E::Acc]> {
+    same_ref::<E, E::Acc>(v).map(Vec::as_slice)
+}
+
+/// One operand: its elements and its `[b, h, rows, cols]` layout.
+type Operand4<'a, A> = (&'a [A], &'a Layout);
+
+/// Whether `l` is a row-major layout of its dims with the axes permuted: then
+/// its offsets cover `0..numel` exactly once.
+fn is_permuted_dense(l: &Layout) -> bool {
+    let mut axes: Vec<usize> = (0..l.rank()).filter(|&i| l.dims[i] > 1).collect();
+    axes.sort_by_key(|&i| std::cmp::Reverse(l.strides[i]));
+    let mut expect = 1;
+    for &i in axes.iter().rev() {
+        if l.strides[i] != expect {
+            return false;
+        }
+        expect *= l.dims[i];
+    }
+    l.offset == 0
+}
+
+/// Scale, mask and softmax of one block of score rows in place: row `i` of
+/// `scores` (`s` long) is query `r0 + i`; `mask_row(r)` is the offset of the
+/// mask's row for query `r`.
+#[inline(always)]
+fn weights<A: Real>(
+    scores: &mut [A],
+    s: usize,
+    r0: usize,
+    scale: A,
+    mask: Option<(&[A], usize)>,
+    mask_row: &dyn Fn(usize) -> usize,
+    causal: bool,
+) {
+    for (i, row) in scores.chunks_exact_mut(s).enumerate() {
+        let r = r0 + i;
+        // Keys after `r` are hidden under the causal mask.
+        let seen = if causal { (r + 1).min(s) } else { s };
+        let (row, hidden) = row.split_at_mut(seen);
+        match mask {
+            Some((m, ms)) => {
+                let base = mask_row(r);
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = *x * scale + m[base + j * ms];
+                }
+            }
+            None => row.iter_mut().for_each(|x| *x = *x * scale),
+        }
+        let max = tree_reduce(row, A::neg_infinity(), &|v: A| v, &|a: A, b: A| {
+            if a > b || a.is_nan() {
+                a
+            } else {
+                b
+            }
+        });
+        row.iter_mut().for_each(|x| *x = (*x - max).exp_fast());
+        let inv = A::one() / lane_sum(row, |e: A| e);
+        row.iter_mut().for_each(|x| *x = *x * inv);
+        hidden.iter_mut().for_each(|x| *x = A::zero());
+    }
+}
+
+/// [`weights`] compiled for AVX2 and FMA, so the exponentials run 8 wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn weights_avx2<A: Real>(
+    scores: &mut [A],
+    s: usize,
+    r0: usize,
+    scale: A,
+    mask: Option<(&[A], usize)>,
+    mask_row: &dyn Fn(usize) -> usize,
+    causal: bool,
+) {
+    weights(scores, s, r0, scale, mask, mask_row, causal);
+}
+
+/// [`weights`], vectorised for the CPU it runs on.
+fn run_weights<A: Real>(
+    scores: &mut [A],
+    s: usize,
+    r0: usize,
+    scale: A,
+    mask: Option<(&[A], usize)>,
+    mask_row: &dyn Fn(usize) -> usize,
+    causal: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has the features `weights_avx2` is compiled for.
+        unsafe { weights_avx2(scores, s, r0, scale, mask, mask_row, causal) };
+        return;
+    }
+    weights(scores, s, r0, scale, mask, mask_row, causal);
+}
+
+/// The fused attention on accumulation-type operands; `out` has been checked
+/// to be a permuted dense layout of `[b, h, t, dv]`.
+fn fused<A: Real>(
+    q: Operand4<'_, A>,
+    k: Operand4<'_, A>,
+    v: Operand4<'_, A>,
+    mask: Option<Operand4<'_, A>>,
+    causal: bool,
+    scale: A,
+    out: &Layout,
+) -> Vec<A> {
+    let (lq, lk, lv) = (q.1, k.1, v.1);
+    let [b, h, t, dk] = [lq.dims[0], lq.dims[1], lq.dims[2], lq.dims[3]];
+    let (s, dv) = (lk.dims[2], lv.dims[3]);
+    let rows = (SCORES / s).clamp(1, t);
+    let blocks = t.div_ceil(rows);
+    let numel = out.numel();
+    let mut vec: Vec<A> = Vec::with_capacity(numel);
+    let dst = Dst(vec.spare_capacity_mut().as_mut_ptr());
+    let os = out.strides;
+    let task = |i: usize, (scores, local): &mut (Vec<A>, Vec<A>)| {
+        let (bh, blk) = (i / blocks, i % blocks);
+        let (bi, hi) = (bh / h, bh % h);
+        let r0 = blk * rows;
+        let m = rows.min(t - r0);
+        let at = |l: &Layout| l.offset + bi * l.strides[0] + hi * l.strides[1];
+        let qo = Operand {
+            data: q.0,
+            off: at(lq) + r0 * lq.strides[2],
+            rs: lq.strides[2],
+            cs: lq.strides[3],
+        };
+        // k^T: element (p, j) is key j's p-th entry.
+        let kt = Operand {
+            data: k.0,
+            off: at(lk),
+            rs: lk.strides[3],
+            cs: lk.strides[2],
+        };
+        let scores = &mut scores[..m * s];
+        gemm_into(scores, m, s, dk, qo, kt, Parallelism::None);
+        let mask_row = |r: usize| mask.map_or(0, |(_, lm)| at(lm) + r * lm.strides[2]);
+        let m_view = mask.map(|(d, lm)| (d, lm.strides[3]));
+        run_weights(scores, s, r0, scale, m_view, &mask_row, causal);
+        let p = Operand {
+            data: &*scores,
+            off: 0,
+            rs: s,
+            cs: 1,
+        };
+        let vo = Operand {
+            data: v.0,
+            off: at(lv),
+            rs: lv.strides[2],
+            cs: lv.strides[3],
+        };
+        let local = &mut local[..m * dv];
+        gemm_into(local, m, dv, s, p, vo, Parallelism::None);
+        let base = bi * os[0] + hi * os[1];
+        for (i, row) in local.chunks_exact(dv).enumerate() {
+            let o = base + (r0 + i) * os[2];
+            for (d, &x) in row.iter().enumerate() {
+                // SAFETY: `o + d * os[3]` is the offset of element
+                // (bi, hi, r0 + i, d) of `out`, inside `0..numel` (a
+                // permuted dense layout), and only this task writes it.
+                unsafe { dst.write(o + d * os[3], x) };
+            }
+        }
+    };
+    let scratch = || (vec![A::zero(); rows * s], vec![A::zero(); rows * dv]);
+    let tasks = b * h * blocks;
+    let work = rows * s * (dk + dv);
+    if rayon::current_num_threads() > 1 && tasks > 1 && tasks * work >= 2 * PAR_CHUNK {
+        (0..tasks)
+            .into_par_iter()
+            .with_min_len((PAR_CHUNK / work).max(1))
+            .for_each_init(scratch, |sc, i| task(i, sc));
+    } else {
+        let mut sc = scratch();
+        (0..tasks).for_each(|i| task(i, &mut sc));
+    }
+    // SAFETY: the tasks wrote every element of `out` (each (b, h, query)
+    // row once, `out` being a bijection onto `0..numel`).
+    unsafe { vec.set_len(numel) };
+    vec
+}
+
+impl<E: Float> AttentionKernel<E> for Cpu {
+    fn attention(
+        &self,
+        q: (&Vec<E>, &Layout),
+        k: (&Vec<E>, &Layout),
+        v: (&Vec<E>, &Layout),
+        mask: Option<(&Vec<E>, &Layout)>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+    ) -> Result<Option<Vec<E>>> {
+        let (Some(qa), Some(ka), Some(va)) = (acc(q.0), acc(k.0), acc(v.0)) else {
+            return Ok(None);
+        };
+        let ma = match mask {
+            Some((m, lm)) => match acc(m) {
+                Some(m) => Some((m, lm)),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        let (lq, lk, lv) = (q.1, k.1, v.1);
+        let fits = lq.rank() == 4
+            && lk.rank() == 4
+            && lv.rank() == 4
+            && lk.dims[..2] == lq.dims[..2]
+            && lk.dims[3] == lq.dims[3]
+            && lv.dims[..3] == lk.dims[..3]
+            && out.dims[..] == [lq.dims[0], lq.dims[1], lq.dims[2], lv.dims[3]]
+            && mask.is_none_or(|(_, lm)| {
+                lm.dims[..] == [lq.dims[0], lq.dims[1], lq.dims[2], lk.dims[2]]
+            })
+            && is_permuted_dense(out);
+        if !fits {
+            return Err(Error::invalid(
+                "scaled_dot_product_attention",
+                format!(
+                    "operands {}, {}, {} and output {} are not [b, h, t, dk], [b, h, s, dk], [b, h, s, dv] and a dense [b, h, t, dv]",
+                    fmt_dims(&lq.dims),
+                    fmt_dims(&lk.dims),
+                    fmt_dims(&lv.dims),
+                    fmt_dims(&out.dims)
+                ),
+            ));
+        }
+        if out.numel() == 0 || lk.dims[2] == 0 {
+            // The composed ops give PyTorch's answer for empty operands.
+            return Ok(None);
+        }
+        let y = fused(
+            (qa, lq),
+            (ka, lk),
+            (va, lv),
+            ma,
+            causal,
+            E::Acc::c(scale),
+            out,
+        );
+        Ok(Some(super::matmul::from_acc_vec::<E>(y)))
+    }
+}
