@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the PyTorch golden values the `tests/ops_*.rs` suites compare against.
+"""Writes the PyTorch golden values the `tests/suite/ops_*.rs` suites compare against.
 
 Run from the repository root:
 

@@ -8,8 +8,8 @@ Run from the repository root:
 Needs `torch`, `safetensors` and `numpy` (`pip install safetensors numpy`).
 It writes two files to `tools/fixtures/` and prints their sizes:
 
-    grad_ops.safetensors        read by tests/grad_ops.rs (one case per op/variant)
-    grad_composite.safetensors  read by tests/grad_composite.rs (MLP, attention)
+    grad_ops.safetensors        read by tests/suite/grad_ops.rs (one case per op/variant)
+    grad_composite.safetensors  read by tests/suite/grad_composite.rs (MLP, attention)
 
 Each file's metadata records
 `{"torch": torch.__version__, "generator": "tools/gen_grad_fixtures.py"}`.

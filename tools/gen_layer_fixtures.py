@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the PyTorch golden values that `tests/nn_layer_parity.rs` compares
+"""Writes the PyTorch golden values that `tests/suite/nn_layer_parity.rs` compares
 the nn layers against, to `tools/fixtures/layers.safetensors`.
 
 Run from the repository root:

@@ -7,8 +7,8 @@ Run from the repository root:
 
 Needs `torch` and `safetensors`. It writes two files to `tools/fixtures/`:
 
-    losses.safetensors  read by tests/nn_loss_parity.rs (one case per loss/options/reduction)
-    init.safetensors    read by tests/nn_init.rs (fans and gains from torch.nn.init)
+    losses.safetensors  read by tests/suite/nn_loss_parity.rs (one case per loss/options/reduction)
+    init.safetensors    read by tests/suite/nn_init.rs (fans and gains from torch.nn.init)
 
 Each file's metadata records
 `{"torch": torch.__version__, "generator": "tools/gen_loss_fixtures.py"}`.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the PyTorch golden values of the optimizer, gradient-clipping,
-scheduler and training suites (`tests/nn_optim_parity.rs`,
-`tests/nn_train_parity.rs`).
+scheduler and training suites (`tests/suite/nn_optim_parity.rs`,
+`tests/suite/nn_train_parity.rs`).
 
 Run from the repository root:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the PyTorch golden values `tests/nn_seq_parity.rs` compares against:
+"""Writes the PyTorch golden values `tests/suite/nn_seq_parity.rs` compares against:
 MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, LSTM and
 GRU, in float64, forward outputs and gradients.
 

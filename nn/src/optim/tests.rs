@@ -1,6 +1,6 @@
 //! The optimizers' bookkeeping: option checks, tied parameters, invalid
 //! steps refused before anything is written, option text round trips.
-//! (Their numbers against PyTorch are in `tests/nn_optim_parity.rs`.)
+//! (Their numbers against PyTorch are in `tests/suite/nn_optim_parity.rs`.)
 
 use super::*;
 use forma_core::{Tensor, C};

@@ -1,5 +1,5 @@
 //! Scheduler options and state checks. (Their learning rates against
-//! PyTorch are in `tests/nn_optim_parity.rs`.)
+//! PyTorch are in `tests/suite/nn_optim_parity.rs`.)
 
 use super::*;
 use crate::optim::{Sgd, SgdOptions};

@@ -11,7 +11,7 @@
 //! chain computed on plain `Vec` indices, with `contiguous()`, a unary and a
 //! binary op on the resulting view.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::layout::broadcast_dims;

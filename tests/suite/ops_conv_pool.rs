@@ -9,7 +9,7 @@
 //! pooling exact (it picks a value), average pooling rtol 1e-5 / atol 1e-6,
 //! f64 1e-12.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::ops::conv::add_channel_bias;

@@ -7,7 +7,7 @@
 //! Selected values are copies and compare exactly; scatter_add sums compare
 //! with f32 rtol 1e-5 / atol 1e-6, f64 1e-12.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::{Error, Tensor};

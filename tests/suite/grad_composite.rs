@@ -14,8 +14,7 @@
 //! differences) with respect to every input, and the MLP's gradients must
 //! accumulate over two backward passes and clear with `zero_grad`.
 
-#[allow(unused_macros)] // `device_tests!` is not used here
-mod common;
+use crate::common;
 
 use common::{Fixture, Tol};
 use forma::core::shape::BroadcastShape;

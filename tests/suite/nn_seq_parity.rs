@@ -15,8 +15,7 @@
 //! parameter, within rtol 1e-9 / atol 1e-12 (the same math in another
 //! summation order; PyTorch's attention may take a fused kernel).
 
-#[allow(unused_macros)] // `device_tests!` is not used here
-mod common;
+use crate::common;
 
 use common::{close, Checks, Fixture, Tol};
 use forma::core::TensorData;

@@ -11,8 +11,7 @@
 //!   1e-12 in f64), for wide, tall and conv-shaped weights;
 //! - the same seed gives the same values and another seed others.
 
-#[allow(unused_macros)] // `device_tests!` is not used here
-mod common;
+use crate::common;
 
 use common::Fixture;
 use forma::nn::init::{

@@ -8,7 +8,7 @@
 //! helpers themselves. Tolerances: constructors f32 rtol 1e-5 / atol 1e-6
 //! (PyTorch computes linspace steps in f32), f64 1e-12, casts exact.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::{Error, Tensor};

@@ -30,8 +30,7 @@
 //! conv2d/conv1d/max_pool2d/avg_pool2d (and `add_channel_bias`) have no
 //! backward yet: their tests fail until it lands, by design.
 
-#[allow(unused_macros)] // `device_tests!` is not used here
-mod common;
+use crate::common;
 
 use common::{Fixture, FixtureElem, Tol};
 use forma::core::ops::conv::add_channel_bias;

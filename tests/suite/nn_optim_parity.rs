@@ -10,8 +10,7 @@
 //! - Schedulers: both groups' learning rates (and momenta for 1cycle) after
 //!   construction and each of 30 steps, within 1e-12 in f64.
 
-#[allow(unused_macros)] // `device_tests!` is for the per-device suites
-mod common;
+use crate::common;
 
 use common::Fixture;
 use forma::core::TensorData;

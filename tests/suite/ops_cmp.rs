@@ -3,7 +3,7 @@
 //! operands, non-contiguous views, size-0 dims and f64. Masks compare
 //! exactly; selected values are copies, so they compare exactly too.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::device::Device;

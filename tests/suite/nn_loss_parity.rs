@@ -14,8 +14,7 @@
 //! - `errors::*`: bad class indices, sizes, options and probabilities give
 //!   `LossError` values, and the plain forms panic with the same message.
 
-#[allow(unused_macros)] // `device_tests!` is not used here
-mod common;
+use crate::common;
 
 use common::{Checks, Fixture, FixtureElem, Tol, F32_TOL};
 use forma::core::shape::HasAxis;

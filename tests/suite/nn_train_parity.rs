@@ -10,8 +10,7 @@
 //!   bit-identical to an uninterrupted 10-step run (for every optimizer, with
 //!   a scheduler).
 
-#[allow(unused_macros)] // `device_tests!` is for the per-device suites
-mod common;
+use crate::common;
 
 use common::Fixture;
 use forma::core::TensorData;

@@ -4,7 +4,7 @@
 //! NaN), on size-0 and size-1 axes, and in f64.
 //! Tolerances: f32 rtol 1e-5 / atol 1e-6, f64 1e-12.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::device::Device;

@@ -5,7 +5,7 @@
 //! size-0 and size-1 axes, and f64. One test per op, each over every case.
 //! Tolerances: f32 rtol 1e-5 / atol 1e-6, f64 1e-12, indices exact.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::ops::reduce::ReduceOp;

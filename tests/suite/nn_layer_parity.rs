@@ -23,7 +23,7 @@
 //! the default initialisations have PyTorch's bounds; an embedding index out
 //! of range is an error value.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::ops::conv::ConvTranspose2dParams;

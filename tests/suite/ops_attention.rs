@@ -9,7 +9,7 @@
 //! than keys under the causal mask, and the output's layout.
 //! Tolerances: f32 rtol/atol 1e-5 (sums of products), f64 1e-12.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::tape::no_grad;

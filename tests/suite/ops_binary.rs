@@ -6,7 +6,7 @@
 //! time, f64; the `+ - * /` operators; runtime shape errors.
 //! Tolerances: f32 rtol 1e-5 / atol 1e-6, f64 1e-12.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::device::Device;

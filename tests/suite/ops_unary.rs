@@ -4,7 +4,7 @@
 //! f64/f16/bf16. Tolerances: f32 rtol 1e-5 / atol 1e-6, f64 1e-12, f16 and
 //! bf16 two units in the last place.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::device::Device;

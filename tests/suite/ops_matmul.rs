@@ -6,7 +6,7 @@
 //! Tolerances: f32 rtol 1e-5 / atol 1e-5 (sums of products accumulate in a
 //! different order than PyTorch's BLAS), f64 1e-12.
 
-mod common;
+use crate::common;
 
 use common::*;
 use forma::core::device::Device;

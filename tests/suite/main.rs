@@ -1,0 +1,37 @@
+//! Forma's integration tests, as one test binary: one module per area (the
+//! file of the same name). One binary compiles and links the library's
+//! generic code once rather than once per file, which keeps CI's build short.
+//! Tests that need a process of their own (`tape_memory`, whose counters are
+//! process-wide) and the CUDA suite (`cuda_ops`) stay separate binaries.
+//!
+//! Run one area with `cargo test --test suite ops_softmax::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod autograd;
+mod checkpoint_hostile;
+mod checkpoint_resume;
+mod display;
+mod grad_composite;
+mod grad_ops;
+mod nn_data;
+mod nn_init;
+mod nn_layer_parity;
+mod nn_layers;
+mod nn_loss_parity;
+mod nn_optim_parity;
+mod nn_seq_parity;
+mod nn_train_parity;
+mod ops_attention;
+mod ops_binary;
+mod ops_cmp;
+mod ops_conv_pool;
+mod ops_create;
+mod ops_fused;
+mod ops_index;
+mod ops_matmul;
+mod ops_reduce;
+mod ops_shape;
+mod ops_softmax;
+mod ops_unary;
