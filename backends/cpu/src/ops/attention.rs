@@ -71,27 +71,33 @@ fn is_permuted_dense(l: &Layout) -> bool {
     l.offset == 0
 }
 
-/// Scale, mask and softmax of one block of score rows in place: row `i` of
-/// `scores` (`s` long) is query `r0 + i`; `mask_row(r)` is the offset of the
-/// mask's row for query `r`.
-#[inline(always)]
-fn weights<A: Real>(
-    scores: &mut [A],
+/// How one head's score rows become weights.
+struct Rows<'a, A> {
+    /// Keys: the length of a row.
     s: usize,
-    r0: usize,
+    /// The factor on every score.
     scale: A,
-    mask: Option<(&[A], usize)>,
-    mask_row: &dyn Fn(usize) -> usize,
+    /// The additive mask's storage and its stride along the keys.
+    mask: Option<(&'a [A], usize)>,
+    /// The offset of the mask's row for a query.
+    mask_row: &'a dyn Fn(usize) -> usize,
+    /// Whether keys after the query are hidden.
     causal: bool,
-) {
+}
+
+/// Scale, mask and softmax of one block of score rows in place: row `i` of
+/// `scores` is query `r0 + i`.
+#[inline(always)]
+fn weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
+    let (s, scale) = (rows.s, rows.scale);
     for (i, row) in scores.chunks_exact_mut(s).enumerate() {
         let r = r0 + i;
         // Keys after `r` are hidden under the causal mask.
-        let seen = if causal { (r + 1).min(s) } else { s };
+        let seen = if rows.causal { (r + 1).min(s) } else { s };
         let (row, hidden) = row.split_at_mut(seen);
-        match mask {
+        match rows.mask {
             Some((m, ms)) => {
-                let base = mask_row(r);
+                let base = (rows.mask_row)(r);
                 for (j, x) in row.iter_mut().enumerate() {
                     *x = *x * scale + m[base + j * ms];
                 }
@@ -115,35 +121,19 @@ fn weights<A: Real>(
 /// [`weights`] compiled for AVX2 and FMA, so the exponentials run 8 wide.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn weights_avx2<A: Real>(
-    scores: &mut [A],
-    s: usize,
-    r0: usize,
-    scale: A,
-    mask: Option<(&[A], usize)>,
-    mask_row: &dyn Fn(usize) -> usize,
-    causal: bool,
-) {
-    weights(scores, s, r0, scale, mask, mask_row, causal);
+fn weights_avx2<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
+    weights(scores, r0, rows);
 }
 
 /// [`weights`], vectorised for the CPU it runs on.
-fn run_weights<A: Real>(
-    scores: &mut [A],
-    s: usize,
-    r0: usize,
-    scale: A,
-    mask: Option<(&[A], usize)>,
-    mask_row: &dyn Fn(usize) -> usize,
-    causal: bool,
-) {
+fn run_weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has the features `weights_avx2` is compiled for.
-        unsafe { weights_avx2(scores, s, r0, scale, mask, mask_row, causal) };
+        unsafe { weights_avx2(scores, r0, rows) };
         return;
     }
-    weights(scores, s, r0, scale, mask, mask_row, causal);
+    weights(scores, r0, rows);
 }
 
 /// The fused attention on accumulation-type operands; `out` has been checked
@@ -188,8 +178,14 @@ fn fused<A: Real>(
         let scores = &mut scores[..m * s];
         gemm_into(scores, m, s, dk, qo, kt, Parallelism::None);
         let mask_row = |r: usize| mask.map_or(0, |(_, lm)| at(lm) + r * lm.strides[2]);
-        let m_view = mask.map(|(d, lm)| (d, lm.strides[3]));
-        run_weights(scores, s, r0, scale, m_view, &mask_row, causal);
+        let how = Rows {
+            s,
+            scale,
+            mask: mask.map(|(d, lm)| (d, lm.strides[3])),
+            mask_row: &mask_row,
+            causal,
+        };
+        run_weights(scores, r0, &how);
         let p = Operand {
             data: &*scores,
             off: 0,
