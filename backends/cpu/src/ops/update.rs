@@ -9,7 +9,7 @@ use forma_core::{Float, Layout, Result};
 use rayon::prelude::*;
 
 /// Elements per block: a fixed trip count the compiler vectorises (whole
-/// blocks in place, the tail staged in local arrays of this length).
+/// blocks in place, the tail through zero-padded local copies).
 const BLOCK: usize = 64;
 
 impl<E: Float> UpdateKernel<E> for Cpu {
@@ -82,57 +82,47 @@ fn run_avx2<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], s: [&mut
 
 /// The rule over one chunk, `BLOCK` elements at a time: whole blocks in
 /// place through fixed-size views (which the compiler vectorises, checking
-/// at run time that the buffers do not overlap), the tail staged in local
-/// arrays.
+/// at run time that the buffers do not overlap), the tail through the same
+/// block on zero-padded local copies.
 #[inline(always)]
 fn run<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], mut s: [&mut [E]; N]) {
     let whole = g.len() - g.len() % BLOCK;
     for start in (0..whole).step_by(BLOCK) {
-        let block = |x: &[E]| -> [E; BLOCK] {
-            <[E; BLOCK]>::try_from(&x[start..start + BLOCK]).expect("a whole block")
-        };
-        let gb = block(g);
-        let mut sb: [&mut [E; BLOCK]; N] = s.each_mut().map(|x| {
+        let gb = <&[E; BLOCK]>::try_from(&g[start..start + BLOCK]).expect("a whole block");
+        let sb = s.each_mut().map(|x| {
             <&mut [E; BLOCK]>::try_from(&mut x[start..start + BLOCK]).expect("a whole block")
         });
-        for j in 0..BLOCK {
-            let mut v: [E::Acc; N] = std::array::from_fn(|k| sb[k][j].to_acc());
-            op.apply(gb[j].to_acc(), &mut v);
-            for (b, x) in sb.iter_mut().zip(v) {
-                b[j] = E::from_acc(x);
-            }
-        }
+        block(op, gb, sb);
     }
-    if whole < g.len() {
-        tail(op, &g[whole..], s.map(|x| &mut x[whole..]));
+    let rest = g.len() - whole;
+    if rest > 0 {
+        // The last partial block, padded with zeros (whose results are not
+        // copied back) so that it runs the same fixed-length loop.
+        let mut gb = [E::default(); BLOCK];
+        gb[..rest].copy_from_slice(&g[whole..]);
+        let mut sb = [[E::default(); BLOCK]; N];
+        for (b, x) in sb.iter_mut().zip(s.iter()) {
+            b[..rest].copy_from_slice(&x[whole..]);
+        }
+        block(op, &gb, sb.each_mut());
+        for (b, x) in sb.iter().zip(s.iter_mut()) {
+            x[whole..].copy_from_slice(&b[..rest]);
+        }
     }
 }
 
-/// The last partial block: widened into zero-padded local arrays, the rule
-/// over the whole array (a fixed trip count), the used part rounded back.
+/// The rule over one block in place: widen, apply, round back.
 #[inline(always)]
-fn tail<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], mut s: [&mut [E]; N]) {
-    let zero = <E::Acc as num_traits::Zero>::zero();
-    let mut gb = [zero; BLOCK];
-    let mut sb = [[zero; BLOCK]; N];
-    for (d, x) in gb.iter_mut().zip(g) {
-        *d = x.to_acc();
-    }
-    for (b, src) in sb.iter_mut().zip(s.iter()) {
-        for (d, x) in b.iter_mut().zip(src.iter()) {
-            *d = x.to_acc();
-        }
-    }
+fn block<E: Float, const N: usize, Op: UpdateOp<N>>(
+    op: Op,
+    g: &[E; BLOCK],
+    mut s: [&mut [E; BLOCK]; N],
+) {
     for j in 0..BLOCK {
-        let mut v: [E::Acc; N] = std::array::from_fn(|k| sb[k][j]);
-        op.apply(gb[j], &mut v);
-        for (b, x) in sb.iter_mut().zip(v) {
-            b[j] = x;
-        }
-    }
-    for (b, dst) in sb.iter().zip(s.iter_mut()) {
-        for (d, x) in dst.iter_mut().zip(b) {
-            *d = E::from_acc(*x);
+        let mut v: [E::Acc; N] = std::array::from_fn(|k| s[k][j].to_acc());
+        op.apply(g[j].to_acc(), &mut v);
+        for (b, x) in s.iter_mut().zip(v) {
+            b[j] = E::from_acc(x);
         }
     }
 }
