@@ -214,10 +214,23 @@ fn composed<E: Float, D: crate::device::Device<E>>(
         scores = &scores + &m;
     }
     if is_causal {
-        let (t, s) = (scores.size(2), scores.size(3));
-        let hide: Vec<bool> = (0..t).flat_map(|i| (0..s).map(move |j| j > i)).collect();
-        let hide = Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), &q.device)?;
+        let hide = causal_mask(scores.size(2), scores.size(3), &q.device)?;
         scores = scores.try_masked_fill(&hide, f64::NEG_INFINITY)?;
     }
     scores.softmax::<3>().try_matmul(&v)
+}
+
+/// The causal mask of `t` queries over `s` keys, `true` where key `j` is
+/// hidden from query `i` (`j > i`), like
+/// `torch.ones(t, s, dtype=torch.bool).triu(1)`.
+///
+/// # Errors
+/// When the device cannot hold it.
+pub fn causal_mask<D: Backend>(
+    t: usize,
+    s: usize,
+    device: &D,
+) -> Result<Tensor<(Dyn, Dyn), bool, D>> {
+    let hide: Vec<bool> = (0..t).flat_map(|i| (0..s).map(move |j| j > i)).collect();
+    Tensor::from_vec_on(hide, (Dyn(t), Dyn(s)), device)
 }

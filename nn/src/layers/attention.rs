@@ -6,6 +6,7 @@ use super::check::assert_heads;
 use super::{fan_in_uniform, filled, restore, Linear};
 use crate::{Forward, Training};
 use forma_core::device::Device;
+use forma_core::ops::attention::causal_mask;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Shape, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
@@ -210,11 +211,8 @@ impl<E: Float, D: Device<E>> Masks<E, D> {
             None => {}
         }
         if self.causal {
-            let (t, s) = (scores.size(2), scores.size(3));
-            let hide: Vec<bool> = (0..t).flat_map(|i| (0..s).map(move |j| j > i)).collect();
-            let hide =
-                Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), scores.device())
-                    .expect("the mask has t * s entries");
+            let hide = causal_mask(scores.size(2), scores.size(3), scores.device())
+                .expect("the mask has t * s entries");
             scores = scores.masked_fill(&hide, f64::NEG_INFINITY);
         }
         scores
