@@ -56,14 +56,8 @@ pub trait AttentionKernel<E: Float>: Backend {
 /// The output layout of a fused call: `[b, h, t, dv]` stored as
 /// `[b, t, h, dv]`, so that merging the heads back (`transpose(1, 2)` and a
 /// reshape to `[b, t, h * dv]`) is a view, not a copy.
-fn heads_inner(dims: [usize; 4]) -> Layout {
-    let [_, h, t, dv] = dims;
-    let mut l = Layout::contiguous(&dims);
-    l.strides[3] = 1;
-    l.strides[1] = dv;
-    l.strides[2] = h * dv;
-    l.strides[0] = t * h * dv;
-    l
+fn heads_inner([b, h, t, dv]: [usize; 4]) -> Layout {
+    Layout::contiguous(&[b, t, h, dv]).swap(1, 2)
 }
 
 impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
