@@ -1,29 +1,35 @@
-//! Kernel throughput: square f32 matmul (GFLOP/s) and a fused-looking
-//! elementwise chain `gelu(x * w + b)` (GB/s). Run with
-//! `cargo bench -p forma-benches --bench kernels`.
+//! Kernel throughput: f32 matmul (GFLOP/s, the median and the best of the
+//! repetitions: on a shared machine the best shows what the kernel can do)
+//! and a fused-looking elementwise chain `gelu(x * w + b)` (GB/s). Run with
+//! `cargo bench -p forma-benches --bench kernels`; `RAYON_NUM_THREADS=1`
+//! measures one thread.
 
 use forma::prelude::*;
-use forma_benches::median_secs;
+use forma_benches::{median_secs, Sample};
 
-fn matmul(n: usize, rng: &mut Rng) {
-    let a = Tensor::<(Dyn, Dyn)>::randn((Dyn(n), Dyn(n)), rng);
-    let b = Tensor::<(Dyn, Dyn)>::randn((Dyn(n), Dyn(n)), rng);
-    let rounds = if n >= 1024 { 5 } else { 21 };
-    let t = median_secs(2, rounds, || {
+fn matmul(m: usize, k: usize, n: usize, rng: &mut Rng) {
+    let a = Tensor::<(Dyn, Dyn)>::randn((Dyn(m), Dyn(k)), rng);
+    let b = Tensor::<(Dyn, Dyn)>::randn((Dyn(k), Dyn(n)), rng);
+    let flops = 2.0 * (m * k * n) as f64;
+    let rounds = (2e10 / flops).clamp(5.0, 101.0) as usize;
+    let ms = Sample::time(2, rounds, || {
         std::hint::black_box(a.matmul(&b));
     });
+    let gflops = |ms: f64| flops / ms / 1e6;
     println!(
-        "matmul f32 {n:>4}x{n:<4}  {:>8.1} GFLOP/s  ({:.3} ms)",
-        2.0 * (n as f64).powi(3) / t / 1e9,
-        t * 1e3
+        "matmul f32 {m:>4}x{k:<4} @ {k:>4}x{n:<4}  {:>7.1} GFLOP/s median, {:>7.1} best  ({:.3} ms)",
+        gflops(ms.median()),
+        gflops(ms.min_max().0),
+        ms.median()
     );
 }
 
 fn main() {
     let mut rng = Rng::seed_from(0);
     for n in [128, 256, 512, 1024] {
-        matmul(n, &mut rng);
+        matmul(n, n, n, &mut rng);
     }
+    matmul(64, 784, 512, &mut rng);
     let n = 1 << 22;
     let x = Tensor::<(Dyn,)>::randn((Dyn(n),), &mut rng);
     let w = Tensor::<(Dyn,)>::randn((Dyn(n),), &mut rng);

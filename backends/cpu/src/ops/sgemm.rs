@@ -1,10 +1,14 @@
-//! Forma's own f32 matrix product for x86_64 with AVX2 and FMA.
+//! Forma's own f32 matrix product for x86_64 with AVX2 and FMA, or AVX-512.
 //!
 //! The classic blocked design (Goto / BLIS): the right operand is packed into
-//! `kc x 16` column panels, the left operand is read in `6 x kc` row panels
+//! `kc x NR` column panels, the left operand is read in `MR x kc` row panels
 //! (packed into a contiguous buffer when it is reused across many column
-//! panels or strided badly, read in place otherwise), and a 6x16
-//! register-blocked microkernel keeps its 12 accumulators in `ymm` registers.
+//! panels or strided badly, read in place otherwise), and a register-blocked
+//! microkernel keeps its `MR x NR` accumulators in vector registers: 6x16 in
+//! `ymm` registers with AVX2 ([`Avx2`]), 8x32 in `zmm` registers with
+//! AVX-512 ([`Avx512`]), picked at run time. Only the microkernel and the
+//! block sizes differ between the two ([`Kernel`]); packing, blocking and
+//! threading are written once.
 //! Packing reads any non-negative strides (8x8 register transposes for the
 //! transposed views of linear layers), so transposed and broadcast views are
 //! never copied whole, and pads partial panels with zeros so the microkernel
@@ -12,9 +16,8 @@
 //! Shapes that tile much better the other way round (m = 16, narrow outputs)
 //! are computed as `dst^T = b^T @ a^T`.
 //!
-//! Block sizes follow the cache hierarchy of the AVX2 cores this targets
-//! (32 KiB L1d, 512 KiB L2): a `kc x 16` panel of the right operand (32 KiB
-//! at `kc = 512`) is streamed from L1 while the microkernel walks down the
+//! Block sizes follow the cache hierarchy: a `kc x NR` panel of the right
+//! operand (32 KiB) is streamed from L1 while the microkernel walks down the
 //! rows, and an `mc x kc` block of the left operand stays in L2. A deep `kc`
 //! halves the read-modify-write passes over the output.
 //!
@@ -29,28 +32,65 @@
 //! thread-local buffers reused from call to call.
 //!
 //! Results are deterministic (a fixed summation order per element: depth
-//! blocks in order, one FMA chain per block) whatever the thread count.
+//! blocks in order, one FMA chain per block) whatever the thread count, on
+//! a given kernel (the two kernels' depth blocks differ).
 
 use rayon::prelude::*;
 use std::arch::x86_64::{
-    __m256, _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_load_ps, _mm256_loadu_ps,
-    _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
-    _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch, _MM_HINT_T0,
+    __m256, __m512, _mm256_add_ps, _mm256_fmadd_ps, _mm256_load_ps, _mm256_loadu_ps,
+    _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
+    _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps,
+    _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps, _mm_prefetch,
+    _MM_HINT_T0,
 };
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Rows of the microkernel's output tile.
-const MR: usize = 6;
-/// Columns of the microkernel's output tile (two `ymm` registers).
-const NR: usize = 16;
-/// Depth of one packed block (the reduction dimension).
-const KC: usize = 512;
-/// Rows of one block of the left operand (kept in L2).
-const MC: usize = 144;
-/// Columns of one packed block of the right operand.
-const NC: usize = 4080;
+/// One microkernel and the block sizes that suit it: the ISA-specific part
+/// of the product. Everything else (packing, blocking, threading) is
+/// written once over these constants.
+pub(crate) trait Kernel {
+    /// Rows of the microkernel's output tile.
+    const MR: usize;
+    /// Columns of the microkernel's output tile.
+    const NR: usize;
+    /// Depth of one packed block (the reduction dimension): a `KC x NR`
+    /// panel of the right operand stays in L1.
+    const KC: usize;
+    /// Rows of one block of the left operand (kept in L2).
+    const MC: usize;
+    /// Columns of one packed block of the right operand.
+    const NC: usize;
+
+    /// Whether this CPU runs the kernel (detected at run time).
+    fn supported() -> bool;
+
+    /// The microkernel: `c[i][j] (+)= sum_p a[i * ars + p * aks] * b[p * NR + j]`
+    /// for `i < MR`, `j < NR`, `p < kc`; `c` is overwritten unless
+    /// `accumulate`.
+    ///
+    /// # Safety
+    /// The CPU supports the kernel's ISA; `a` is valid for reads at every
+    /// `i * ars + p * aks`; `b` is 64-byte aligned and valid for `kc * NR`
+    /// reads; `c` is valid for reads and writes at every `i * ldc + j` and
+    /// those elements are not accessed by anything else during the call.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        ars: usize,
+        aks: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    );
+}
+
+/// Largest `MR * NR` of any kernel (the size of an edge tile's temporary).
+const MAX_TILE: usize = 256;
+
 /// Multiply-adds below which a product stays on one thread.
 const PAR_WORK: usize = 1 << 20;
 /// Multiply-adds below which a parallel product is split into one range per
@@ -63,9 +103,19 @@ const MAX_SHARED: usize = 1 << 24;
 /// Elements below which a shared operand is packed on one thread.
 const PAR_PACK: usize = 1 << 17;
 
-/// Whether this CPU runs the kernel (AVX2 and FMA detected at run time).
+/// Whether this CPU runs the product (AVX2 and FMA detected at run time).
 pub(crate) fn available() -> bool {
+    has_avx2()
+}
+
+/// Whether this CPU runs the AVX2 kernel ([`Avx2`]).
+fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// Whether this CPU runs the AVX-512 kernel ([`Avx512`]).
+fn has_avx512() -> bool {
+    has_avx2() && std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// A strided f32 matrix: element `(i, j)` is `data[off + i * rs + j * cs]`.
@@ -166,7 +216,11 @@ pub(crate) fn sgemm(
     b: View<'_>,
     parallel: bool,
 ) {
-    sgemm_with(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
+    if has_avx512() {
+        sgemm_with::<Avx512>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
+    } else {
+        sgemm_with::<Avx2>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
+    }
 }
 
 /// The thresholds that pick a parallel path (the tests change them to
@@ -188,7 +242,7 @@ impl Limits {
 
 /// [`sgemm`] with the thresholds that pick a parallel path as a parameter.
 #[allow(clippy::too_many_arguments)]
-fn sgemm_with(
+fn sgemm_with<K: Kernel>(
     dst: &mut [MaybeUninit<f32>],
     m: usize,
     n: usize,
@@ -198,7 +252,10 @@ fn sgemm_with(
     parallel: bool,
     limits: Limits,
 ) {
-    assert!(available(), "sgemm needs AVX2 and FMA");
+    assert!(
+        K::supported(),
+        "sgemm's kernel is not supported by this CPU"
+    );
     assert_eq!(dst.len(), m * n, "sgemm destination length");
     if m == 0 || n == 0 {
         return;
@@ -216,10 +273,11 @@ fn sgemm_with(
         rs: n,
         cs: 1,
     };
-    // Tiles are 6 x 16; when the shape pads clearly less the other way round
+    // Tiles are MR x NR; when the shape pads clearly less the other way round
     // (m = 16, a narrow output), compute `dst^T = b^T @ a^T` instead. Not for
     // small gains: a transposed output is written through a temporary.
-    let padded = |rows: usize, cols: usize| rows.div_ceil(MR) * MR * (cols.div_ceil(NR) * NR);
+    let padded =
+        |rows: usize, cols: usize| rows.div_ceil(K::MR) * K::MR * (cols.div_ceil(K::NR) * K::NR);
     let (m, n, a, b) = if padded(n, m) * 10 < padded(m, n) * 9 {
         out = Out {
             rs: 1,
@@ -241,12 +299,12 @@ fn sgemm_with(
         // transpose, with `m`, `n`, `a` and `b` swapped to match), borrowed
         // exclusively for this call; `a` and `b` were checked to hold their
         // `m x k` and `k x n` elements.
-        unsafe { block(out, m, n, k, a, b, Shared::None) };
+        unsafe { block::<K>(out, m, n, k, a, b, Shared::None) };
         return;
     }
     if work < limits.split_work {
         // SAFETY: as for `block` just above.
-        unsafe { split(out, m, n, k, a, b, threads) };
+        unsafe { split::<K>(out, m, n, k, a, b, threads) };
         return;
     }
     // Cut the longer side of the output into ranges of whole microkernel
@@ -255,7 +313,7 @@ fn sgemm_with(
     // row ranges, `a` for column ranges) is packed once and shared, so more
     // ranges cost no more packing.
     let rows = m >= n;
-    let (len, unit, min_tiles) = if rows { (m, MR, 4) } else { (n, NR, 2) };
+    let (len, unit, min_tiles) = if rows { (m, K::MR, 4) } else { (n, K::NR, 2) };
     let tiles = len.div_ceil(unit);
     // A multiple of the thread count, so that equal ranges share evenly.
     let parts = threads * (tiles / (min_tiles * threads)).clamp(1, 4);
@@ -265,9 +323,9 @@ fn sgemm_with(
         .map(|s| (s, per.min(len - s)))
         .collect();
     let packed_len = if rows {
-        k * n.div_ceil(NR) * NR
+        k * n.div_ceil(K::NR) * K::NR
     } else {
-        m.div_ceil(MR) * MR * k
+        m.div_ceil(K::MR) * K::MR * k
     };
     if packed_len > limits.max_shared {
         // Too big to keep a packed copy around: every task packs its own
@@ -276,15 +334,15 @@ fn sgemm_with(
             // SAFETY: the ranges are disjoint, so each task owns its part of
             // the output; the borrow of `dst` outlives the parallel loop and
             // the operands were checked.
-            unsafe { range(out, m, n, k, a, b, rows, s, l, Shared::None) };
+            unsafe { range::<K>(out, m, n, k, a, b, rows, s, l, Shared::None) };
         });
         return;
     }
     with_shared(packed_len, |packed| {
         if rows {
-            pack_b_all(packed, b, k, n);
+            pack_b_all::<K>(packed, b, k, n);
         } else {
-            pack_a_all(packed, a, m, k);
+            pack_a_all::<K>(packed, a, m, k);
         }
         let packed = &*packed;
         let shared = if rows {
@@ -295,7 +353,7 @@ fn sgemm_with(
         ranges.par_iter().for_each(|&(s, l)| {
             // SAFETY: as in the unshared case above, and `packed` is all of
             // the operand the ranges do not cut.
-            unsafe { range(out, m, n, k, a, b, rows, s, l, shared) };
+            unsafe { range::<K>(out, m, n, k, a, b, rows, s, l, shared) };
         });
     });
 }
@@ -312,11 +370,19 @@ fn sgemm_with(
 ///
 /// # Safety
 /// As for [`block`].
-unsafe fn split(out: Out, m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>, threads: usize) {
+unsafe fn split<K: Kernel>(
+    out: Out,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    threads: usize,
+) {
     // Rows when the right operand (which every row range packs whole) is
     // the smaller one to pack twice, else columns (every range packs `a`).
     let rows = m >= n;
-    let (len, unit) = if rows { (m, MR) } else { (n, NR) };
+    let (len, unit) = if rows { (m, K::MR) } else { (n, K::NR) };
     let tiles = len.div_ceil(unit);
     let parts = threads.min(tiles);
     let run = |i: usize| {
@@ -325,7 +391,7 @@ unsafe fn split(out: Out, m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>
         // SAFETY: the ranges are disjoint and each is claimed once, so this
         // one owns its part of the output; the caller's guarantees cover
         // the operands.
-        unsafe { range(out, m, n, k, a, b, rows, s, e - s, Shared::None) };
+        unsafe { range::<K>(out, m, n, k, a, b, rows, s, e - s, Shared::None) };
     };
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -369,7 +435,7 @@ unsafe fn split(out: Out, m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>
 /// `shared` operand is all of the one not cut (`b` for rows, `a` for
 /// columns).
 #[allow(clippy::too_many_arguments)]
-unsafe fn range(
+unsafe fn range<K: Kernel>(
     out: Out,
     m: usize,
     n: usize,
@@ -386,9 +452,9 @@ unsafe fn range(
     // all of the other operand.
     unsafe {
         if rows {
-            block(out.shifted(s * out.rs), l, n, k, a.at(s, 0), b, shared)
+            block::<K>(out.shifted(s * out.rs), l, n, k, a.at(s, 0), b, shared)
         } else {
-            block(out.shifted(s * out.cs), m, l, k, a, b.at(0, s), shared)
+            block::<K>(out.shifted(s * out.cs), m, l, k, a, b.at(0, s), shared)
         }
     }
 }
@@ -483,16 +549,16 @@ enum Shared<'a> {
 }
 
 /// Packs all of `b` (`k x n`) as [`Shared::B`] expects, in parallel.
-fn pack_b_all(dst: &mut [f32], b: View<'_>, k: usize, n: usize) {
-    pack_all(dst, k, n, NR, |d, pc, kc, j0| {
-        pack_b(d, b.at(pc, j0), kc, NR.min(n - j0));
+fn pack_b_all<K: Kernel>(dst: &mut [f32], b: View<'_>, k: usize, n: usize) {
+    pack_all::<K>(dst, k, n, K::NR, |d, pc, kc, j0| {
+        pack_b::<K>(d, b.at(pc, j0), kc, K::NR.min(n - j0));
     });
 }
 
 /// Packs all of `a` (`m x k`) as [`Shared::A`] expects, in parallel.
-fn pack_a_all(dst: &mut [f32], a: View<'_>, m: usize, k: usize) {
-    pack_all(dst, k, m, MR, |d, pc, kc, i0| {
-        pack_a_block(d, a.at(i0, pc), MR.min(m - i0), kc);
+fn pack_a_all<K: Kernel>(dst: &mut [f32], a: View<'_>, m: usize, k: usize) {
+    pack_all::<K>(dst, k, m, K::MR, |d, pc, kc, i0| {
+        pack_a_block::<K>(d, a.at(i0, pc), K::MR.min(m - i0), kc);
     });
 }
 
@@ -500,14 +566,14 @@ fn pack_a_all(dst: &mut [f32], a: View<'_>, m: usize, k: usize) {
 /// block (`pc`, `kc` deep) its panels of `unit` rows or columns, the panel
 /// starting at `s` written by `panel(dst, pc, kc, s)`; in parallel when the
 /// operand is large.
-fn pack_all(
+fn pack_all<K: Kernel>(
     dst: &mut [f32],
     k: usize,
     len: usize,
     unit: usize,
     panel: impl Fn(&mut [f32], usize, usize, usize) + Sync,
 ) {
-    let kc_max = balanced(k, KC, 1);
+    let kc_max = balanced(k, K::KC, 1);
     let padded = len.div_ceil(unit) * unit;
     let mut rest = dst;
     let mut jobs = Vec::new();
@@ -537,7 +603,7 @@ fn pack_all(
 /// `out` must address an `m x n` matrix (at its strides) that
 /// nothing else reads or writes during the call, and `a`, `b` must hold their
 /// `m x k` and `k x n` elements.
-unsafe fn block(
+unsafe fn block<K: Kernel>(
     out: Out,
     m: usize,
     n: usize,
@@ -546,27 +612,27 @@ unsafe fn block(
     b: View<'_>,
     shared: Shared<'_>,
 ) {
-    let kc_max = balanced(k, KC, 1);
-    let mc_max = balanced(m, MC, MR);
+    let kc_max = balanced(k, K::KC, 1);
+    let mc_max = balanced(m, K::MC, K::MR);
     let nc_max = match shared {
         // The shared copy holds every column: one column block.
-        Shared::B(_) => n.div_ceil(NR) * NR,
-        _ => balanced(n, NC, NR),
+        Shared::B(_) => n.div_ceil(K::NR) * K::NR,
+        _ => balanced(n, K::NC, K::NR),
     };
     // Packing the left operand pays when its block is reused across many
     // column panels, or when reading it in place would stride badly (a
     // column stride other than 1 makes each broadcast a separate line).
-    let pack_a = n > 2 * NR || a.cs != 1 || matches!(shared, Shared::A(_));
+    let pack_a = n > 2 * K::NR || a.cs != 1 || matches!(shared, Shared::A(_));
     with_bufs(|bbuf, abuf, ebuf| {
         let own_b = !matches!(shared, Shared::B(_));
         let own_a = pack_a && !matches!(shared, Shared::A(_));
         let bbuf = bbuf.get(if own_b {
-            kc_max * nc_max.div_ceil(NR) * NR
+            kc_max * nc_max.div_ceil(K::NR) * K::NR
         } else {
             0
         });
         let abuf = abuf.get(if own_a { kc_max * mc_max } else { 0 });
-        let edge = ebuf.get(kc_max * MR);
+        let edge = ebuf.get(kc_max * K::MR);
         for jc in (0..n).step_by(nc_max) {
             let nc = nc_max.min(n - jc);
             for pc in (0..k).step_by(kc_max) {
@@ -575,36 +641,41 @@ unsafe fn block(
                 let bpack: &[f32] = match shared {
                     Shared::B(all) => &all[pc * nc_max..],
                     _ => {
-                        let d = &mut bbuf[..kc * nc.div_ceil(NR) * NR];
-                        pack_b(d, b.at(pc, jc), kc, nc);
+                        let d = &mut bbuf[..kc * nc.div_ceil(K::NR) * K::NR];
+                        pack_b::<K>(d, b.at(pc, jc), kc, nc);
                         d
                     }
                 };
                 for ic in (0..m).step_by(mc_max) {
                     let mc = mc_max.min(m - ic);
                     let apack: &[f32] = match shared {
-                        Shared::A(all) => &all[pc * m.div_ceil(MR) * MR + ic * kc..],
+                        Shared::A(all) => &all[pc * m.div_ceil(K::MR) * K::MR + ic * kc..],
                         _ if own_a => {
-                            let d = &mut abuf[..kc * mc.div_ceil(MR) * MR];
-                            pack_a_block(d, a.at(ic, pc), mc, kc);
+                            let d = &mut abuf[..kc * mc.div_ceil(K::MR) * K::MR];
+                            pack_a_block::<K>(d, a.at(ic, pc), mc, kc);
                             d
                         }
                         _ => &[],
                     };
-                    for jr in (0..nc).step_by(NR) {
-                        let nr = NR.min(nc - jr);
+                    for jr in (0..nc).step_by(K::NR) {
+                        let nr = K::NR.min(nc - jr);
                         let bp = bpack[jr * kc..].as_ptr();
-                        for ir in (0..mc).step_by(MR) {
-                            let mr = MR.min(mc - ir);
+                        for ir in (0..mc).step_by(K::MR) {
+                            let mr = K::MR.min(mc - ir);
                             // (pointer, row stride, depth stride) of the A panel.
                             let (ap, ars, aks) = if pack_a {
-                                (apack[ir * kc..].as_ptr(), 1, MR)
-                            } else if mr == MR {
+                                (apack[ir * kc..].as_ptr(), 1, K::MR)
+                            } else if mr == K::MR {
                                 let v = a.at(ic + ir, pc);
                                 (v.data[v.off..].as_ptr(), v.rs, 1)
                             } else {
-                                pack_a_block(&mut edge[..kc * MR], a.at(ic + ir, pc), mr, kc);
-                                (edge.as_ptr(), 1, MR)
+                                pack_a_block::<K>(
+                                    &mut edge[..kc * K::MR],
+                                    a.at(ic + ir, pc),
+                                    mr,
+                                    kc,
+                                );
+                                (edge.as_ptr(), 1, K::MR)
                             };
                             // SAFETY: (ic + ir, jc + jr) is inside the m x n
                             // output, which `out` covers.
@@ -618,7 +689,7 @@ unsafe fn block(
                             // heads an `mr x nr` tile of the output, which
                             // this call owns.
                             unsafe {
-                                tile(kc, ap, ars, aks, bp, c, out, mr, nr, accumulate);
+                                tile::<K>(kc, ap, ars, aks, bp, c, out, mr, nr, accumulate);
                             }
                         }
                     }
@@ -630,29 +701,29 @@ unsafe fn block(
 
 /// Packs the `kc x nc` block `b` into `ceil(nc / NR)` panels of `kc x NR`
 /// (row-major within a panel), zero-padding the last panel's columns.
-fn pack_b(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
-    for (panel, d) in dst.chunks_exact_mut(kc * NR).enumerate() {
-        let j0 = panel * NR;
-        let nr = NR.min(nc - j0);
+fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
+    for (panel, d) in dst.chunks_exact_mut(kc * K::NR).enumerate() {
+        let j0 = panel * K::NR;
+        let nr = K::NR.min(nc - j0);
         let src = b.at(0, j0);
-        if src.rs == 1 && nr == NR && src.cs != 0 {
+        if src.rs == 1 && nr == K::NR && src.cs != 0 {
             // SAFETY: sgemm checked that the CPU has AVX2 and FMA.
-            unsafe { pack_b_panel_cols(d, src, kc) };
-        } else if src.cs == 1 && nr == NR {
-            for (p, row) in d.chunks_exact_mut(NR).enumerate() {
+            unsafe { pack_b_panel_cols(d, src, kc, K::NR) };
+        } else if src.cs == 1 && nr == K::NR {
+            for (p, row) in d.chunks_exact_mut(K::NR).enumerate() {
                 let s = src.off + p * src.rs;
-                // Fixed-size copies compile to vector moves, not memmove calls.
-                let v: &[f32; NR] = src.data[s..s + NR].try_into().expect("NR elements");
-                *<&mut [f32; NR]>::try_from(row).expect("NR elements") = *v;
+                // `K::NR` is a constant here: the copy compiles to vector
+                // moves, not a memmove call.
+                row.copy_from_slice(&src.data[s..s + K::NR]);
             }
         } else if src.cs == 1 {
-            for (p, row) in d.chunks_exact_mut(NR).enumerate() {
+            for (p, row) in d.chunks_exact_mut(K::NR).enumerate() {
                 let s = src.off + p * src.rs;
                 row[..nr].copy_from_slice(&src.data[s..s + nr]);
                 row[nr..].fill(0.0);
             }
         } else {
-            if nr < NR {
+            if nr < K::NR {
                 d.fill(0.0);
             }
             // Walk each column along its stride (contiguous when `b` is
@@ -660,7 +731,7 @@ fn pack_b(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
             for j in 0..nr {
                 let s = src.off + j * src.cs;
                 for p in 0..kc {
-                    d[p * NR + j] = src.data[s + p * src.rs];
+                    d[p * K::NR + j] = src.data[s + p * src.rs];
                 }
             }
         }
@@ -670,43 +741,42 @@ fn pack_b(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
 /// Packs the `mc x kc` block `a` into `ceil(mc / MR)` panels of `MR x kc`
 /// stored depth-major (`MR` consecutive values per depth step),
 /// zero-padding the last panel's rows.
-fn pack_a_block(dst: &mut [f32], a: View<'_>, mc: usize, kc: usize) {
-    for (panel, d) in dst.chunks_exact_mut(kc * MR).enumerate() {
-        let i0 = panel * MR;
-        let mr = MR.min(mc - i0);
+fn pack_a_block<K: Kernel>(dst: &mut [f32], a: View<'_>, mc: usize, kc: usize) {
+    for (panel, d) in dst.chunks_exact_mut(kc * K::MR).enumerate() {
+        let i0 = panel * K::MR;
+        let mr = K::MR.min(mc - i0);
         let src = a.at(i0, 0);
-        if mr < MR {
+        if mr < K::MR {
             d.fill(0.0);
         }
-        if src.cs == 1 && mr == MR && src.rs != 0 {
+        if src.cs == 1 && mr == K::MR && src.rs != 0 {
             // SAFETY: sgemm checked that the CPU has AVX2 and FMA.
-            unsafe { pack_a_panel_rows(d, src, kc) };
-        } else if src.rs == 1 && mr == MR {
-            for (p, col) in d.chunks_exact_mut(MR).enumerate() {
+            unsafe { pack_a_panel_rows(d, src, kc, K::MR) };
+        } else if src.rs == 1 && mr == K::MR {
+            for (p, col) in d.chunks_exact_mut(K::MR).enumerate() {
                 let s = src.off + p * src.cs;
-                let v: &[f32; MR] = src.data[s..s + MR].try_into().expect("MR elements");
-                *<&mut [f32; MR]>::try_from(col).expect("MR elements") = *v;
+                col.copy_from_slice(&src.data[s..s + K::MR]);
             }
         } else {
             for i in 0..mr {
                 let s = src.off + i * src.rs;
                 for p in 0..kc {
-                    d[p * MR + i] = src.data[s + p * src.cs];
+                    d[p * K::MR + i] = src.data[s + p * src.cs];
                 }
             }
         }
     }
 }
 
-/// One `mr x nr` output tile (`mr <= MR`, `nr <= NR`): the full 6x16
+/// One `mr x nr` output tile (`mr <= MR`, `nr <= NR`): the whole
 /// microkernel straight into `c` when the tile is whole, else through a
 /// temporary.
 ///
 /// # Safety
-/// As for [`kernel`], except that only `mr x nr` elements from `c` (at the
+/// As for [`Kernel::run`], except that only `mr x nr` elements from `c` (at the
 /// strides of `out`) need to be valid.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(
+unsafe fn tile<K: Kernel>(
     kc: usize,
     a: *const f32,
     ars: usize,
@@ -719,28 +789,24 @@ unsafe fn tile(
     accumulate: bool,
 ) {
     // SAFETY (both calls): the caller's guarantees on the operands; the
-    // output is either the caller's whole 6x16 row-major tile or `tmp`, a
-    // whole tile with row stride NR.
-    let run = |c: *mut f32, ldc: usize, acc: bool| unsafe {
-        if ars == 1 && aks == MR {
-            kernel::<true>(kc, a, ars, aks, b, c, ldc, acc);
-        } else {
-            kernel::<false>(kc, a, ars, aks, b, c, ldc, acc);
-        }
-    };
-    if mr == MR && nr == NR && out.cs == 1 {
+    // output is either the caller's whole row-major tile or `tmp`, a whole
+    // tile with row stride NR.
+    let run =
+        |c: *mut f32, ldc: usize, acc: bool| unsafe { K::run(kc, a, ars, aks, b, c, ldc, acc) };
+    if mr == K::MR && nr == K::NR && out.cs == 1 {
         run(c, out.rs, accumulate);
         return;
     }
-    let mut tmp = [0.0f32; MR * NR];
-    run(tmp.as_mut_ptr(), NR, false);
+    const { assert!(K::MR * K::NR <= MAX_TILE) };
+    let mut tmp = [0.0f32; MAX_TILE];
+    run(tmp.as_mut_ptr(), K::NR, false);
     let put = |i: usize, j: usize| {
         // SAFETY: (i, j) lies in the caller's `mr x nr` tile, which holds
         // values when accumulating (and may be uninitialised otherwise, so
         // it is only written then).
         unsafe {
             let d = c.add(i * out.rs + j * out.cs);
-            let v = tmp[i * NR + j];
+            let v = tmp[i * K::NR + j];
             d.write(if accumulate { d.read() + v } else { v });
         }
     };
@@ -761,107 +827,225 @@ unsafe fn tile(
     }
 }
 
-/// The 6x16 microkernel: `c[i][j] (+)= sum_p a[i * ars + p * aks] * b[p * 16 + j]`
-/// for `i < 6`, `j < 16`, `p < kc`; `c` is overwritten unless `accumulate`.
-/// With `PACKED`, `ars` and `aks` are taken as 1 and 6 (a packed panel), so
-/// the compiler folds them into the addressing.
-///
-/// # Safety
-/// The CPU supports AVX2 and FMA; `a` is valid for reads at every
-/// `i * ars + p * aks`; `b` is 32-byte aligned and valid for `kc * 16` reads;
-/// `c` is valid for reads and writes at every `i * ldc + j` and those
-/// elements are not accessed by anything else during the call.
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kernel<const PACKED: bool>(
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    accumulate: bool,
-) {
-    let (ars, aks) = if PACKED { (1, MR) } else { (ars, aks) };
-    // SAFETY: every pointer access below stays within the ranges the caller
-    // guarantees: `a` at `i * ars + p * aks` for i < 6, p < kc; `b` at
-    // `p * 16 + (0 | 8)` (aligned: `b` is, and 16 floats are 64 bytes); `c`
-    // at `i * ldc + (0 | 8)` with 8-wide unaligned accesses ending below
-    // `i * ldc + 16`.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        let mut ap = a;
-        let mut ap3 = a.add(3 * ars);
-        let mut bp = b;
-        macro_rules! step {
-            () => {
-                let b0 = _mm256_load_ps(bp);
-                let b1 = _mm256_load_ps(bp.add(8));
-                macro_rules! row {
-                    ($i:literal) => {
-                        // Rows 3..6 from a second base keeps every address
-                        // one `base + stride * {0, 1, 2}` (a single x86
-                        // addressing mode) when the strides are not constants.
-                        let base = if $i < 3 { ap } else { ap3 };
-                        let x = _mm256_broadcast_ss(&*base.add(($i % 3) * ars));
-                        acc[$i][0] = _mm256_fmadd_ps(x, b0, acc[$i][0]);
-                        acc[$i][1] = _mm256_fmadd_ps(x, b1, acc[$i][1]);
-                    };
-                }
-                row!(0);
-                row!(1);
-                row!(2);
-                row!(3);
-                row!(4);
-                row!(5);
-                ap = ap.add(aks);
-                ap3 = ap3.add(aks);
-                bp = bp.add(NR);
-            };
-        }
-        // A panel read in place from the caller's rows (`aks == 1`; a
-        // weight matrix times a few rows of activations) is used once, so
-        // memory bounds the product: while this panel is computed, fetch
-        // the next one (the next `MR` rows, where the caller's next tile
-        // reads), two cache lines per four steps.
-        let stream = !PACKED && aks == 1;
-        let (mut pr, mut pc) = (0usize, 0usize);
-        for _ in 0..kc / 4 {
-            if stream && pr < MR {
-                for _ in 0..2 {
-                    // `wrapping_add`: past the last panel the address lies
-                    // outside the operand (a prefetch never faults, and
-                    // nothing is read).
-                    let line = a.wrapping_add((MR + pr) * ars + pc);
-                    _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>());
-                    pc += 16;
-                    if pc >= kc {
-                        pc = 0;
-                        pr += 1;
-                    }
-                }
+/// The AVX2+FMA kernel: 6x16 tiles, 12 accumulators in `ymm` registers.
+/// Block sizes for 32 KiB L1d and 512 KiB L2 per core: a `512 x 16` panel
+/// of the right operand is 32 KiB.
+pub(crate) struct Avx2;
+
+impl Kernel for Avx2 {
+    const MR: usize = 6;
+    const NR: usize = 16;
+    const KC: usize = 512;
+    const MC: usize = 144;
+    const NC: usize = 4080;
+
+    fn supported() -> bool {
+        has_avx2()
+    }
+
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        ars: usize,
+        aks: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        // SAFETY: the caller's guarantees (`Kernel::run`).
+        unsafe {
+            if ars == 1 && aks == Self::MR {
+                kernel_avx2::<true>(kc, a, ars, aks, b, c, ldc, accumulate);
+            } else {
+                kernel_avx2::<false>(kc, a, ars, aks, b, c, ldc, accumulate);
             }
-            step!();
-            step!();
-            step!();
-            step!();
-        }
-        for _ in 0..kc % 4 {
-            step!();
-        }
-        for (i, r) in acc.iter().enumerate() {
-            let ci = c.add(i * ldc);
-            let (mut v0, mut v1): (__m256, __m256) = (r[0], r[1]);
-            if accumulate {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(ci));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(ci.add(8)));
-            }
-            _mm256_storeu_ps(ci, v0);
-            _mm256_storeu_ps(ci.add(8), v1);
         }
     }
 }
+
+/// The AVX-512 kernel: 8x32 tiles, 16 accumulators in `zmm` registers.
+/// Block sizes for 48 KiB L1d and 2 MiB L2 per core: a `256 x 32` panel of
+/// the right operand is 32 KiB.
+pub(crate) struct Avx512;
+
+impl Kernel for Avx512 {
+    const MR: usize = 8;
+    const NR: usize = 32;
+    const KC: usize = 256;
+    const MC: usize = 192;
+    const NC: usize = 4064;
+
+    fn supported() -> bool {
+        has_avx512()
+    }
+
+    unsafe fn run(
+        kc: usize,
+        a: *const f32,
+        ars: usize,
+        aks: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        // SAFETY: the caller's guarantees (`Kernel::run`).
+        unsafe {
+            if ars == 1 && aks == Self::MR {
+                kernel_avx512::<true>(kc, a, ars, aks, b, c, ldc, accumulate);
+            } else {
+                kernel_avx512::<false>(kc, a, ars, aks, b, c, ldc, accumulate);
+            }
+        }
+    }
+}
+
+/// How far ahead (in elements) a microkernel prefetches a packed A panel.
+const A_AHEAD: usize = 1024;
+
+/// Defines a microkernel `$name::<PACKED>` computing an `$mr x 2L` tile
+/// (`L` the lanes of `$vec`) as [`Kernel::run`] specifies, from the
+/// vector type and intrinsics of one ISA. With `PACKED`, `ars` and `aks`
+/// are taken as 1 and `$mr` (a packed panel), so the compiler folds them
+/// into the addressing.
+macro_rules! microkernel {
+    ($name:ident, $feature:literal, $mr:literal, $vec:ty, $lanes:literal, $zero:ident,
+     $load:ident, $loadu:ident, $storeu:ident, $set1:ident, $fma:ident, $add:ident) => {
+        /// # Safety
+        /// As for [`Kernel::run`], with the ISA this kernel is compiled for.
+        #[target_feature(enable = $feature)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name<const PACKED: bool>(
+            kc: usize,
+            a: *const f32,
+            ars: usize,
+            aks: usize,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            accumulate: bool,
+        ) {
+            const MR: usize = $mr;
+            const L: usize = $lanes;
+            let (ars, aks) = if PACKED { (1, MR) } else { (ars, aks) };
+            // SAFETY: every pointer access below stays within the ranges
+            // the caller guarantees: `a` at `i * ars + p * aks` for i < MR,
+            // p < kc; `b` at `p * 2L + (0 | L)` (aligned: `b` is, and a
+            // vector is at most 64 bytes); `c` at `i * ldc + (0 | L)` with
+            // L-wide unaligned accesses ending below `i * ldc + 2L`.
+            unsafe {
+                let mut acc: [[$vec; 2]; MR] = [[$zero(); 2]; MR];
+                // One base per row and one offset for the depth: every
+                // address is `base + offset` (a single x86 addressing mode)
+                // when the strides are not constants.
+                let rows: [*const f32; MR] = std::array::from_fn(|i| a.add(i * ars));
+                let mut off = 0usize;
+                let mut bp = b;
+                macro_rules! step {
+                    () => {
+                        let b0 = $load(bp);
+                        let b1 = $load(bp.add(L));
+                        for (r, row) in acc.iter_mut().zip(rows) {
+                            let x = $set1(*row.add(off));
+                            r[0] = $fma(x, b0, r[0]);
+                            r[1] = $fma(x, b1, r[1]);
+                        }
+                        off += aks;
+                        bp = bp.add(2 * L);
+                    };
+                }
+                // A panel read in place from the caller's rows (`aks == 1`;
+                // a weight matrix times a few rows of activations) is used
+                // once, so memory bounds the product: while this panel is
+                // computed, fetch the next one (the next `MR` rows, where the
+                // caller's next tile reads), two cache lines per four steps.
+                let stream = !PACKED && aks == 1;
+                // The output tile is read (when accumulating) and written
+                // only after the loop: start fetching its lines now, so a
+                // tile of a large output (past L2) does not stall there.
+                for i in 0..MR {
+                    let ci = c.add(i * ldc);
+                    _mm_prefetch::<_MM_HINT_T0>(ci.cast::<i8>());
+                    _mm_prefetch::<_MM_HINT_T0>(ci.add(2 * L - 1).cast::<i8>());
+                }
+                let (mut pr, mut pc) = (0usize, 0usize);
+                for _ in 0..kc / 4 {
+                    if stream && pr < MR {
+                        for _ in 0..2 {
+                            // `wrapping_add`: past the last panel the address
+                            // lies outside the operand (a prefetch never
+                            // faults, and nothing is read).
+                            let line = a.wrapping_add((MR + pr) * ars + pc);
+                            _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>());
+                            pc += 16;
+                            if pc >= kc {
+                                pc = 0;
+                                pr += 1;
+                            }
+                        }
+                    }
+                    if PACKED {
+                        // A packed panel is read once per tile, and the
+                        // next tile's follows it: keep the lines some 128
+                        // steps ahead on their way to L1 (as many as four
+                        // steps consume).
+                        let line = a.wrapping_add(off + A_AHEAD);
+                        for l in (0..4 * MR).step_by(16) {
+                            _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(l).cast::<i8>());
+                        }
+                    }
+                    step!();
+                    step!();
+                    step!();
+                    step!();
+                }
+                for _ in 0..kc % 4 {
+                    step!();
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    let ci = c.add(i * ldc);
+                    let (mut v0, mut v1): ($vec, $vec) = (r[0], r[1]);
+                    if accumulate {
+                        v0 = $add(v0, $loadu(ci));
+                        v1 = $add(v1, $loadu(ci.add(L)));
+                    }
+                    $storeu(ci, v0);
+                    $storeu(ci.add(L), v1);
+                }
+            }
+        }
+    };
+}
+
+microkernel!(
+    kernel_avx2,
+    "avx2,fma",
+    6,
+    __m256,
+    8,
+    _mm256_setzero_ps,
+    _mm256_load_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_add_ps
+);
+microkernel!(
+    kernel_avx512,
+    "avx512f,avx2,fma",
+    8,
+    __m512,
+    16,
+    _mm512_setzero_ps,
+    _mm512_load_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
 
 /// The 8x8 transpose of `r` (row `i` of the result holds element `i` of
 /// every input vector).
@@ -917,59 +1101,62 @@ fn store8(dst: &mut [f32], at: usize, v: __m256) {
     unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) }
 }
 
-/// `pack_b`'s panel for a `b` whose columns are contiguous (`rs == 1`, a
-/// transposed view): 8x8 blocks transposed in registers.
+/// `pack_b`'s panel of `nr` columns (a multiple of 8) for a `b` whose
+/// columns are contiguous (`rs == 1`, a transposed view): 8x8 blocks
+/// transposed in registers.
 #[target_feature(enable = "avx2,fma")]
-fn pack_b_panel_cols(d: &mut [f32], src: View<'_>, kc: usize) {
+fn pack_b_panel_cols(d: &mut [f32], src: View<'_>, kc: usize, nr: usize) {
     let kc8 = kc / 8 * 8;
     for p0 in (0..kc8).step_by(8) {
-        for h in 0..2 {
+        for h in 0..nr / 8 {
             let r: [__m256; 8] =
                 std::array::from_fn(|j| load8(src.data, src.off + (8 * h + j) * src.cs + p0));
             let t = transpose8(r);
             for (pp, v) in t.into_iter().enumerate() {
-                store8(d, (p0 + pp) * NR + 8 * h, v);
+                store8(d, (p0 + pp) * nr + 8 * h, v);
             }
         }
     }
-    for j in 0..NR {
+    for j in 0..nr {
         let s = src.off + j * src.cs;
         for p in kc8..kc {
-            d[p * NR + j] = src.data[s + p];
+            d[p * nr + j] = src.data[s + p];
         }
     }
 }
 
-/// `pack_a_block`'s panel for a whole panel of an `a` whose rows are
-/// contiguous (`cs == 1`): 6 rows (and 2 of zeros) transposed per 8 depths.
+/// `pack_a_block`'s panel of `mr` rows for an `a` whose rows are
+/// contiguous (`cs == 1`): each group of 8 rows (the last padded with
+/// zeros) transposed in registers per 8 depths.
 #[target_feature(enable = "avx2,fma")]
-fn pack_a_panel_rows(d: &mut [f32], src: View<'_>, kc: usize) {
+fn pack_a_panel_rows(d: &mut [f32], src: View<'_>, kc: usize, mr: usize) {
     let kc8 = kc / 8 * 8;
     let mut tmp = [0.0f32; 8];
     for p0 in (0..kc8).step_by(8) {
-        let r: [__m256; 8] = std::array::from_fn(|i| {
-            if i < MR {
-                load8(src.data, src.off + i * src.rs + p0)
-            } else {
-                _mm256_setzero_ps()
-            }
-        });
-        let t = transpose8(r);
-        for (pp, v) in t.into_iter().enumerate() {
-            let q = (p0 + pp) * MR;
-            if q + 8 <= d.len() {
-                // The 2 extra zeros land where the next depth's values go.
-                store8(d, q, v);
-            } else {
-                store8(&mut tmp, 0, v);
-                d[q..q + MR].copy_from_slice(&tmp[..MR]);
+        for g in (0..mr).step_by(8) {
+            let w = 8.min(mr - g);
+            let r: [__m256; 8] = std::array::from_fn(|i| {
+                if i < w {
+                    load8(src.data, src.off + (g + i) * src.rs + p0)
+                } else {
+                    _mm256_setzero_ps()
+                }
+            });
+            for (pp, v) in transpose8(r).into_iter().enumerate() {
+                let q = (p0 + pp) * mr + g;
+                if w == 8 {
+                    store8(d, q, v);
+                } else {
+                    store8(&mut tmp, 0, v);
+                    d[q..q + w].copy_from_slice(&tmp[..w]);
+                }
             }
         }
     }
-    for i in 0..MR {
+    for i in 0..mr {
         let s = src.off + i * src.rs;
         for p in kc8..kc {
-            d[p * MR + i] = src.data[s + p];
+            d[p * mr + i] = src.data[s + p];
         }
     }
 }
@@ -1040,19 +1227,45 @@ mod tests {
         BroadcastCols,
     }
 
-    /// Checks `sgemm` against the f64 product of the same f32 inputs. Each
+    /// Checks every kernel this CPU runs ([`check_with`]).
+    fn check(m: usize, n: usize, k: usize, la: Layout, lb: Layout, parallel: bool, seed: u64) {
+        check_with::<Avx2>(m, n, k, la, lb, parallel, seed);
+        if has_avx512() {
+            check_with::<Avx512>(m, n, k, la, lb, parallel, seed);
+        }
+    }
+
+    /// Checks the product with kernel `K` against the f64 product of the same f32 inputs. Each
     /// term is exact in f64; the f32 result carries rounding of order
     /// `eps * sqrt(k) * |a| |b|` for random signs, bounded here by
     /// `2e-6 * sqrt(k)` relative to `sum |a_ip b_pj|` (plus the same absolute
     /// floor, for sums that cancel).
-    fn check(m: usize, n: usize, k: usize, la: Layout, lb: Layout, parallel: bool, seed: u64) {
+    #[allow(clippy::too_many_arguments)]
+    fn check_with<K: Kernel>(
+        m: usize,
+        n: usize,
+        k: usize,
+        la: Layout,
+        lb: Layout,
+        parallel: bool,
+        seed: u64,
+    ) {
         let mut rng = Rng::seed_from(seed);
         let a = Mat::new(m, k, la, &mut rng);
         let b = Mat::new(k, n, lb, &mut rng);
         let mut dst = vec![f32::NAN; m * n];
-        sgemm(w(&mut dst), m, n, k, a.view(), b.view(), parallel);
+        sgemm_with::<K>(
+            w(&mut dst),
+            m,
+            n,
+            k,
+            a.view(),
+            b.view(),
+            parallel,
+            Limits::DEFAULT,
+        );
         if parallel {
-            same_bits_every_path(&dst, m, n, k, a.view(), b.view());
+            same_bits_every_path::<K>(&dst, m, n, k, a.view(), b.view());
         }
         let tol = 2e-6 * (k as f64).sqrt().max(1.0);
         for i in 0..m {
@@ -1075,7 +1288,14 @@ mod tests {
     /// Asserts that every parallel path (the split, the general path with
     /// and without a shared packed operand) and one thread give exactly
     /// `want` (a fixed summation order per element).
-    fn same_bits_every_path(want: &[f32], m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>) {
+    fn same_bits_every_path<K: Kernel>(
+        want: &[f32],
+        m: usize,
+        n: usize,
+        k: usize,
+        a: View<'_>,
+        b: View<'_>,
+    ) {
         let split = Limits {
             split_work: usize::MAX,
             ..Limits::DEFAULT
@@ -1095,7 +1315,7 @@ mod tests {
             (Limits::DEFAULT, false),
         ] {
             let mut other = vec![f32::NAN; m * n];
-            sgemm_with(w(&mut other), m, n, k, a, b, par, limits);
+            sgemm_with::<K>(w(&mut other), m, n, k, a, b, par, limits);
             assert!(
                 want.iter()
                     .zip(&other)
@@ -1164,8 +1384,9 @@ mod tests {
 
     #[test]
     fn wide_output_over_several_column_blocks() {
-        check(7, NC + 37, 9, Layout::RowMajor, Layout::RowMajor, false, 30);
-        check(7, NC + 37, 9, Layout::RowMajor, Layout::ColMajor, true, 31);
+        let nc = Avx2::NC.max(Avx512::NC);
+        check(7, nc + 37, 9, Layout::RowMajor, Layout::RowMajor, false, 30);
+        check(7, nc + 37, 9, Layout::RowMajor, Layout::ColMajor, true, 31);
     }
 
     #[test]
