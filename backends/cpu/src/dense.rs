@@ -80,25 +80,30 @@ pub(crate) fn build<T: Copy + Send>(n: usize, kernel: &impl Chunks<T>) -> Vec<T>
     out
 }
 
-/// Runs `kernel` on one chunk, compiled for AVX2 and FMA where the CPU has
-/// them (the build targets baseline x86-64, whose SSE2 has 4 lanes and no
-/// `floor`). The arithmetic is the same either way (no contraction into
-/// FMA), so results do not depend on the CPU.
+/// Runs `kernel` on one chunk, compiled for the widest vectors the CPU has
+/// (see [`crate::simd`]).
 #[inline]
-fn fill_chunk<T>(kernel: &impl Chunks<T>, start: usize, chunk: &mut [MaybeUninit<T>]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features `fill_avx2` is compiled for.
-        unsafe { fill_avx2(kernel, start, chunk) };
-        return;
-    }
-    kernel.fill(start, chunk);
+fn fill_chunk<T, K: Chunks<T>>(kernel: &K, start: usize, chunk: &mut [MaybeUninit<T>]) {
+    crate::simd::run(Fill {
+        kernel,
+        start,
+        chunk,
+    });
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn fill_avx2<T>(kernel: &impl Chunks<T>, start: usize, chunk: &mut [MaybeUninit<T>]) {
-    kernel.fill(start, chunk);
+/// One chunk of a [`Chunks`] kernel, as a [`crate::simd::Vectorized`] loop.
+struct Fill<'a, K, T> {
+    kernel: &'a K,
+    start: usize,
+    chunk: &'a mut [MaybeUninit<T>],
+}
+
+impl<T, K: Chunks<T>> crate::simd::Vectorized for Fill<'_, K, T> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        self.kernel.fill(self.start, self.chunk);
+    }
 }
 
 /// `f` over `K` dense slices of one length.

@@ -6,6 +6,7 @@
 mod dense;
 pub mod ops;
 mod rows;
+mod simd;
 pub mod strided;
 
 pub use dense::tune_allocator;

@@ -118,22 +118,24 @@ fn weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
     }
 }
 
-/// [`weights`] compiled for AVX2 and FMA, so the exponentials run 8 wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn weights_avx2<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
-    weights(scores, r0, rows);
+/// The arguments of [`weights`], as a [`crate::simd::Vectorized`] loop.
+struct Weights<'a, 'r, A> {
+    scores: &'a mut [A],
+    r0: usize,
+    rows: &'a Rows<'r, A>,
+}
+
+impl<A: Real> crate::simd::Vectorized for Weights<'_, '_, A> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        weights(self.scores, self.r0, self.rows);
+    }
 }
 
 /// [`weights`], vectorised for the CPU it runs on.
 fn run_weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features `weights_avx2` is compiled for.
-        unsafe { weights_avx2(scores, r0, rows) };
-        return;
-    }
-    weights(scores, r0, rows);
+    crate::simd::run(Weights { scores, r0, rows });
 }
 
 /// The fused attention on accumulation-type operands; `out` has been checked

@@ -35,6 +35,7 @@
 //! blocks in order, one FMA chain per block) whatever the thread count, on
 //! a given kernel (the two kernels' depth blocks differ).
 
+use crate::simd::{has_avx2, has_avx512};
 use rayon::prelude::*;
 use std::arch::x86_64::{
     __m256, __m512, _mm256_add_ps, _mm256_fmadd_ps, _mm256_load_ps, _mm256_loadu_ps,
@@ -106,16 +107,6 @@ const PAR_PACK: usize = 1 << 17;
 /// Whether this CPU runs the product (AVX2 and FMA detected at run time).
 pub(crate) fn available() -> bool {
     has_avx2()
-}
-
-/// Whether this CPU runs the AVX2 kernel ([`Avx2`]).
-fn has_avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-}
-
-/// Whether this CPU runs the AVX-512 kernel ([`Avx512`]).
-fn has_avx512() -> bool {
-    has_avx2() && std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// A strided f32 matrix: element `(i, j)` is `data[off + i * rs + j * cs]`.
@@ -827,91 +818,53 @@ unsafe fn tile<K: Kernel>(
     }
 }
 
-/// The AVX2+FMA kernel: 6x16 tiles, 12 accumulators in `ymm` registers.
-/// Block sizes for 32 KiB L1d and 512 KiB L2 per core: a `512 x 16` panel
-/// of the right operand is 32 KiB.
-pub(crate) struct Avx2;
-
-impl Kernel for Avx2 {
-    const MR: usize = 6;
-    const NR: usize = 16;
-    const KC: usize = 512;
-    const MC: usize = 144;
-    const NC: usize = 4080;
-
-    fn supported() -> bool {
-        has_avx2()
-    }
-
-    unsafe fn run(
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        accumulate: bool,
-    ) {
-        // SAFETY: the caller's guarantees (`Kernel::run`).
-        unsafe {
-            if ars == 1 && aks == Self::MR {
-                kernel_avx2::<true>(kc, a, ars, aks, b, c, ldc, accumulate);
-            } else {
-                kernel_avx2::<false>(kc, a, ars, aks, b, c, ldc, accumulate);
-            }
-        }
-    }
-}
-
-/// The AVX-512 kernel: 8x32 tiles, 16 accumulators in `zmm` registers.
-/// Block sizes for 48 KiB L1d and 2 MiB L2 per core: a `256 x 32` panel of
-/// the right operand is 32 KiB.
-pub(crate) struct Avx512;
-
-impl Kernel for Avx512 {
-    const MR: usize = 8;
-    const NR: usize = 32;
-    const KC: usize = 256;
-    const MC: usize = 192;
-    const NC: usize = 4064;
-
-    fn supported() -> bool {
-        has_avx512()
-    }
-
-    unsafe fn run(
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        accumulate: bool,
-    ) {
-        // SAFETY: the caller's guarantees (`Kernel::run`).
-        unsafe {
-            if ars == 1 && aks == Self::MR {
-                kernel_avx512::<true>(kc, a, ars, aks, b, c, ldc, accumulate);
-            } else {
-                kernel_avx512::<false>(kc, a, ars, aks, b, c, ldc, accumulate);
-            }
-        }
-    }
-}
-
 /// How far ahead (in elements) a microkernel prefetches a packed A panel.
 const A_AHEAD: usize = 1024;
 
-/// Defines a microkernel `$name::<PACKED>` computing an `$mr x 2L` tile
-/// (`L` the lanes of `$vec`) as [`Kernel::run`] specifies, from the
-/// vector type and intrinsics of one ISA. With `PACKED`, `ars` and `aks`
-/// are taken as 1 and `$mr` (a packed panel), so the compiler folds them
-/// into the addressing.
+/// Defines the [`Kernel`] `$kernel` (`$mr x 2L` tiles, `L` the lanes of
+/// `$vec`, with the given block sizes) and its microkernel
+/// `$name::<PACKED>`, from the vector type and intrinsics of one ISA. With
+/// `PACKED`, `ars` and `aks` are taken as 1 and `$mr` (a packed panel), so
+/// the compiler folds them into the addressing.
 macro_rules! microkernel {
-    ($name:ident, $feature:literal, $mr:literal, $vec:ty, $lanes:literal, $zero:ident,
+    ($(#[$doc:meta])* $kernel:ident, $supported:ident, $kc:literal, $mc:literal, $nc:literal,
+     $name:ident, $feature:literal, $mr:literal, $vec:ty, $lanes:literal, $zero:ident,
      $load:ident, $loadu:ident, $storeu:ident, $set1:ident, $fma:ident, $add:ident) => {
+        $(#[$doc])*
+        pub(crate) struct $kernel;
+
+        impl Kernel for $kernel {
+            const MR: usize = $mr;
+            const NR: usize = 2 * $lanes;
+            const KC: usize = $kc;
+            const MC: usize = $mc;
+            const NC: usize = $nc;
+
+            fn supported() -> bool {
+                $supported()
+            }
+
+            unsafe fn run(
+                kc: usize,
+                a: *const f32,
+                ars: usize,
+                aks: usize,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+            ) {
+                // SAFETY: the caller's guarantees (`Kernel::run`).
+                unsafe {
+                    if ars == 1 && aks == Self::MR {
+                        $name::<true>(kc, a, ars, aks, b, c, ldc, accumulate);
+                    } else {
+                        $name::<false>(kc, a, ars, aks, b, c, ldc, accumulate);
+                    }
+                }
+            }
+        }
+
         /// # Safety
         /// As for [`Kernel::run`], with the ISA this kernel is compiled for.
         #[target_feature(enable = $feature)]
@@ -1019,6 +972,14 @@ macro_rules! microkernel {
 }
 
 microkernel!(
+    /// The AVX2+FMA kernel: 6x16 tiles, 12 accumulators in `ymm` registers.
+    /// Block sizes for 32 KiB L1d and 512 KiB L2 per core: a `512 x 16`
+    /// panel of the right operand is 32 KiB.
+    Avx2,
+    has_avx2,
+    512,
+    144,
+    4080,
     kernel_avx2,
     "avx2,fma",
     6,
@@ -1033,8 +994,16 @@ microkernel!(
     _mm256_add_ps
 );
 microkernel!(
+    /// The AVX-512 kernel: 8x32 tiles, 16 accumulators in `zmm` registers.
+    /// Block sizes for 48 KiB L1d and 2 MiB L2 per core: a `256 x 32` panel
+    /// of the right operand is 32 KiB.
+    Avx512,
+    has_avx512,
+    256,
+    192,
+    4064,
     kernel_avx512,
-    "avx512f,avx2,fma",
+    "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma",
     8,
     __m512,
     16,

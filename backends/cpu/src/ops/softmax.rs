@@ -60,32 +60,32 @@ fn lanes<'a, E: Float>(
     }
 }
 
-/// [`lanes`] compiled for AVX2 and FMA, so the exponentials run 8 wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn lanes_avx2<'a, E: Float>(
+/// The arguments of [`lanes`], as a loop [`crate::simd::run`] vectorises
+/// for the CPU it runs on (a closure that large would not be inlined into
+/// the wide copy; a function marked `inline(always)` is).
+struct Lanes<I> {
     log: bool,
     n: usize,
-    pairs: impl Iterator<Item = (&'a [E], &'a mut [MaybeUninit<E>])>,
-) {
-    lanes(log, n, pairs);
+    pairs: I,
 }
 
-/// [`lanes`], vectorised for the CPU it runs on (see
-/// `crate::dense::build`; a closure that large would not be inlined
-/// into it, a function marked `inline(always)` is).
+impl<'a, E: Float, I: Iterator<Item = (&'a [E], &'a mut [MaybeUninit<E>])>> crate::simd::Vectorized
+    for Lanes<I>
+{
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        lanes(self.log, self.n, self.pairs);
+    }
+}
+
+/// [`lanes`], vectorised for the CPU it runs on.
 fn run_lanes<'a, E: Float>(
     log: bool,
     n: usize,
     pairs: impl Iterator<Item = (&'a [E], &'a mut [MaybeUninit<E>])>,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features `lanes_avx2` is compiled for.
-        unsafe { lanes_avx2(log, n, pairs) };
-        return;
-    }
-    lanes(log, n, pairs);
+    crate::simd::run(Lanes { log, n, pairs });
 }
 
 /// Softmax (or log-softmax) over every lane of `axis`, writing the outputs

@@ -60,24 +60,26 @@ impl<E: Float> UpdateKernel<E> for Cpu {
     }
 }
 
-/// Runs the rule compiled for AVX2 and FMA where the CPU has them, as
-/// `crate::dense` does: the same arithmetic either way (Rust does not
-/// contract into FMA), 8 lanes wide instead of SSE2's 4.
+/// Runs the rule compiled for the widest vectors the CPU has (see
+/// [`crate::simd`]): the same arithmetic in every copy.
 #[inline]
 fn run_chunk<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], s: [&mut [E]; N]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features `run_avx2` is compiled for.
-        unsafe { run_avx2(op, g, s) };
-        return;
-    }
-    run(op, g, s);
+    crate::simd::run(Chunk { op, g, s });
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn run_avx2<E: Float, const N: usize, Op: UpdateOp<N>>(op: Op, g: &[E], s: [&mut [E]; N]) {
-    run(op, g, s);
+/// One chunk of an update, as a [`crate::simd::Vectorized`] loop.
+struct Chunk<'a, E, const N: usize, Op> {
+    op: Op,
+    g: &'a [E],
+    s: [&'a mut [E]; N],
+}
+
+impl<E: Float, const N: usize, Op: UpdateOp<N>> crate::simd::Vectorized for Chunk<'_, E, N, Op> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        run(self.op, self.g, self.s);
+    }
 }
 
 /// The rule over one chunk, `BLOCK` elements at a time: whole blocks in
