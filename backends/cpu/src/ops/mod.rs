@@ -11,6 +11,8 @@ mod matmul;
 mod pool;
 mod reduce;
 #[cfg(target_arch = "x86_64")]
+mod sdot;
+#[cfg(target_arch = "x86_64")]
 mod sgemm;
 mod softmax;
 mod unary;

@@ -125,7 +125,7 @@ pub(crate) struct View<'a> {
 impl View<'_> {
     /// Asserts that every element of a `rows x cols` matrix (both non-zero)
     /// lies inside `data`.
-    fn check(&self, rows: usize, cols: usize) {
+    pub(crate) fn check(&self, rows: usize, cols: usize) {
         let last = (rows - 1)
             .checked_mul(self.rs)
             .and_then(|r| r.checked_add((cols - 1).checked_mul(self.cs)?))
@@ -193,7 +193,9 @@ unsafe impl Sync for Out {}
 /// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`; `dst` is row-major
 /// `m x n` and is written in full (zeros when `k == 0`), never read before
 /// it is written, so it may be uninitialised. `parallel` lets a large
-/// product use rayon's threads.
+/// product use rayon's threads. Thin products whose left rows and right
+/// columns are contiguous (`x @ w.t()` for a few rows of `x`) are computed
+/// as dot products (`super::sdot`) instead of packed blocks.
 ///
 /// # Panics
 /// If the CPU lacks AVX2 or FMA, if `dst` is not `m * n` long or if an
@@ -207,7 +209,9 @@ pub(crate) fn sgemm(
     b: View<'_>,
     parallel: bool,
 ) {
-    if has_avx512() {
+    if super::sdot::fits(m, n, k, &a, &b) {
+        super::sdot::sdot(dst, m, n, k, a, b, parallel);
+    } else if has_avx512() {
         sgemm_with::<Avx512>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
     } else {
         sgemm_with::<Avx2>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
