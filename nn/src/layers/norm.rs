@@ -4,6 +4,7 @@
 use super::{filled, restore};
 use crate::{Forward, Training};
 use forma_core::device::Device;
+use forma_core::ops::fused::fused;
 use forma_core::shape::check::ConstMsg;
 use forma_core::tape::no_grad;
 use forma_core::{Dim, Dtype, Dyn, Float, One, Shape, Tensor, C};
@@ -324,8 +325,12 @@ macro_rules! layer_norm_forward {
                 let x = x.into_dyn();
                 let mean = x.mean_keepdim::<$last>();
                 let var = x.var_keepdim::<$last>(false);
-                let xhat = &(&x - &mean) * &var.add_scalar(self.eps).rsqrt();
-                restore(&(&xhat * &self.weight.into_dyn()) + &self.bias.into_dyn())
+                let rstd = var.add_scalar(self.eps).rsqrt();
+                // One pass for the normalisation and the scale (the same
+                // bits as the ops composed), one for the shift.
+                let w = self.weight.into_dyn();
+                let scaled = fused((&x, &mean, &rstd, &w), |(x, m, r, w)| (x - m) * r * w);
+                restore(&scaled + &self.bias.into_dyn())
             }
         }
     };
