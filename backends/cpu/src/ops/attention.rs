@@ -46,6 +46,16 @@ impl<A> Dst<A> {
         // SAFETY: as the caller promises.
         unsafe { self.0.add(i).write(MaybeUninit::new(x)) };
     }
+
+    /// Writes `xs` at offsets `i..i + xs.len()`.
+    ///
+    /// # Safety
+    /// The range must be inside the buffer, and no other task may write it.
+    unsafe fn write_row(self, i: usize, xs: &[A]) {
+        // SAFETY: as the caller promises; `MaybeUninit<A>` has `A`'s layout,
+        // and a task's scratch row never overlaps the output buffer.
+        unsafe { std::ptr::copy_nonoverlapping(xs.as_ptr(), self.0.add(i).cast::<A>(), xs.len()) };
+    }
 }
 
 /// `v` in its accumulation type, when that is its own type (f32, f64).
@@ -205,6 +215,12 @@ fn fused<A: Real>(
         let base = bi * os[0] + hi * os[1];
         for (i, row) in local.chunks_exact(dv).enumerate() {
             let o = base + (r0 + i) * os[2];
+            if os[3] == 1 {
+                // SAFETY: as below, for the `dv` consecutive elements of
+                // the row.
+                unsafe { dst.write_row(o, row) };
+                continue;
+            }
             for (d, &x) in row.iter().enumerate() {
                 // SAFETY: `o + d * os[3]` is the offset of element
                 // (bi, hi, r0 + i, d) of `out`, inside `0..numel` (a

@@ -701,9 +701,9 @@ fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
         let j0 = panel * K::NR;
         let nr = K::NR.min(nc - j0);
         let src = b.at(0, j0);
-        if src.rs == 1 && nr == K::NR && src.cs != 0 {
+        if src.rs == 1 && src.cs != 0 {
             // SAFETY: sgemm checked that the CPU has AVX2 and FMA.
-            unsafe { pack_b_panel_cols(d, src, kc, K::NR) };
+            unsafe { pack_b_panel_cols(d, src, kc, K::NR, nr) };
         } else if src.cs == 1 && nr == K::NR {
             for (p, row) in d.chunks_exact_mut(K::NR).enumerate() {
                 let s = src.off + p * src.rs;
@@ -808,9 +808,18 @@ unsafe fn tile<K: Kernel>(
     // Walk the output in its memory order (rows of a transposed output are
     // the tile's columns).
     if out.cs == 1 {
-        for i in 0..mr {
-            for j in 0..nr {
-                put(i, j);
+        for (i, t) in tmp.chunks_exact(K::NR).take(mr).enumerate() {
+            // SAFETY: row `i` of the caller's tile holds `nr` contiguous
+            // elements, initialised when accumulating (only written
+            // otherwise). Whole rows as slices, so the copy is vectorised.
+            unsafe {
+                let d = c.add(i * out.rs);
+                if accumulate {
+                    let row = std::slice::from_raw_parts_mut(d, nr);
+                    row.iter_mut().zip(t).for_each(|(o, &v)| *o += v);
+                } else {
+                    std::ptr::copy_nonoverlapping(t.as_ptr(), d, nr);
+                }
             }
         }
     } else {
@@ -1074,16 +1083,22 @@ fn store8(dst: &mut [f32], at: usize, v: __m256) {
     unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) }
 }
 
-/// `pack_b`'s panel of `nr` columns (a multiple of 8) for a `b` whose
-/// columns are contiguous (`rs == 1`, a transposed view): 8x8 blocks
-/// transposed in registers.
+/// `pack_b`'s panel of `nr` columns (a multiple of 8), the first `valid`
+/// of them read from a `b` whose columns are contiguous (`rs == 1`, a
+/// transposed view) and the rest zeros: 8x8 blocks transposed in registers.
 #[target_feature(enable = "avx2,fma")]
-fn pack_b_panel_cols(d: &mut [f32], src: View<'_>, kc: usize, nr: usize) {
+fn pack_b_panel_cols(d: &mut [f32], src: View<'_>, kc: usize, nr: usize, valid: usize) {
     let kc8 = kc / 8 * 8;
     for p0 in (0..kc8).step_by(8) {
         for h in 0..nr / 8 {
-            let r: [__m256; 8] =
-                std::array::from_fn(|j| load8(src.data, src.off + (8 * h + j) * src.cs + p0));
+            let r: [__m256; 8] = std::array::from_fn(|j| {
+                let j = 8 * h + j;
+                if j < valid {
+                    load8(src.data, src.off + j * src.cs + p0)
+                } else {
+                    _mm256_setzero_ps()
+                }
+            });
             let t = transpose8(r);
             for (pp, v) in t.into_iter().enumerate() {
                 store8(d, (p0 + pp) * nr + 8 * h, v);
@@ -1093,7 +1108,7 @@ fn pack_b_panel_cols(d: &mut [f32], src: View<'_>, kc: usize, nr: usize) {
     for j in 0..nr {
         let s = src.off + j * src.cs;
         for p in kc8..kc {
-            d[p * nr + j] = src.data[s + p];
+            d[p * nr + j] = if j < valid { src.data[s + p] } else { 0.0 };
         }
     }
 }
