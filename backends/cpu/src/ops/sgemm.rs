@@ -211,6 +211,16 @@ pub(crate) fn sgemm(
 ) {
     if super::sdot::fits(m, n, k, &a, &b) {
         super::sdot::sdot(dst, m, n, k, a, b, parallel);
+    } else if has_avx512() && m.min(n) <= Avx512Narrow::NR && (n <= m || b.rs == 1) {
+        // A narrow output: its narrow side becomes the tiles' 16 columns,
+        // and the long operand is read in place as the tiles' rows (a
+        // weight `w` of `x @ w.t()` is not packed, where the 32-column
+        // kernel would either pack all of it or pad 16 columns to 32).
+        let limits = Limits {
+            transpose: m < n,
+            ..Limits::DEFAULT
+        };
+        sgemm_with::<Avx512Narrow>(dst, m, n, k, a, b, parallel, limits);
     } else if has_avx512() {
         sgemm_with::<Avx512>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
     } else {
@@ -226,12 +236,16 @@ struct Limits {
     split_work: usize,
     /// Elements above which an operand is not packed whole to be shared.
     max_shared: usize,
+    /// Whether to compute `dst^T = b^T @ a^T` whatever the shape (else
+    /// chosen by the padding of the tiles).
+    transpose: bool,
 }
 
 impl Limits {
     const DEFAULT: Limits = Limits {
         split_work: SPLIT_WORK,
         max_shared: MAX_SHARED,
+        transpose: false,
     };
 }
 
@@ -273,7 +287,7 @@ fn sgemm_with<K: Kernel>(
     // small gains: a transposed output is written through a temporary.
     let padded =
         |rows: usize, cols: usize| rows.div_ceil(K::MR) * K::MR * (cols.div_ceil(K::NR) * K::NR);
-    let (m, n, a, b) = if padded(n, m) * 10 < padded(m, n) * 9 {
+    let (m, n, a, b) = if limits.transpose || padded(n, m) * 10 < padded(m, n) * 9 {
         out = Out {
             rs: 1,
             cs: n,
@@ -834,21 +848,21 @@ unsafe fn tile<K: Kernel>(
 /// How far ahead (in elements) a microkernel prefetches a packed A panel.
 const A_AHEAD: usize = 1024;
 
-/// Defines the [`Kernel`] `$kernel` (`$mr x 2L` tiles, `L` the lanes of
+/// Defines the [`Kernel`] `$kernel` (`$mr x $nv L` tiles, `L` the lanes of
 /// `$vec`, with the given block sizes) and its microkernel
 /// `$name::<PACKED>`, from the vector type and intrinsics of one ISA. With
 /// `PACKED`, `ars` and `aks` are taken as 1 and `$mr` (a packed panel), so
 /// the compiler folds them into the addressing.
 macro_rules! microkernel {
     ($(#[$doc:meta])* $kernel:ident, $supported:ident, $kc:literal, $mc:literal, $nc:literal,
-     $name:ident, $feature:literal, $mr:literal, $vec:ty, $lanes:literal, $zero:ident,
+     $name:ident, $feature:literal, $mr:literal, $nv:literal, $vec:ty, $lanes:literal, $zero:ident,
      $load:ident, $loadu:ident, $storeu:ident, $set1:ident, $fma:ident, $add:ident) => {
         $(#[$doc])*
         pub(crate) struct $kernel;
 
         impl Kernel for $kernel {
             const MR: usize = $mr;
-            const NR: usize = 2 * $lanes;
+            const NR: usize = $nv * $lanes;
             const KC: usize = $kc;
             const MC: usize = $mc;
             const NC: usize = $nc;
@@ -893,15 +907,16 @@ macro_rules! microkernel {
             accumulate: bool,
         ) {
             const MR: usize = $mr;
+            const NV: usize = $nv;
             const L: usize = $lanes;
             let (ars, aks) = if PACKED { (1, MR) } else { (ars, aks) };
             // SAFETY: every pointer access below stays within the ranges
             // the caller guarantees: `a` at `i * ars + p * aks` for i < MR,
-            // p < kc; `b` at `p * 2L + (0 | L)` (aligned: `b` is, and a
-            // vector is at most 64 bytes); `c` at `i * ldc + (0 | L)` with
-            // L-wide unaligned accesses ending below `i * ldc + 2L`.
+            // p < kc; `b` at `p * NV L + v L` for v < NV (aligned: `b` is,
+            // and a vector is at most 64 bytes); `c` at `i * ldc + v L`
+            // with L-wide unaligned accesses ending below `i * ldc + NV L`.
             unsafe {
-                let mut acc: [[$vec; 2]; MR] = [[$zero(); 2]; MR];
+                let mut acc: [[$vec; NV]; MR] = [[$zero(); NV]; MR];
                 // One base per row and one offset for the depth: every
                 // address is `base + offset` (a single x86 addressing mode)
                 // when the strides are not constants.
@@ -910,15 +925,18 @@ macro_rules! microkernel {
                 let mut bp = b;
                 macro_rules! step {
                     () => {
-                        let b0 = $load(bp);
-                        let b1 = $load(bp.add(L));
+                        let mut bv = [$zero(); NV];
+                        for (v, x) in bv.iter_mut().enumerate() {
+                            *x = $load(bp.add(v * L));
+                        }
                         for (r, row) in acc.iter_mut().zip(rows) {
                             let x = $set1(*row.add(off));
-                            r[0] = $fma(x, b0, r[0]);
-                            r[1] = $fma(x, b1, r[1]);
+                            for (r, &b) in r.iter_mut().zip(&bv) {
+                                *r = $fma(x, b, *r);
+                            }
                         }
                         off += aks;
-                        bp = bp.add(2 * L);
+                        bp = bp.add(NV * L);
                     };
                 }
                 // A panel read in place from the caller's rows (`aks == 1`;
@@ -933,7 +951,7 @@ macro_rules! microkernel {
                 for i in 0..MR {
                     let ci = c.add(i * ldc);
                     _mm_prefetch::<_MM_HINT_T0>(ci.cast::<i8>());
-                    _mm_prefetch::<_MM_HINT_T0>(ci.add(2 * L - 1).cast::<i8>());
+                    _mm_prefetch::<_MM_HINT_T0>(ci.add(NV * L - 1).cast::<i8>());
                 }
                 let (mut pr, mut pc) = (0usize, 0usize);
                 for _ in 0..kc / 4 {
@@ -970,14 +988,11 @@ macro_rules! microkernel {
                     step!();
                 }
                 for (i, r) in acc.iter().enumerate() {
-                    let ci = c.add(i * ldc);
-                    let (mut v0, mut v1): ($vec, $vec) = (r[0], r[1]);
-                    if accumulate {
-                        v0 = $add(v0, $loadu(ci));
-                        v1 = $add(v1, $loadu(ci.add(L)));
+                    for (v, &x) in r.iter().enumerate() {
+                        let cv = c.add(i * ldc + v * L);
+                        let x = if accumulate { $add(x, $loadu(cv)) } else { x };
+                        $storeu(cv, x);
                     }
-                    $storeu(ci, v0);
-                    $storeu(ci.add(L), v1);
                 }
             }
         }
@@ -996,6 +1011,7 @@ microkernel!(
     kernel_avx2,
     "avx2,fma",
     6,
+    2,
     __m256,
     8,
     _mm256_setzero_ps,
@@ -1018,6 +1034,32 @@ microkernel!(
     kernel_avx512,
     "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma",
     8,
+    2,
+    __m512,
+    16,
+    _mm512_setzero_ps,
+    _mm512_load_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
+microkernel!(
+    /// The AVX-512 kernel for narrow outputs: 8x16 tiles, 8 accumulators
+    /// (as many as keep both FMA units busy) in `zmm` registers. Each step
+    /// issues one load per FMA, so it peaks below [`Avx512`], but on a
+    /// product with 9 to 16 columns it does not pad them to 32. A `512 x 16`
+    /// panel of the right operand is 32 KiB.
+    Avx512Narrow,
+    has_avx512,
+    512,
+    192,
+    4080,
+    kernel_avx512_narrow,
+    "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma",
+    8,
+    1,
     __m512,
     16,
     _mm512_setzero_ps,
@@ -1220,6 +1262,7 @@ mod tests {
         check_with::<Avx2>(m, n, k, la, lb, parallel, seed);
         if has_avx512() {
             check_with::<Avx512>(m, n, k, la, lb, parallel, seed);
+            check_with::<Avx512Narrow>(m, n, k, la, lb, parallel, seed);
         }
     }
 
@@ -1295,12 +1338,19 @@ mod tests {
         let unshared = Limits {
             split_work: 0,
             max_shared: 0,
+            transpose: false,
+        };
+        let transposed = Limits {
+            transpose: true,
+            ..Limits::DEFAULT
         };
         for (limits, par) in [
             (split, true),
             (shared, true),
             (unshared, true),
             (Limits::DEFAULT, false),
+            (transposed, false),
+            (transposed, true),
         ] {
             let mut other = vec![f32::NAN; m * n];
             sgemm_with::<K>(w(&mut other), m, n, k, a, b, par, limits);
