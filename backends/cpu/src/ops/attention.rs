@@ -10,7 +10,6 @@
 //! does.
 
 use super::matmul::{gemm_into, same_ref, Operand};
-use super::reduce::{lane_sum, tree_reduce};
 use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
@@ -105,27 +104,68 @@ fn weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
         // Keys after `r` are hidden under the causal mask.
         let seen = if rows.causal { (r + 1).min(s) } else { s };
         let (row, hidden) = row.split_at_mut(seen);
-        match rows.mask {
+        // Three passes over the row: scale (and mask) with the maximum,
+        // the exponentials with their sum, the normalisation.
+        let max = match rows.mask {
             Some((m, ms)) => {
                 let base = (rows.mask_row)(r);
-                for (j, x) in row.iter_mut().enumerate() {
-                    *x = *x * scale + m[base + j * ms];
-                }
+                map_fold(row, A::neg_infinity(), nan_max, |j, x| {
+                    x * scale + m[base + j * ms]
+                })
             }
-            None => row.iter_mut().for_each(|x| *x = *x * scale),
-        }
-        let max = tree_reduce(row, A::neg_infinity(), &|v: A| v, &|a: A, b: A| {
-            if a > b || a.is_nan() {
-                a
-            } else {
-                b
-            }
-        });
-        row.iter_mut().for_each(|x| *x = (*x - max).exp_fast());
-        let inv = A::one() / lane_sum(row, |e: A| e);
+            None => map_fold(row, A::neg_infinity(), nan_max, |_, x| x * scale),
+        };
+        let sum = map_fold(row, A::zero(), |a, b| a + b, |_, x| (x - max).exp_fast());
+        let inv = A::one() / sum;
         row.iter_mut().for_each(|x| *x = *x * inv);
         hidden.iter_mut().for_each(|x| *x = A::zero());
     }
+}
+
+/// The NaN-propagating maximum.
+#[inline(always)]
+fn nan_max<A: Real>(a: A, b: A) -> A {
+    if a > b || a.is_nan() {
+        a
+    } else {
+        b
+    }
+}
+
+/// Replaces each `x` of `row` (at index `j`) by `f(j, x)` and folds the new
+/// values with the associative `comb` (identity `id`): sixteen running
+/// accumulators, so that the loop vectorises as wide as AVX-512, combined
+/// pairwise at the end.
+#[inline(always)]
+fn map_fold<A: Real>(
+    row: &mut [A],
+    id: A,
+    comb: impl Fn(A, A) -> A,
+    f: impl Fn(usize, A) -> A,
+) -> A {
+    const W: usize = 16;
+    let mut acc = [id; W];
+    let whole = row.len() / W * W;
+    let (body, rest) = row.split_at_mut(whole);
+    for (c, chunk) in body.chunks_exact_mut(W).enumerate() {
+        for (j, (a, x)) in acc.iter_mut().zip(chunk).enumerate() {
+            *x = f(W * c + j, *x);
+            *a = comb(*a, *x);
+        }
+    }
+    let mut tail = id;
+    for (j, x) in rest.iter_mut().enumerate() {
+        *x = f(whole + j, *x);
+        tail = comb(tail, *x);
+    }
+    let mut width = W;
+    while width > 1 {
+        width /= 2;
+        for j in 0..width {
+            acc[j] = comb(acc[j], acc[j + width]);
+        }
+    }
+    comb(acc[0], tail)
 }
 
 /// The arguments of [`weights`], as a [`crate::simd::Vectorized`] loop.
