@@ -35,6 +35,11 @@ where
     // short lane's fold inlines into its caller's (vectorised) loop.
     if s.len() <= LEAF {
         leaf_reduce(s, id, map, comb)
+    } else if s.len() <= 2 * LEAF {
+        // `split_reduce`'s one split, inlined too (lanes of 257 to 512,
+        // such as a hidden size of 384 or 512, fold in the caller's loop).
+        let (a, b) = s.split_at(split_point(s.len()));
+        comb(leaf_reduce(a, id, map, comb), leaf_reduce(b, id, map, comb))
     } else {
         split_reduce(s, id, map, comb)
     }
@@ -66,6 +71,13 @@ where
     comb(comb(lo, hi), tail)
 }
 
+/// Where [`tree_reduce`] splits a lane of `len`: about half, on a multiple
+/// of 8 so the leaves stay unrolled.
+#[inline(always)]
+fn split_point(len: usize) -> usize {
+    (len / 2).next_multiple_of(8).min(len)
+}
+
 /// A lane longer than [`LEAF`]: halves, pairwise.
 fn split_reduce<T, A, M, C>(s: &[T], id: A, map: &M, comb: &C) -> A
 where
@@ -74,9 +86,7 @@ where
     M: Fn(T) -> A + Sync,
     C: Fn(A, A) -> A + Sync,
 {
-    // Split on a multiple of 8 so the leaves stay unrolled.
-    let mid = (s.len() / 2).next_multiple_of(8).min(s.len());
-    let (a, b) = s.split_at(mid);
+    let (a, b) = s.split_at(split_point(s.len()));
     let (ra, rb) = if s.len() >= 2 * PAR_CHUNK {
         rayon::join(
             || tree_reduce(a, id, map, comb),
@@ -178,11 +188,14 @@ pub(crate) fn map_lanes<E: Dtype, T: Dtype>(
     let par = m > 1 && m * n >= 2 * PAR_CHUNK;
     if n == 1 || layout.strides[axis] == 1 {
         let run = |start: usize, chunk: &mut [T]| {
-            let mut it = StridedIter::new(&outer, start);
-            for o in chunk {
-                let b = it.next_offset();
-                *o = f(&x[b..b + n]);
-            }
+            crate::simd::run(Lanes {
+                x,
+                outer: &outer,
+                start,
+                chunk,
+                n,
+                f: &f,
+            })
         };
         if par {
             out.par_chunks_mut(per_task)
@@ -207,6 +220,29 @@ pub(crate) fn map_lanes<E: Dtype, T: Dtype>(
         }
     }
     out
+}
+
+/// The contiguous lanes of one chunk of [`map_lanes`]'s output, as a loop
+/// compiled for the widest vectors the CPU has (`crate::simd`).
+struct Lanes<'a, E, T, F> {
+    x: &'a [E],
+    outer: &'a Layout,
+    start: usize,
+    chunk: &'a mut [T],
+    n: usize,
+    f: &'a F,
+}
+
+impl<E, T, F: Fn(&[E]) -> T> crate::simd::Vectorized for Lanes<'_, E, T, F> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let mut it = StridedIter::new(self.outer, self.start);
+        for o in self.chunk {
+            let b = it.next_offset();
+            *o = (self.f)(&self.x[b..b + self.n]);
+        }
+    }
 }
 
 /// Columns summed side by side by [`column_sums`]: one `ymm` of f32.
