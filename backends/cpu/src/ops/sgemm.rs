@@ -38,11 +38,8 @@
 use crate::simd::{has_avx2, has_avx512};
 use rayon::prelude::*;
 use std::arch::x86_64::{
-    __m256, __m512, _mm256_add_ps, _mm256_fmadd_ps, _mm256_load_ps, _mm256_loadu_ps,
-    _mm256_permute2f128_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
-    _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps,
-    _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps, _mm_prefetch,
-    _MM_HINT_T0,
+    __m256, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps,
+    _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch, _MM_HINT_T0,
 };
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -848,21 +845,42 @@ unsafe fn tile<K: Kernel>(
 /// How far ahead (in elements) a microkernel prefetches a packed A panel.
 const A_AHEAD: usize = 1024;
 
+/// The vector type, lane count and intrinsics of AVX2 (`ymm`) under the
+/// names the [`microkernel!`] macro uses.
+mod isa256 {
+    pub(super) use std::arch::x86_64::{
+        __m256 as V, _mm256_add_ps as add, _mm256_fmadd_ps as fma, _mm256_load_ps as load,
+        _mm256_loadu_ps as loadu, _mm256_set1_ps as set1, _mm256_setzero_ps as zero,
+        _mm256_storeu_ps as storeu,
+    };
+    pub(super) const LANES: usize = 8;
+}
+
+/// As [`isa256`], for AVX-512 (`zmm`).
+mod isa512 {
+    pub(super) use std::arch::x86_64::{
+        __m512 as V, _mm512_add_ps as add, _mm512_fmadd_ps as fma, _mm512_load_ps as load,
+        _mm512_loadu_ps as loadu, _mm512_set1_ps as set1, _mm512_setzero_ps as zero,
+        _mm512_storeu_ps as storeu,
+    };
+    pub(super) const LANES: usize = 16;
+}
+
 /// Defines the [`Kernel`] `$kernel` (`$mr x $nv L` tiles, `L` the lanes of
-/// `$vec`, with the given block sizes) and its microkernel
-/// `$name::<PACKED>`, from the vector type and intrinsics of one ISA. With
+/// the vector type of `$isa`, with the given block sizes) and its
+/// microkernel `$name::<PACKED>`, from the vector type and intrinsics of the
+/// ISA module `$isa` ([`isa256`], [`isa512`]). With
 /// `PACKED`, `ars` and `aks` are taken as 1 and `$mr` (a packed panel), so
 /// the compiler folds them into the addressing.
 macro_rules! microkernel {
     ($(#[$doc:meta])* $kernel:ident, $supported:ident, $kc:literal, $mc:literal, $nc:literal,
-     $name:ident, $feature:literal, $mr:literal, $nv:literal, $vec:ty, $lanes:literal, $zero:ident,
-     $load:ident, $loadu:ident, $storeu:ident, $set1:ident, $fma:ident, $add:ident) => {
+     $name:ident, $isa:ident, $feature:literal, $mr:literal, $nv:literal) => {
         $(#[$doc])*
         pub(crate) struct $kernel;
 
         impl Kernel for $kernel {
             const MR: usize = $mr;
-            const NR: usize = $nv * $lanes;
+            const NR: usize = $nv * $isa::LANES;
             const KC: usize = $kc;
             const MC: usize = $mc;
             const NC: usize = $nc;
@@ -908,7 +926,7 @@ macro_rules! microkernel {
         ) {
             const MR: usize = $mr;
             const NV: usize = $nv;
-            const L: usize = $lanes;
+            const L: usize = $isa::LANES;
             let (ars, aks) = if PACKED { (1, MR) } else { (ars, aks) };
             // SAFETY: every pointer access below stays within the ranges
             // the caller guarantees: `a` at `i * ars + p * aks` for i < MR,
@@ -916,7 +934,7 @@ macro_rules! microkernel {
             // and a vector is at most 64 bytes); `c` at `i * ldc + v L`
             // with L-wide unaligned accesses ending below `i * ldc + NV L`.
             unsafe {
-                let mut acc: [[$vec; NV]; MR] = [[$zero(); NV]; MR];
+                let mut acc: [[$isa::V; NV]; MR] = [[$isa::zero(); NV]; MR];
                 // One base per row and one offset for the depth: every
                 // address is `base + offset` (a single x86 addressing mode)
                 // when the strides are not constants.
@@ -925,14 +943,14 @@ macro_rules! microkernel {
                 let mut bp = b;
                 macro_rules! step {
                     () => {
-                        let mut bv = [$zero(); NV];
+                        let mut bv = [$isa::zero(); NV];
                         for (v, x) in bv.iter_mut().enumerate() {
-                            *x = $load(bp.add(v * L));
+                            *x = $isa::load(bp.add(v * L));
                         }
                         for (r, row) in acc.iter_mut().zip(rows) {
-                            let x = $set1(*row.add(off));
+                            let x = $isa::set1(*row.add(off));
                             for (r, &b) in r.iter_mut().zip(&bv) {
-                                *r = $fma(x, b, *r);
+                                *r = $isa::fma(x, b, *r);
                             }
                         }
                         off += aks;
@@ -990,8 +1008,8 @@ macro_rules! microkernel {
                 for (i, r) in acc.iter().enumerate() {
                     for (v, &x) in r.iter().enumerate() {
                         let cv = c.add(i * ldc + v * L);
-                        let x = if accumulate { $add(x, $loadu(cv)) } else { x };
-                        $storeu(cv, x);
+                        let x = if accumulate { $isa::add(x, $isa::loadu(cv)) } else { x };
+                        $isa::storeu(cv, x);
                     }
                 }
             }
@@ -1009,18 +1027,10 @@ microkernel!(
     144,
     4080,
     kernel_avx2,
+    isa256,
     "avx2,fma",
     6,
-    2,
-    __m256,
-    8,
-    _mm256_setzero_ps,
-    _mm256_load_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps,
-    _mm256_add_ps
+    2
 );
 microkernel!(
     /// The AVX-512 kernel: 8x32 tiles, 16 accumulators in `zmm` registers.
@@ -1032,18 +1042,10 @@ microkernel!(
     192,
     4064,
     kernel_avx512,
+    isa512,
     "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma",
     8,
-    2,
-    __m512,
-    16,
-    _mm512_setzero_ps,
-    _mm512_load_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps
+    2
 );
 microkernel!(
     /// The AVX-512 kernel for narrow outputs: 8x16 tiles, 8 accumulators
@@ -1057,18 +1059,10 @@ microkernel!(
     192,
     4080,
     kernel_avx512_narrow,
+    isa512,
     "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma",
     8,
-    1,
-    __m512,
-    16,
-    _mm512_setzero_ps,
-    _mm512_load_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_add_ps
+    1
 );
 
 /// The 8x8 transpose of `r` (row `i` of the result holds element `i` of
