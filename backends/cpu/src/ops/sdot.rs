@@ -2,7 +2,7 @@
 //! operand whose rows are contiguous and a right operand whose columns are
 //! (`x @ w.t()`, a linear layer's forward, with `w` row-major).
 //!
-//! With few rows on one side (a batch of one to a few dozen tokens), the
+//! With few rows on one side (a batch of a few tokens), the
 //! blocked product would spend most of its time packing the long operand (a
 //! transposing copy of the whole weight, used by one or two tiles) or,
 //! computed the other way round, padding the short side to a full tile.
@@ -39,7 +39,6 @@ pub(crate) fn fits(m: usize, n: usize, k: usize, a: &View<'_>, b: &View<'_>) -> 
 /// # Panics
 /// If [`fits`] does not hold, if `dst` is not `m * n` long or if an operand
 /// does not fit its storage.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn sdot(
     dst: &mut [MaybeUninit<f32>],
     m: usize,
@@ -141,8 +140,8 @@ unsafe fn dots_avx512(
 ) -> [[f32; T]; T] {
     const L: usize = 16;
     // SAFETY: reads stay below `k` elements from each pointer. (Plain
-    // loops, no closures: a closure is not compiled with this function's
-    // target features, so the intrinsics in it would not be inlined.)
+    // loops over the arrays: the same kernel written with `from_fn` and
+    // `map` closures ran at a third of this speed.)
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); T]; T];
         let mut lv = [_mm512_setzero_ps(); T];

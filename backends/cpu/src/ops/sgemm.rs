@@ -869,9 +869,9 @@ mod isa512 {
 /// Defines the [`Kernel`] `$kernel` (`$mr x $nv L` tiles, `L` the lanes of
 /// the vector type of `$isa`, with the given block sizes) and its
 /// microkernel `$name::<PACKED>`, from the vector type and intrinsics of the
-/// ISA module `$isa` ([`isa256`], [`isa512`]). With
-/// `PACKED`, `ars` and `aks` are taken as 1 and `$mr` (a packed panel), so
-/// the compiler folds them into the addressing.
+/// ISA module `$isa` ([`isa256`], [`isa512`]). With `PACKED`, `ars` and
+/// `aks` are taken as 1 and `$mr` (a packed panel), so the compiler folds
+/// them into the addressing.
 macro_rules! microkernel {
     ($(#[$doc:meta])* $kernel:ident, $supported:ident, $kc:literal, $mc:literal, $nc:literal,
      $name:ident, $isa:ident, $feature:literal, $mr:literal, $nv:literal) => {
