@@ -10,6 +10,7 @@
 //! does.
 
 use super::matmul::{gemm_into, same_ref, Operand};
+use super::reduce::nan_max;
 use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
@@ -119,16 +120,6 @@ fn weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
         let inv = A::one() / sum;
         row.iter_mut().for_each(|x| *x = *x * inv);
         hidden.iter_mut().for_each(|x| *x = A::zero());
-    }
-}
-
-/// The NaN-propagating maximum.
-#[inline(always)]
-fn nan_max<A: Real>(a: A, b: A) -> A {
-    if a > b || a.is_nan() {
-        a
-    } else {
-        b
     }
 }
 

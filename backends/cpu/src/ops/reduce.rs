@@ -104,21 +104,20 @@ pub(crate) fn lane_sum<T: Copy + Sync, A: Real>(s: &[T], map: impl Fn(T) -> A + 
     tree_reduce(s, A::zero(), &map, &|a: A, b: A| a + b)
 }
 
+/// The larger of `a` and `b`, or `a` when it is NaN (a NaN met first wins).
+#[inline(always)]
+pub(crate) fn nan_max<A: Real>(a: A, b: A) -> A {
+    if a > b || a.is_nan() {
+        a
+    } else {
+        b
+    }
+}
+
 /// NaN-propagating maximum (`-inf` for an empty lane).
 #[inline]
 pub(crate) fn lane_max<E: Float>(s: &[E]) -> E::Acc {
-    tree_reduce(
-        s,
-        E::Acc::neg_infinity(),
-        &|v: E| v.to_acc(),
-        &|a: E::Acc, b: E::Acc| {
-            if a > b || a.is_nan() {
-                a
-            } else {
-                b
-            }
-        },
-    )
+    tree_reduce(s, E::Acc::neg_infinity(), &|v: E| v.to_acc(), &nan_max)
 }
 
 /// NaN-propagating minimum (`+inf` for an empty lane).

@@ -54,36 +54,24 @@ pub(crate) fn sdot(
     b.check(k, n);
     // The vectors are rows of `a` and columns of `b`; the long side is
     // split between tasks and each task walks all of the short side.
-    let rows = |v: &View<'_>, len: usize, stride: usize| -> Vec<usize> {
-        (0..len).map(|i| v.off + i * stride).collect()
-    };
-    let (ra, rb) = (rows(&a, m, a.rs), rows(&b, n, b.cs));
+    let (ra, rb) = (Vectors::new(&a, m, a.rs), Vectors::new(&b, n, b.cs));
     let a_long = m > n;
-    let (long, short, ld, sd) = if a_long {
-        (&ra, &rb, a.data, b.data)
-    } else {
-        (&rb, &ra, b.data, a.data)
-    };
+    let (long, short) = if a_long { (ra, rb) } else { (rb, ra) };
     let out = Dst(dst.as_mut_ptr().cast::<f32>());
     let task = |t: usize| {
         let l0 = t * TASK;
-        let l1 = (l0 + TASK).min(long.len());
+        let l1 = (l0 + TASK).min(long.len);
         // Each tile of the long side is read from memory once (the next
         // one prefetched meanwhile), then from L1 for every tile of the
         // short side.
         for l in (l0..l1).step_by(T) {
-            for s0 in (0..short.len()).step_by(T) {
-                let pick = |v: &[usize], data: &[f32], at: usize| -> [*const f32; T] {
-                    // Past the end, repeat the last vector (its sums are
-                    // computed and dropped).
-                    std::array::from_fn(|i| data[v[(at + i).min(v.len() - 1)]..].as_ptr())
-                };
-                let (ls, ss) = (pick(long, ld, l), pick(short, sd, s0));
-                let ahead = (s0 == 0 && l + T < l1).then(|| long[l + T] - long[l]);
+            for s0 in (0..short.len).step_by(T) {
+                let (ls, ss) = (long.tile(l), short.tile(s0));
+                let ahead = (s0 == 0 && l + T < l1).then_some(T * long.stride);
                 // SAFETY: every pointer heads `k` elements of its storage
                 // (checked above), and the CPU has AVX-512 (`fits`).
                 let sums = unsafe { dots_avx512(k, ss, ls, ahead) };
-                for (si, row) in sums.iter().enumerate().take(short.len() - s0) {
+                for (si, row) in sums.iter().enumerate().take(short.len - s0) {
                     for (li, &v) in row.iter().enumerate().take(l1 - l) {
                         let (s, l) = (s0 + si, l + li);
                         let (i, j) = if a_long { (l, s) } else { (s, l) };
@@ -95,11 +83,40 @@ pub(crate) fn sdot(
             }
         }
     };
-    let tasks = long.len().div_ceil(TASK);
+    let tasks = long.len.div_ceil(TASK);
     if parallel && m * n * k >= PAR_WORK && tasks > 1 {
         (0..tasks).into_par_iter().for_each(task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// One side's vectors: vector `i` starts at `data[off + i * stride]`.
+#[derive(Clone, Copy)]
+struct Vectors<'a> {
+    data: &'a [f32],
+    off: usize,
+    stride: usize,
+    len: usize,
+}
+
+impl<'a> Vectors<'a> {
+    fn new(v: &View<'a>, len: usize, stride: usize) -> Self {
+        Vectors {
+            data: v.data,
+            off: v.off,
+            stride,
+            len,
+        }
+    }
+
+    /// The starts of vectors `at..at + T`; past the end, the last vector
+    /// again (its sums are computed and dropped).
+    fn tile(&self, at: usize) -> [*const f32; T] {
+        std::array::from_fn(|i| {
+            let v = (at + i).min(self.len - 1);
+            self.data[self.off + v * self.stride..].as_ptr()
+        })
     }
 }
 
