@@ -8,7 +8,6 @@
 
 use crate::PAR_CHUNK;
 use forma_core::Layout;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// The contiguous runs of `layouts` in their storages, when all are dense.
@@ -66,10 +65,9 @@ pub(crate) fn build<T: Copy + Send>(n: usize, kernel: &impl Chunks<T>) -> Vec<T>
     let mut out: Vec<T> = Vec::with_capacity(n);
     let spare = &mut out.spare_capacity_mut()[..n];
     if n >= 2 * PAR_CHUNK {
-        spare
-            .par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| fill_chunk(kernel, c * PAR_CHUNK, chunk));
+        crate::par::chunks_mut(spare, PAR_CHUNK, |c, chunk| {
+            fill_chunk(kernel, c * PAR_CHUNK, chunk)
+        });
     } else {
         fill_chunk(kernel, 0, spare);
     }

@@ -1,17 +1,18 @@
 //! Forma's CPU backend: [`Cpu`] implements [`Backend`] and every kernel trait
 //! of `forma-core` on `Vec<E>` storages. Kernels work on erased sizes
-//! ([`Layout`]), run in parallel with rayon above a size threshold, compute
-//! half types in f32, and are generic over the op so hot loops have no dispatch.
+//! ([`Layout`]), run in parallel above a size threshold (on `par`'s spinning
+//! pool, sized by rayon's thread count), compute half types in f32, and are
+//! generic over the op so hot loops have no dispatch.
 
 mod dense;
 pub mod ops;
+mod par;
 mod rows;
 mod simd;
 pub mod strided;
 
 pub use dense::tune_allocator;
 use forma_core::{Backend, DefaultDevice, Dtype, Layout, Result};
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use strided::StridedIter;
 
@@ -96,21 +97,16 @@ fn walk<T: Send, const K: usize>(
     };
     if out.len() >= 2 * PAR_CHUNK && n < out.len() {
         let rows_per = (PAR_CHUNK / n).max(1);
-        out.par_chunks_mut(rows_per * n)
-            .enumerate()
-            .for_each(|(c, chunk)| run(c * rows_per, chunk));
+        par::chunks_mut(out, rows_per * n, |c, chunk| run(c * rows_per, chunk));
     } else if out.len() >= 2 * PAR_CHUNK {
         // One long row: split it, each piece starting mid-row.
-        out.par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(c, chunk)| {
-                let start = c * PAR_CHUNK;
-                let bases: [usize; K] =
-                    std::array::from_fn(|i| outer[i].offset + start * strides[i]);
-                for (k, o) in chunk.iter_mut().enumerate() {
-                    o.write(f(std::array::from_fn(|i| bases[i] + k * strides[i])));
-                }
-            });
+        par::chunks_mut(out, PAR_CHUNK, |c, chunk| {
+            let start = c * PAR_CHUNK;
+            let bases: [usize; K] = std::array::from_fn(|i| outer[i].offset + start * strides[i]);
+            for (k, o) in chunk.iter_mut().enumerate() {
+                o.write(f(std::array::from_fn(|i| bases[i] + k * strides[i])));
+            }
+        });
     } else {
         run(0, out);
     }

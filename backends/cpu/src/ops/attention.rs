@@ -17,7 +17,6 @@ use forma_core::error::fmt_dims;
 use forma_core::ops::attention::AttentionKernel;
 use forma_core::{Error, Float, Layout, Result};
 use gemm::Parallelism;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Scores one task holds (256 KiB of f32): longer key sequences split the
@@ -31,8 +30,8 @@ struct Dst<A>(*mut MaybeUninit<A>);
 
 // SAFETY: `Dst` is only a base pointer; the tasks it is sent to write
 // disjoint elements (their own head and query rows, and the output layout is
-// a bijection, checked in `attention`), and the buffer outlives them (rayon
-// joins before `fused` returns).
+// a bijection, checked in `attention`), and the buffer outlives them (the
+// parallel loop returns before `fused` does).
 unsafe impl<A: Send> Send for Dst<A> {}
 // SAFETY: as for `Send`: shared copies never touch the same element.
 unsafe impl<A: Send> Sync for Dst<A> {}
@@ -263,11 +262,10 @@ fn fused<A: Real>(
     let scratch = || (vec![A::zero(); rows * s], vec![A::zero(); rows * dv]);
     let tasks = b * h * blocks;
     let work = rows * s * (dk + dv);
-    if rayon::current_num_threads() > 1 && tasks > 1 && tasks * work >= 2 * PAR_CHUNK {
-        (0..tasks)
-            .into_par_iter()
-            .with_min_len((PAR_CHUNK / work).max(1))
-            .for_each_init(scratch, |sc, i| task(i, sc));
+    if crate::par::threads() > 1 && tasks > 1 && tasks * work >= 2 * PAR_CHUNK {
+        crate::par::for_each_init(tasks, (PAR_CHUNK / work).max(1), scratch, |sc, i| {
+            task(i, sc)
+        });
     } else {
         let mut sc = scratch();
         (0..tasks).for_each(|i| task(i, &mut sc));

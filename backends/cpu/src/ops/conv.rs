@@ -10,7 +10,7 @@
 //! its transpose, folding the column gradient back) moves whole runs without
 //! per-run bounds (see [`im2col`], [`col2im`]).
 //!
-//! Parallelism: over the images with rayon when there are enough of them
+//! Parallelism: over the images (`crate::par`) when there are enough of them
 //! (see [`batch_parallel`]), else image by image with the unrolling and gemm
 //! each parallel inside.
 
@@ -22,7 +22,6 @@ use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
 use forma_core::ops::conv::{conv_out_size, Conv2dParams, ConvKernel};
 use forma_core::{Error, Float, Layout, Result};
-use rayon::prelude::*;
 
 /// Sizes of one convolution, dense `[n, c_in, h, w]` by `[c_out, cg, kh, kw]`.
 #[derive(Clone, Copy, Debug)]
@@ -159,10 +158,12 @@ fn padded<'a, A: Real>(x: &'a [A], g: &Geometry, buf: &'a mut Vec<A>) -> &'a [A]
 /// `par` and there is enough work.
 fn per_row<A: Real>(col: &mut [A], l: usize, par: bool, fill_row: impl Fn(usize, &mut [A]) + Sync) {
     if par && col.len() >= 2 * PAR_CHUNK {
-        col.par_chunks_mut(l)
-            .enumerate()
-            .with_min_len((PAR_CHUNK / l).max(1))
-            .for_each(|(r, row)| fill_row(r, row));
+        let per = (PAR_CHUNK / l).max(1);
+        crate::par::chunks_mut(col, per * l, |c, rows| {
+            for (r, row) in rows.chunks_exact_mut(l).enumerate() {
+                fill_row(c * per + r, row);
+            }
+        });
     } else {
         for (r, row) in col.chunks_exact_mut(l).enumerate() {
             fill_row(r, row);
@@ -305,13 +306,15 @@ fn conv2d_acc<A: Real>(x: &[A], wt: &[A], g: &Geometry) -> Vec<A> {
     let in_img = g.c_in * g.h * g.w;
     let work = out_img * g.patch();
     if batch_parallel(g.n, work) {
-        out.par_chunks_mut(out_img)
-            .enumerate()
-            .with_min_len((PAR_CHUNK / work.max(1)).max(1))
-            .for_each_init(Scratch::default, |scratch, (i, o)| {
+        let per = (PAR_CHUNK / work.max(1)).max(1);
+        crate::par::chunks_mut(&mut out, per * out_img, |c, o| {
+            let mut scratch = Scratch::default();
+            for (k, o) in o.chunks_exact_mut(out_img).enumerate() {
+                let i = c * per + k;
                 let xi = &x[i * in_img..(i + 1) * in_img];
-                conv_image(xi, wt, o, scratch, g, Parallelism::None);
-            });
+                conv_image(xi, wt, o, &mut scratch, g, Parallelism::None);
+            }
+        });
     } else {
         let mut scratch = Scratch::default();
         let par = solo_parallelism();
@@ -482,69 +485,65 @@ fn conv2d_backward_acc<A: Real>(
         return (gx, vec![A::zero(); wlen]);
     }
     // The images' weight gradients are summed in a fixed order (runs of
-    // `RUN` images, then the runs' sums in sequence) rather than by rayon's
-    // `fold`/`reduce`, whose split follows work stealing: a seeded training
+    // `RUN` images, then the runs' sums in sequence) rather than in the order
+    // the threads happen to finish: a seeded training
     // run then gives the same bits every time, and a resumed one continues
     // exactly.
     const RUN: usize = 4;
-    let partials: Vec<Vec<A>> = gx
-        .par_chunks_mut(in_img * RUN)
-        .enumerate()
-        .map(|(r, gx_run)| {
-            let (mut gw, mut col, mut dcol, mut tmp, mut pad) = (
-                vec![A::zero(); wlen],
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-            );
-            for (k, gxi) in gx_run.chunks_mut(in_img).enumerate() {
-                let i = r * RUN + k;
-                let xi = &x[i * in_img..(i + 1) * in_img];
-                let gyi = &gy[i * out_img..(i + 1) * out_img];
-                for gi in 0..groups {
-                    let gyg = Operand {
-                        data: gyi,
-                        off: gi * og * l,
-                        rs: l,
-                        cs: 1,
-                    };
-                    if need_w {
-                        col.resize(kk * l, A::zero());
-                        let xg = &xi[gi * plane..(gi + 1) * plane];
-                        im2col(xg, &mut col, g, false, &mut pad);
-                        // dW_g += dY_g @ col^T
-                        tmp.resize(og * kk, A::zero());
-                        let col_t = Operand {
-                            data: &col[..],
-                            off: 0,
-                            rs: 1,
-                            cs: l,
-                        };
-                        gemm_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None);
-                        let gwg = &mut gw[gi * og * kk..(gi + 1) * og * kk];
-                        for (a, &b) in gwg.iter_mut().zip(&tmp) {
-                            *a = *a + b;
-                        }
-                    }
-                    if !need_x {
-                        continue;
-                    }
-                    // dcol = W_g^T @ dY_g, folded back onto the input.
-                    dcol.resize(kk * l, A::zero());
-                    let w_t = Operand {
-                        data: wt,
-                        off: gi * og * kk,
+    let partials: Vec<Vec<A>> = crate::par::chunks_map(&mut gx, in_img * RUN, |r, gx_run| {
+        let (mut gw, mut col, mut dcol, mut tmp, mut pad) = (
+            vec![A::zero(); wlen],
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+        for (k, gxi) in gx_run.chunks_mut(in_img).enumerate() {
+            let i = r * RUN + k;
+            let xi = &x[i * in_img..(i + 1) * in_img];
+            let gyi = &gy[i * out_img..(i + 1) * out_img];
+            for gi in 0..groups {
+                let gyg = Operand {
+                    data: gyi,
+                    off: gi * og * l,
+                    rs: l,
+                    cs: 1,
+                };
+                if need_w {
+                    col.resize(kk * l, A::zero());
+                    let xg = &xi[gi * plane..(gi + 1) * plane];
+                    im2col(xg, &mut col, g, false, &mut pad);
+                    // dW_g += dY_g @ col^T
+                    tmp.resize(og * kk, A::zero());
+                    let col_t = Operand {
+                        data: &col[..],
+                        off: 0,
                         rs: 1,
-                        cs: kk,
+                        cs: l,
                     };
-                    gemm_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None);
-                    col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g, &mut pad);
+                    gemm_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None);
+                    let gwg = &mut gw[gi * og * kk..(gi + 1) * og * kk];
+                    for (a, &b) in gwg.iter_mut().zip(&tmp) {
+                        *a = *a + b;
+                    }
                 }
+                if !need_x {
+                    continue;
+                }
+                // dcol = W_g^T @ dY_g, folded back onto the input.
+                dcol.resize(kk * l, A::zero());
+                let w_t = Operand {
+                    data: wt,
+                    off: gi * og * kk,
+                    rs: 1,
+                    cs: kk,
+                };
+                gemm_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None);
+                col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g, &mut pad);
             }
-            gw
-        })
-        .collect();
+        }
+        gw
+    });
     let mut gw = vec![A::zero(); wlen];
     for part in partials {
         for (a, b) in gw.iter_mut().zip(part) {

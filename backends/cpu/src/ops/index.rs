@@ -9,7 +9,6 @@ use crate::{gather_vec, Cpu, PAR_CHUNK};
 use forma_core::ops::index::IndexKernel;
 use forma_core::shape::Dims;
 use forma_core::{Error, Float, Layout, Result};
-use rayon::prelude::*;
 
 /// Reads an index view row-major and checks every entry against `0..size`
 /// (negative indices are out of range, as in PyTorch's `index_select`,
@@ -116,9 +115,9 @@ impl<E: Float> IndexKernel<E> for Cpu {
         };
         let blocks_per_task = (PAR_CHUNK / inner).max(1);
         if numel >= 2 * PAR_CHUNK && numel > inner {
-            out.par_chunks_mut(blocks_per_task * inner)
-                .enumerate()
-                .for_each(|(c, chunk)| run(c * blocks_per_task, chunk));
+            crate::par::chunks_mut(&mut out, blocks_per_task * inner, |c, chunk| {
+                run(c * blocks_per_task, chunk)
+            });
         } else {
             run(0, &mut out);
         }
@@ -148,9 +147,7 @@ impl<E: Float> IndexKernel<E> for Cpu {
             }
         };
         if out.len() >= 2 * PAR_CHUNK {
-            out.par_chunks_mut(PAR_CHUNK)
-                .enumerate()
-                .for_each(|(c, chunk)| run(c * PAR_CHUNK, chunk));
+            crate::par::chunks_mut(&mut out, PAR_CHUNK, |c, chunk| run(c * PAR_CHUNK, chunk));
         } else {
             run(0, &mut out);
         }

@@ -7,9 +7,10 @@
 //! end, like PyTorch's CPU kernels. The dtype is resolved once per call through
 //! `Any` downcasts, never per element.
 //!
-//! Parallelism: one large product lets gemm split it over rayon's threads; a
-//! batch of small products runs one gemm per matrix on rayon's threads with
-//! gemm itself single-threaded. When the right operand is broadcast over the
+//! Parallelism: one large product is split over the threads inside the
+//! product (Forma's sgemm, or gemm on rayon's threads); a batch of small
+//! products runs one single-threaded product per matrix in parallel
+//! (`crate::par`). When the right operand is broadcast over the
 //! batch and the left operand's batch dims fold into its rows (the `[b, t, k] @
 //! [k, n]` of a linear layer), the batch becomes one tall product.
 //!
@@ -24,7 +25,6 @@ use forma_core::ops::matmul::MatmulKernel;
 use forma_core::shape::Dims;
 use forma_core::{Error, Float, Layout, Result};
 pub(crate) use gemm::Parallelism;
-use rayon::prelude::*;
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
@@ -73,9 +73,7 @@ pub(crate) fn from_acc_vec<E: Float>(v: Vec<E::Acc>) -> Vec<E> {
         }
     };
     if v.len() >= 2 * PAR_CHUNK {
-        out.par_chunks_mut(PAR_CHUNK)
-            .zip(v.par_chunks(PAR_CHUNK))
-            .for_each(|(o, s)| narrow(o, s));
+        crate::par::chunks_mut(&mut out, PAR_CHUNK, |c, o| narrow(o, &v[c * PAR_CHUNK..]));
     } else {
         narrow(&mut out, &v);
     }
@@ -255,7 +253,7 @@ pub(crate) fn gemm_uninit<A: Real>(
 /// gemm's threading for one product standing alone (gemm applies its own
 /// size threshold below which it stays on one thread).
 pub(crate) fn solo_parallelism() -> Parallelism {
-    if rayon::current_num_threads() > 1 {
+    if crate::par::threads() > 1 {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
@@ -263,11 +261,11 @@ pub(crate) fn solo_parallelism() -> Parallelism {
 }
 
 /// Whether `batch` independent products of `work` multiply-adds each should
-/// run as one rayon task per product (gemm single-threaded inside) rather than
+/// run as one parallel task per product (single-threaded inside) rather than
 /// one after another with gemm threading each: yes when there is enough work
 /// and either the products are small or they spread evenly over the threads.
 pub(crate) fn batch_parallel(batch: usize, work: usize) -> bool {
-    let threads = rayon::current_num_threads();
+    let threads = crate::par::threads();
     threads > 1
         && batch > 1
         && batch.saturating_mul(work) >= 2 * PAR_CHUNK
@@ -365,10 +363,12 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
     };
     let work = m * n * k;
     if batch_parallel(batch, work) {
-        out.par_chunks_mut(m * n)
-            .zip(offsets.par_iter())
-            .with_min_len((PAR_CHUNK / work).max(1))
-            .for_each(|(o, &offs)| one(o, offs, Parallelism::None));
+        let per = (PAR_CHUNK / work).max(1);
+        crate::par::chunks_mut(out, per * m * n, |c, o| {
+            for (o, &offs) in o.chunks_mut(m * n).zip(&offsets[c * per..]) {
+                one(o, offs, Parallelism::None);
+            }
+        });
     } else {
         let par = solo_parallelism();
         for (o, &offs) in out.chunks_mut(m * n).zip(&offsets) {

@@ -1,5 +1,5 @@
 //! Max and average pooling over `[n, c, h, w]`, one `h x w` plane at a time,
-//! planes in parallel with rayon. Both follow PyTorch's CPU kernels, including
+//! planes in parallel (`crate::par`). Both follow PyTorch's CPU kernels, including
 //! their order of evaluation: max pooling skips padding and lets NaN win;
 //! average pooling sums in the accumulation type and divides by PyTorch's
 //! count (see [`avg_plane`]).
@@ -15,7 +15,6 @@ use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
 use forma_core::ops::pool::{Pool2dParams, PoolKernel};
 use forma_core::{Dtype, Error, Float, Layout, Result};
-use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// Where one output position's window lies along one dim.
@@ -255,10 +254,13 @@ fn per_plane<E: Float>(
     }
     let work = plane_out * window.max(1);
     if out.len() * window.max(1) >= 2 * PAR_CHUNK {
-        out.par_chunks_mut(plane_out)
-            .zip(x.par_chunks(h * w))
-            .with_min_len((PAR_CHUNK / work).max(1))
-            .for_each(|(o, xp)| f(xp, o));
+        let planes = (PAR_CHUNK / work).max(1);
+        crate::par::chunks_mut(&mut out, planes * plane_out, |c, o| {
+            let xs = x[c * planes * h * w..].chunks_exact(h * w);
+            for (o, xp) in o.chunks_exact_mut(plane_out).zip(xs) {
+                f(xp, o);
+            }
+        });
     } else {
         for (o, xp) in out.chunks_exact_mut(plane_out).zip(x.chunks_exact(h * w)) {
             f(xp, o);
@@ -442,7 +444,7 @@ fn per_plane_backward<E: Float>(
     if gx.is_empty() || plane_out == 0 {
         return gx;
     }
-    gx.par_chunks_mut(h * w).enumerate().for_each(|(i, gp)| {
+    crate::par::chunks_mut(&mut gx, h * w, |i, gp| {
         let xp = if x.is_empty() {
             x
         } else {

@@ -14,7 +14,6 @@ use forma_core::dtype::Real;
 use forma_core::ops::reduce::{ArgReduceOp, ReduceKernel, ReduceOp};
 use forma_core::{Dtype, Error, Float, Layout, Result};
 use num_traits::Float as _;
-use rayon::prelude::*;
 
 /// Lanes at most this long are folded directly (eight running accumulators);
 /// longer ones are split in halves, pairwise.
@@ -88,7 +87,7 @@ where
 {
     let (a, b) = s.split_at(split_point(s.len()));
     let (ra, rb) = if s.len() >= 2 * PAR_CHUNK {
-        rayon::join(
+        crate::par::join(
             || tree_reduce(a, id, map, comb),
             || tree_reduce(b, id, map, comb),
         )
@@ -197,9 +196,7 @@ pub(crate) fn map_lanes<E: Dtype, T: Dtype>(
             })
         };
         if par {
-            out.par_chunks_mut(per_task)
-                .enumerate()
-                .for_each(|(c, chunk)| run(c * per_task, chunk));
+            crate::par::chunks_mut(&mut out, per_task, |c, chunk| run(c * per_task, chunk));
         } else {
             run(0, &mut out);
         }
@@ -211,9 +208,10 @@ pub(crate) fn map_lanes<E: Dtype, T: Dtype>(
             }
         };
         if par {
-            out.par_chunks_mut(per_task)
-                .zip(buf.par_chunks(per_task * n))
-                .for_each(|(o, b)| run(o, b));
+            crate::par::chunks_mut(&mut out, per_task, |c, o| {
+                let b = &buf[c * per_task * n..];
+                run(o, &b[..o.len() * n]);
+            });
         } else {
             run(&mut out, &buf);
         }
@@ -295,14 +293,12 @@ fn column_sums<E: Float>(x: &[E], layout: &Layout, axis: usize) -> Option<Vec<E:
     if m * width * n >= 2 * PAR_CHUNK {
         // Tasks of whole column groups, about `PAR_CHUNK` inputs each.
         let per = (PAR_CHUNK / n).max(1).next_multiple_of(COLS).min(width);
-        out.par_chunks_mut(width)
+        let tasks: Vec<(usize, usize, &mut [_])> = out
+            .chunks_mut(width)
             .enumerate()
-            .flat_map(|(row, o)| {
-                o.par_chunks_mut(per)
-                    .enumerate()
-                    .map(move |(t, o)| (row, t, o))
-            })
-            .for_each(|(row, t, o)| run(row, t * per, o));
+            .flat_map(|(row, o)| o.chunks_mut(per).enumerate().map(move |(t, o)| (row, t, o)))
+            .collect();
+        crate::par::each(tasks, |(row, t, o)| run(row, t * per, o));
     } else {
         for (row, o) in out.chunks_mut(width).enumerate() {
             run(row, 0, o);

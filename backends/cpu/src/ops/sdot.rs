@@ -11,7 +11,6 @@
 
 use super::sgemm::View;
 use crate::simd::has_avx512;
-use rayon::prelude::*;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
@@ -34,7 +33,7 @@ pub(crate) fn fits(m: usize, n: usize, k: usize, a: &View<'_>, b: &View<'_>) -> 
 
 /// `dst = a @ b` (row-major `m x n`, written in full) for an `a` with
 /// contiguous rows and a `b` with contiguous columns; `parallel` lets a
-/// large product use rayon's threads.
+/// large product use several threads (`crate::par`).
 ///
 /// # Panics
 /// If [`fits`] does not hold, if `dst` is not `m * n` long or if an operand
@@ -85,7 +84,7 @@ pub(crate) fn sdot(
     };
     let tasks = long.len.div_ceil(TASK);
     if parallel && m * n * k >= PAR_WORK && tasks > 1 {
-        (0..tasks).into_par_iter().for_each(task);
+        crate::par::run(tasks, &task);
     } else {
         (0..tasks).for_each(task);
     }

@@ -23,27 +23,24 @@
 //!
 //! Threading: a product with enough work is cut into disjoint row (or
 //! column) ranges of the output. A mid-size product (tens of microseconds)
-//! is cut into exactly one range per thread: the calling thread computes one
-//! itself while rayon workers are handed the others, every range packs its
-//! own operands (no serial step before the split), and a range nobody has
-//! started yet is taken back by whoever is free first. A large product is
-//! cut into a few ranges per thread run as rayon tasks, the operand every
-//! range needs whole packed once and shared, the other packed per task into
-//! thread-local buffers reused from call to call.
+//! is cut into exactly one range per thread, each packing its own operands
+//! (no serial step before the split). A large product is cut into a few
+//! ranges per thread, the operand every range needs whole packed once and
+//! shared, the other packed per task into thread-local buffers reused from
+//! call to call. Either way the ranges run on `crate::par`'s threads, the
+//! caller's among them.
 //!
 //! Results are deterministic (a fixed summation order per element: depth
 //! blocks in order, one FMA chain per block) whatever the thread count, on
 //! a given kernel (the two kernels' depth blocks differ).
 
 use crate::simd::{has_avx2, has_avx512};
-use rayon::prelude::*;
 use std::arch::x86_64::{
     __m256, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps,
     _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch, _MM_HINT_T0,
 };
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One microkernel and the block sizes that suit it: the ISA-specific part
 /// of the product. Everything else (packing, blocking, threading) is
@@ -181,8 +178,8 @@ impl Out {
 
 // SAFETY: `Out` is only a base pointer; the tasks it is sent to write
 // disjoint elements (distinct row or column ranges, see `sgemm_with` and
-// `split`), and the exclusive borrow it was made from outlives them (rayon
-// joins, and `split` waits for every range, before `sgemm_with` returns).
+// `split`), and the exclusive borrow it was made from outlives them (every
+// parallel loop returns before `sgemm_with` does).
 unsafe impl Send for Out {}
 // SAFETY: as for `Send`: shared copies never touch the same element.
 unsafe impl Sync for Out {}
@@ -190,7 +187,7 @@ unsafe impl Sync for Out {}
 /// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`; `dst` is row-major
 /// `m x n` and is written in full (zeros when `k == 0`), never read before
 /// it is written, so it may be uninitialised. `parallel` lets a large
-/// product use rayon's threads. Thin products whose left rows and right
+/// product use several threads (`crate::par`). Thin products whose left rows and right
 /// columns are contiguous (`x @ w.t()` for a few rows of `x`) are computed
 /// as dot products (`super::sdot`) instead of packed blocks.
 ///
@@ -294,11 +291,7 @@ fn sgemm_with<K: Kernel>(
     } else {
         (m, n, a, b)
     };
-    let threads = if parallel {
-        rayon::current_num_threads()
-    } else {
-        1
-    };
+    let threads = if parallel { crate::par::threads() } else { 1 };
     let work = m.saturating_mul(n).saturating_mul(k);
     if threads <= 1 || work < PAR_WORK {
         // SAFETY: `out` addresses the `m x n` elements of `dst` (or of its
@@ -314,7 +307,7 @@ fn sgemm_with<K: Kernel>(
         return;
     }
     // Cut the longer side of the output into ranges of whole microkernel
-    // tiles, a few per thread so that rayon can balance them when a thread
+    // tiles, a few per thread so that the threads balance them when one
     // is slowed by other load. The operand every range needs whole (`b` for
     // row ranges, `a` for column ranges) is packed once and shared, so more
     // ranges cost no more packing.
@@ -336,7 +329,8 @@ fn sgemm_with<K: Kernel>(
     if packed_len > limits.max_shared {
         // Too big to keep a packed copy around: every task packs its own
         // blocks of both operands (re-packing the shared one per task).
-        ranges.par_iter().for_each(|&(s, l)| {
+        crate::par::run(ranges.len(), &|i| {
+            let (s, l) = ranges[i];
             // SAFETY: the ranges are disjoint, so each task owns its part of
             // the output; the borrow of `dst` outlives the parallel loop and
             // the operands were checked.
@@ -356,7 +350,8 @@ fn sgemm_with<K: Kernel>(
         } else {
             Shared::A(packed)
         };
-        ranges.par_iter().for_each(|&(s, l)| {
+        crate::par::run(ranges.len(), &|i| {
+            let (s, l) = ranges[i];
             // SAFETY: as in the unshared case above, and `packed` is all of
             // the operand the ranges do not cut.
             unsafe { range::<K>(out, m, n, k, a, b, rows, s, l, shared) };
@@ -366,10 +361,8 @@ fn sgemm_with<K: Kernel>(
 
 /// A mid-size parallel product: the longer side of the output cut into one
 /// range of whole tiles per thread (at most), each computed by [`block`]
-/// packing its own operands. The calling thread takes ranges too, so one
-/// fewer rayon worker is woken and nothing waits for a hand-off to return;
-/// ranges are claimed from a shared counter, so one that no worker has
-/// started when the caller is done is computed by the caller.
+/// packing its own operands (no serial packing step before the split). The
+/// calling thread takes ranges too ([`crate::par::run`]).
 ///
 /// The ranges split the output, never the depth, so every element is summed
 /// in the same order as on one thread.
@@ -399,37 +392,7 @@ unsafe fn split<K: Kernel>(
         // the operands.
         unsafe { range::<K>(out, m, n, k, a, b, rows, s, e - s, Shared::None) };
     };
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let work = || loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        if i >= parts {
-            break;
-        }
-        // Counted even if `run` panics, so the wait below ends (and the
-        // scope then re-raises the panic).
-        let _done = Finished(&done);
-        run(i);
-    };
-    rayon::in_place_scope(|scope| {
-        for _ in 1..parts {
-            scope.spawn(|_| work());
-        }
-        work();
-        // Every range is claimed; those still running belong to workers
-        // that have started them. Spinning briefly beats blocking at the end
-        // of the scope (a sleep and a wake-up cost more than a small range);
-        // past that, yield in case this thread keeps a worker off its core.
-        let mut spins = 0u32;
-        while done.load(Ordering::Acquire) < parts {
-            if spins < SPINS {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    });
+    crate::par::run(parts, &run);
 }
 
 /// [`block`] on rows `s..s + l` of the output (`rows`) or on its columns
@@ -462,18 +425,6 @@ unsafe fn range<K: Kernel>(
         } else {
             block::<K>(out.shifted(s * out.cs), m, l, k, a, b.at(0, s), shared)
         }
-    }
-}
-
-/// Busy-wait iterations before [`split`]'s caller starts yielding its core.
-const SPINS: u32 = 4096;
-
-/// Counts one finished range of [`split`] when dropped.
-struct Finished<'a>(&'a AtomicUsize);
-
-impl Drop for Finished<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -595,7 +546,7 @@ fn pack_all<K: Kernel>(
     }
     let pack = |(pc, kc, s, d): (usize, usize, usize, &mut [f32])| panel(d, pc, kc, s);
     if k * len >= PAR_PACK {
-        jobs.into_par_iter().for_each(pack);
+        crate::par::each(jobs, pack);
     } else {
         jobs.into_iter().for_each(pack);
     }

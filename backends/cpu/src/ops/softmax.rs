@@ -14,7 +14,6 @@ use forma_core::dtype::Real;
 use forma_core::ops::softmax::SoftmaxKernel;
 use forma_core::{Float, Layout, Result};
 use num_traits::Float as _;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Softmax of one lane into `out`; `scratch` holds the exponentials in
@@ -113,9 +112,7 @@ fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) ->
             run_lanes(log, n, pairs);
         };
         if par {
-            out.par_chunks_mut(per_task)
-                .enumerate()
-                .for_each(|(c, chunk)| run(c * (per_task / n), chunk));
+            crate::par::chunks_mut(out, per_task, |c, chunk| run(c * (per_task / n), chunk));
         } else {
             run(0, out);
         }
@@ -125,9 +122,9 @@ fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) ->
             run_lanes(log, n, b.chunks_exact(n).zip(o.chunks_exact_mut(n)));
         };
         if par {
-            out.par_chunks_mut(per_task)
-                .zip(buf.par_chunks(per_task))
-                .for_each(|(o, b)| run(o, b));
+            crate::par::chunks_mut(out, per_task, |c, o| {
+                run(o, &buf[c * per_task..][..o.len()])
+            });
         } else {
             run(out, &buf);
         }

@@ -6,7 +6,6 @@
 use crate::{Cpu, PAR_CHUNK};
 use forma_core::ops::update::{UpdateKernel, UpdateOp};
 use forma_core::{Float, Layout, Result};
-use rayon::prelude::*;
 
 /// Elements per block: a fixed trip count the compiler vectorises (whole
 /// blocks in place, the tail through zero-padded local copies).
@@ -50,9 +49,7 @@ impl<E: Float> UpdateKernel<E> for Cpu {
                     (gc, sc)
                 })
                 .collect();
-            tasks
-                .into_par_iter()
-                .for_each(|(gc, sc)| run_chunk(op, gc, sc));
+            crate::par::each(tasks, |(gc, sc)| run_chunk(op, gc, sc));
         } else {
             run_chunk(op, g, slices);
         }
