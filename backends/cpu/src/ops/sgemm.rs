@@ -36,8 +36,9 @@
 
 use crate::simd::{has_avx2, has_avx512};
 use std::arch::x86_64::{
-    __m256, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps,
-    _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch, _MM_HINT_T0,
+    __m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps,
+    _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch,
+    _MM_HINT_T0,
 };
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -784,10 +785,53 @@ unsafe fn tile<K: Kernel>(
                 }
             }
         }
+    } else if out.rs == 1 && mr == 8 && K::MR == 8 {
+        // A transposed output (`dst^T = b^T @ a^T`): each of the tile's
+        // columns is 8 contiguous elements of the output, written whole
+        // after an 8x8 register transpose.
+        // SAFETY: column `j < nr` of the caller's tile is the 8 contiguous
+        // elements from `c + j * out.cs` (row stride 1), initialised when
+        // accumulating; `tmp` is a whole 8 x NR tile; kernels need AVX2.
+        unsafe { put_columns8(&tmp[..8 * K::NR], K::NR, c, out.cs, nr, accumulate) };
     } else {
         for j in 0..nr {
             for i in 0..mr {
                 put(i, j);
+            }
+        }
+    }
+}
+
+/// Writes (or adds, when `accumulate`) the first `nr` columns of the
+/// row-major `8 x ld` tile `tmp` to `c + j * cs` for column `j`, each as 8
+/// contiguous elements: the tile transposed 8 columns at a time in
+/// registers.
+///
+/// # Safety
+/// Each `c + j * cs` for `j < nr` must head 8 writable elements (readable
+/// values when accumulating); `ld` must be at least `nr` rounded up to 8,
+/// `tmp` at least `8 * ld` long, and the CPU must have AVX2.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn put_columns8(
+    tmp: &[f32],
+    ld: usize,
+    c: *mut f32,
+    cs: usize,
+    nr: usize,
+    accumulate: bool,
+) {
+    for h in (0..nr).step_by(8) {
+        let t = transpose8(std::array::from_fn(|i| load8(tmp, i * ld + h)));
+        for (jj, &v) in t.iter().enumerate().take(nr - h) {
+            // SAFETY: the caller's guarantee for column `h + jj < nr`.
+            unsafe {
+                let d = c.add((h + jj) * cs);
+                let v = if accumulate {
+                    _mm256_add_ps(v, _mm256_loadu_ps(d))
+                } else {
+                    v
+                };
+                _mm256_storeu_ps(d, v);
             }
         }
     }
