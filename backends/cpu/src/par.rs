@@ -153,13 +153,9 @@ pub(crate) fn join<A: Send, B: Send>(
     let (ra, rb) = (Mutex::new(None), Mutex::new(None));
     run(2, &|i| {
         if i == 0 {
-            let f = fa.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let r = f.map(|f| f());
-            *ra.lock().unwrap_or_else(|e| e.into_inner()) = r;
+            call_once(&fa, &ra);
         } else {
-            let f = fb.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let r = f.map(|f| f());
-            *rb.lock().unwrap_or_else(|e| e.into_inner()) = r;
+            call_once(&fb, &rb);
         }
     });
     let ra = ra.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -168,6 +164,13 @@ pub(crate) fn join<A: Send, B: Send>(
         ra.expect("join ran its first closure"),
         rb.expect("join ran its second closure"),
     )
+}
+
+/// Takes [`join`]'s closure from `f`, calls it and puts its result in `out`.
+fn call_once<R>(f: &Mutex<Option<impl FnOnce() -> R>>, out: &Mutex<Option<R>>) {
+    let f = f.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let r = f.map(|f| f());
+    *out.lock().unwrap_or_else(|e| e.into_inner()) = r;
 }
 
 /// Calls `f(item)` for each of `items`, in parallel (see [`run`]).
