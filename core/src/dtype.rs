@@ -200,6 +200,21 @@ impl Real for f64 {
     }
 }
 
+/// `c[0] t^(n-1) + ... + c[n-2] t + c[n-1]` by Horner's rule, one fused
+/// multiply-add per step. An FMA is exactly rounded, so every CPU computes
+/// the same bits. Forma's CPU kernels run these polynomials in loops
+/// compiled with FMA enabled (`forma-cpu`'s `simd::run`), where each step is
+/// one instruction; code compiled for baseline x86-64 calls libm's `fmaf`
+/// instead, which is correct but slow.
+#[inline(always)]
+fn horner(t: f32, c: &[f32]) -> f32 {
+    let mut acc = c[0];
+    for &ci in &c[1..] {
+        acc = acc.mul_add(t, ci);
+    }
+    acc
+}
+
 /// `erf(x) = x P(x^2) / Q(x^2)` on `|x| <= 4` (clamped: `erf(4)` rounds
 /// to 1 in f32), a (6, 4) rational fitted for minimal relative error by
 /// `tools/fit_erf.py`: absolute and relative error below 4e-7 in f32
@@ -215,17 +230,28 @@ fn erf_rational_f32(x: f32) -> f32 {
     let ax = x.abs();
     let ax = if ax > 4.0 { 4.0 } else { ax };
     let t = ax * ax;
-    let p = (((((1.911_088_53e-8 * t - 1.942_324_84e-6) * t + 1.472_889_56e-4) * t
-        + 3.990_669_74e-3)
-        * t
-        + 5.152_518_30e-2)
-        * t
-        + 2.071_274_97e-1)
-        * t
-        + 1.128_379_11;
-    let q = (((1.021_136_76e-3 * t + 1.495_826_34e-2) * t + 1.179_716_81e-1) * t + 5.168_932_08e-1)
-        * t
-        + 1.0;
+    let p = horner(
+        t,
+        &[
+            1.911_088_53e-8,
+            -1.942_324_84e-6,
+            1.472_889_56e-4,
+            3.990_669_74e-3,
+            5.152_518_30e-2,
+            2.071_274_97e-1,
+            1.128_379_11,
+        ],
+    );
+    let q = horner(
+        t,
+        &[
+            1.021_136_76e-3,
+            1.495_826_34e-2,
+            1.179_716_81e-1,
+            5.168_932_08e-1,
+            1.0,
+        ],
+    );
     // Near the clamp, rounding can leave the quotient a few ulp above 1.
     let y = ax * p / q;
     (if y > 1.0 { 1.0 } else { y }).copysign(x)
@@ -283,15 +309,20 @@ fn exp_f32(x: f32) -> f32 {
     let x = x.clamp(-104.0, 89.0);
     let t = x * std::f32::consts::LOG2_E + ROUND;
     let n = t - ROUND;
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let p = (((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 0.166_666_65)
-        * r
-        + 0.5)
-        * r
-        * r
-        + r
-        + 1.0;
+    // Cody and Waite's two-part ln 2: `n * 0.693_359_4` is exact.
+    let r = n.mul_add(2.121_944_4e-4, n.mul_add(-0.693_359_4, x));
+    let p = horner(
+        r,
+        &[
+            1.987_569_1e-4,
+            1.398_2e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            0.166_666_65,
+            0.5,
+        ],
+    );
+    let p = (p * r).mul_add(r, r) + 1.0;
     // n is in [-150, 129], read as an integer from `t`'s low mantissa bits
     // (a float-to-int `as` would not vectorise: it saturates and maps NaN);
     // split so each factor is a normal 2^k.

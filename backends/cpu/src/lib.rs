@@ -86,29 +86,108 @@ fn walk<T: Send, const K: usize>(
             layouts.map(|l| l.strides[r - 1]),
         )
     };
-    let run = |row0: usize, chunk: &mut [MaybeUninit<T>]| {
-        let mut its = outer.each_ref().map(|l| StridedIter::new(l, row0));
-        for orow in chunk.chunks_mut(n) {
-            let bases: [usize; K] = std::array::from_fn(|i| its[i].next_offset());
-            for (k, o) in orow.iter_mut().enumerate() {
-                o.write(f(std::array::from_fn(|i| bases[i] + k * strides[i])));
-            }
-        }
+    let walk = Walk {
+        outer,
+        n,
+        strides,
+        f,
     };
+    // Each chunk runs compiled for the CPU's widest vectors and with FMA
+    // (`simd::run`), as the dense paths do: the kernels' polynomials use
+    // `mul_add`, a libm call in a baseline loop.
     if out.len() >= 2 * PAR_CHUNK && n < out.len() {
         let rows_per = (PAR_CHUNK / n).max(1);
-        par::chunks_mut(out, rows_per * n, |c, chunk| run(c * rows_per, chunk));
+        par::chunks_mut(out, rows_per * n, |c, chunk| {
+            walk.run(true, c * rows_per, chunk)
+        });
     } else if out.len() >= 2 * PAR_CHUNK {
         // One long row: split it, each piece starting mid-row.
         par::chunks_mut(out, PAR_CHUNK, |c, chunk| {
-            let start = c * PAR_CHUNK;
-            let bases: [usize; K] = std::array::from_fn(|i| outer[i].offset + start * strides[i]);
-            for (k, o) in chunk.iter_mut().enumerate() {
-                o.write(f(std::array::from_fn(|i| bases[i] + k * strides[i])));
-            }
+            walk.run(false, c * PAR_CHUNK, chunk)
         });
     } else {
-        run(0, out);
+        walk.run(true, 0, out);
+    }
+}
+
+/// The strided walk's loops: `f` of each element's offsets, over whole
+/// rows of the last dim (`n` long, offsets `strides` apart), the rows'
+/// starts from `outer`. Inlined into `simd::run`'s copies.
+struct Walk<const K: usize, F> {
+    outer: [Layout; K],
+    n: usize,
+    strides: [usize; K],
+    f: F,
+}
+
+impl<const K: usize, F> Walk<K, F> {
+    /// Rows `start..` (`rows`) or elements `start..` of one long row into
+    /// `chunk`, vectorised for the CPU it runs on.
+    fn run<T>(&self, rows: bool, start: usize, chunk: &mut [MaybeUninit<T>])
+    where
+        F: Fn([usize; K]) -> T,
+    {
+        simd::run(Part {
+            walk: self,
+            rows,
+            start,
+            chunk,
+        });
+    }
+
+    /// Rows `row0..` into `chunk` (whole rows).
+    #[inline(always)]
+    fn rows<T>(&self, row0: usize, chunk: &mut [MaybeUninit<T>])
+    where
+        F: Fn([usize; K]) -> T,
+    {
+        let mut its = self.outer.each_ref().map(|l| StridedIter::new(l, row0));
+        for orow in chunk.chunks_mut(self.n) {
+            let bases: [usize; K] = std::array::from_fn(|i| its[i].next_offset());
+            self.line(bases, orow);
+        }
+    }
+
+    /// Elements `start..` of one long row into `chunk`.
+    #[inline(always)]
+    fn span<T>(&self, start: usize, chunk: &mut [MaybeUninit<T>])
+    where
+        F: Fn([usize; K]) -> T,
+    {
+        let bases = std::array::from_fn(|i| self.outer[i].offset + start * self.strides[i]);
+        self.line(bases, chunk);
+    }
+
+    #[inline(always)]
+    fn line<T>(&self, bases: [usize; K], out: &mut [MaybeUninit<T>])
+    where
+        F: Fn([usize; K]) -> T,
+    {
+        for (k, o) in out.iter_mut().enumerate() {
+            o.write((self.f)(std::array::from_fn(|i| {
+                bases[i] + k * self.strides[i]
+            })));
+        }
+    }
+}
+
+/// One chunk of a [`Walk`], as a [`simd::Vectorized`] loop.
+struct Part<'a, W, T> {
+    walk: &'a W,
+    rows: bool,
+    start: usize,
+    chunk: &'a mut [MaybeUninit<T>],
+}
+
+impl<const K: usize, T, F: Fn([usize; K]) -> T> simd::Vectorized for Part<'_, Walk<K, F>, T> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        if self.rows {
+            self.walk.rows(self.start, self.chunk);
+        } else {
+            self.walk.span(self.start, self.chunk);
+        }
     }
 }
 

@@ -4,8 +4,10 @@
 //! A hot loop written once as a [`Vectorized`] value is compiled three times
 //! (AVX-512, AVX2 with FMA, baseline) and [`run`] picks the copy this CPU can
 //! execute. The arithmetic is the same in every copy (Rust does not contract
-//! `a * b + c` into FMA), so results do not depend on the CPU, only the lane
-//! width does.
+//! `a * b + c` into FMA, and an explicit `mul_add` is exactly rounded
+//! everywhere: one instruction in the wide copies, which enable FMA, a libm
+//! call in the baseline one), so results do not depend on the CPU, only the
+//! lane width does.
 
 /// A loop to run vectorised. `run` must be `#[inline(always)]`, as must
 /// everything it calls in the hot path: a function that is not inlined into
