@@ -75,6 +75,7 @@ pub trait Device<E: crate::Float>:
     + crate::ops::update::UpdateKernel<E>
     + crate::ops::fused::FusedKernel<E>
     + crate::ops::attention::AttentionKernel<E>
+    + crate::ops::norm::NormKernel<E>
 {
 }
 
@@ -92,5 +93,6 @@ impl<E: crate::Float, D> Device<E> for D where
         + crate::ops::update::UpdateKernel<E>
         + crate::ops::fused::FusedKernel<E>
         + crate::ops::attention::AttentionKernel<E>
+        + crate::ops::norm::NormKernel<E>
 {
 }

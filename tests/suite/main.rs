@@ -31,6 +31,7 @@ mod ops_create;
 mod ops_fused;
 mod ops_index;
 mod ops_matmul;
+mod ops_norm;
 mod ops_reduce;
 mod ops_shape;
 mod ops_softmax;

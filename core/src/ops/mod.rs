@@ -11,6 +11,7 @@ pub mod conv;
 pub mod fused;
 pub mod index;
 pub mod matmul;
+pub mod norm;
 pub mod pool;
 pub mod reduce;
 pub mod softmax;

@@ -4,7 +4,6 @@
 use super::{filled, restore};
 use crate::{Forward, Training};
 use forma_core::device::Device;
-use forma_core::ops::fused::fused;
 use forma_core::shape::check::ConstMsg;
 use forma_core::tape::no_grad;
 use forma_core::{Dim, Dtype, Dyn, Float, One, Shape, Tensor, C};
@@ -317,29 +316,21 @@ impl<const N: usize, E: Float, D: Device<E>> LayerNorm<N, E, D> {
 }
 
 macro_rules! layer_norm_forward {
-    ($last:literal; $($d:ident),*) => {
+    ($($d:ident),*) => {
         impl<$($d: Dim,)* const N: usize, E: Float, D: Device<E>>
             Forward<Tensor<($($d,)* C<N>,), E, D>, Tensor<($($d,)* C<N>,), E, D>> for LayerNorm<N, E, D>
         {
             fn forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Tensor<($($d,)* C<N>,), E, D> {
-                let x = x.into_dyn();
-                let mean = x.mean_keepdim::<$last>();
-                let var = x.var_keepdim::<$last>(false);
-                let rstd = var.add_scalar(self.eps).rsqrt();
-                // One pass for the normalisation and the scale (the same
-                // bits as the ops composed), one for the shift.
-                let w = self.weight.into_dyn();
-                let scaled = fused((&x, &mean, &rstd, &w), |(x, m, r, w)| (x - m) * r * w);
-                restore(&scaled + &self.bias.into_dyn())
+                x.layer_norm(Some(&self.weight.into_dyn()), Some(&self.bias.into_dyn()), self.eps)
             }
         }
     };
 }
 
-layer_norm_forward!(0;);
-layer_norm_forward!(1; A);
-layer_norm_forward!(2; A, B);
-layer_norm_forward!(3; A, B, F);
+layer_norm_forward!();
+layer_norm_forward!(A);
+layer_norm_forward!(A, B);
+layer_norm_forward!(A, B, F);
 
 /// Group normalisation, like `nn.GroupNorm(G, CH)`: the `CH` channels of
 /// `[n, CH, ...]` split into `G` groups, each normalised over its channels and

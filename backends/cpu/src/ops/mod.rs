@@ -8,6 +8,7 @@ mod conv;
 mod fused;
 mod index;
 mod matmul;
+mod norm;
 mod pool;
 mod reduce;
 #[cfg(target_arch = "x86_64")]

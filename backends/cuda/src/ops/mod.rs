@@ -9,6 +9,7 @@ pub(crate) mod copy;
 pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod softmax;

@@ -1,0 +1,129 @@
+//! Layer normalisation over the last axis, fused: per row, a pass for the
+//! mean, one for the biased variance and one writing
+//! `(x - mean) * rstd * weight + bias`, all in `E::Acc` with one rounding
+//! at the end, rows in parallel for large inputs.
+
+use super::reduce::lane_sum;
+use crate::{gather_vec, Cpu, PAR_CHUNK};
+use forma_core::dtype::Real;
+use forma_core::ops::norm::NormKernel;
+use forma_core::{Float, Layout, Result};
+use num_traits::Float as _;
+use std::mem::MaybeUninit;
+
+/// The rows `x` (each `n` long) normalised into `out`.
+#[inline(always)]
+fn rows<E: Float>(
+    x: &[E],
+    out: &mut [MaybeUninit<E>],
+    n: usize,
+    weight: Option<&[E::Acc]>,
+    bias: Option<&[E::Acc]>,
+    eps: E::Acc,
+) {
+    let len = E::Acc::c(n as f64);
+    for (row, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let mean = lane_sum(row, |v: E| v.to_acc()) / len;
+        let var = lane_sum(row, |v: E| {
+            let d = v.to_acc() - mean;
+            d * d
+        }) / len;
+        let rstd = E::Acc::c(1.0) / (var + eps).sqrt();
+        match (weight, bias) {
+            (Some(w), Some(b)) => {
+                for (((o, &v), &w), &b) in o.iter_mut().zip(row).zip(w).zip(b) {
+                    o.write(E::from_acc((v.to_acc() - mean) * rstd * w + b));
+                }
+            }
+            (Some(w), None) => {
+                for ((o, &v), &w) in o.iter_mut().zip(row).zip(w) {
+                    o.write(E::from_acc((v.to_acc() - mean) * rstd * w));
+                }
+            }
+            (None, Some(b)) => {
+                for ((o, &v), &b) in o.iter_mut().zip(row).zip(b) {
+                    o.write(E::from_acc((v.to_acc() - mean) * rstd + b));
+                }
+            }
+            (None, None) => {
+                for (o, &v) in o.iter_mut().zip(row) {
+                    o.write(E::from_acc((v.to_acc() - mean) * rstd));
+                }
+            }
+        }
+    }
+}
+
+/// The arguments of [`rows`], as a loop [`crate::simd::run`] vectorises.
+struct Rows<'a, E: Float> {
+    x: &'a [E],
+    out: &'a mut [MaybeUninit<E>],
+    n: usize,
+    weight: Option<&'a [E::Acc]>,
+    bias: Option<&'a [E::Acc]>,
+    eps: E::Acc,
+}
+
+impl<E: Float> crate::simd::Vectorized for Rows<'_, E> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        rows(self.x, self.out, self.n, self.weight, self.bias, self.eps);
+    }
+}
+
+/// An `[n]` operand as `n` accumulation-type values.
+fn acc_vec<E: Float>(s: Option<(&Vec<E>, &Layout)>) -> Option<Vec<E::Acc>> {
+    s.map(|(s, l)| gather_vec(s, l).iter().map(|v| v.to_acc()).collect())
+}
+
+impl<E: Float> NormKernel<E> for Cpu {
+    fn layer_norm(
+        &self,
+        (x, layout): (&Vec<E>, &Layout),
+        weight: Option<(&Vec<E>, &Layout)>,
+        bias: Option<(&Vec<E>, &Layout)>,
+        eps: f64,
+    ) -> Result<Option<Vec<E>>> {
+        let (Some(&n), numel) = (layout.dims.last(), layout.numel()) else {
+            return Ok(None);
+        };
+        let mut vec = Vec::with_capacity(numel);
+        if numel == 0 {
+            return Ok(Some(vec));
+        }
+        let gathered;
+        let x = match layout.contiguous_range() {
+            Some(r) => &x[r],
+            None => {
+                gathered = gather_vec(x, layout);
+                &gathered[..]
+            }
+        };
+        let (weight, bias) = (acc_vec(weight), acc_vec(bias));
+        let (weight, bias, eps) = (weight.as_deref(), bias.as_deref(), E::Acc::c(eps));
+        let out = &mut vec.spare_capacity_mut()[..numel];
+        let run = |row0: usize, out: &mut [MaybeUninit<E>]| {
+            let x = &x[row0 * n..][..out.len()];
+            crate::simd::run(Rows {
+                x,
+                out,
+                n,
+                weight,
+                bias,
+                eps,
+            });
+        };
+        let per_task = (PAR_CHUNK / n).max(1) * n;
+        if numel >= 2 * PAR_CHUNK && numel > n {
+            crate::par::chunks_mut(out, per_task, |c, chunk| run(c * (per_task / n), chunk));
+        } else {
+            run(0, out);
+        }
+        // SAFETY: the chunks cover all `numel` slots on row boundaries and
+        // `rows` writes every slot of every row; `E: Copy`, so nothing needs
+        // dropping on a panic.
+        unsafe { vec.set_len(numel) };
+        Ok(Some(vec))
+    }
+}
