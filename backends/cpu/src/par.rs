@@ -40,7 +40,7 @@ pub(crate) fn threads() -> usize {
 pub(crate) fn run(n: usize, task: &(dyn Fn(usize) + Sync)) {
     let threads = threads().min(n);
     if threads <= 1 || INSIDE.get() || POOL.busy.swap(true, Acquire) {
-        (0..n).for_each(task);
+        serial(n, task);
         return;
     }
     let job = Job {
@@ -68,6 +68,20 @@ pub(crate) fn run(n: usize, task: &(dyn Fn(usize) + Sync)) {
     INSIDE.set(false);
     POOL.busy.store(false, Release);
     let panic = job.panic.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(payload) = panic {
+        resume_unwind(payload);
+    }
+}
+
+/// [`run`] on this thread alone: every task runs, and a panic is raised
+/// again after the others, as on the parallel path.
+fn serial(n: usize, task: &(dyn Fn(usize) + Sync)) {
+    let mut panic = None;
+    for i in 0..n {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(i))) {
+            panic.get_or_insert(payload);
+        }
+    }
     if let Some(payload) = panic {
         resume_unwind(payload);
     }
@@ -416,6 +430,18 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(ran.load(Relaxed), 8);
+        // The same when the call runs serially (nested in a task).
+        let ran = AtomicUsize::new(0);
+        run(2, &|_| {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                run(8, &|i| {
+                    ran.fetch_add(1, Relaxed);
+                    assert!(i != 5, "task five fails");
+                })
+            }));
+            assert!(r.is_err());
+        });
+        assert_eq!(ran.load(Relaxed), 16);
         // The pool is usable afterwards.
         let after = AtomicUsize::new(0);
         run(8, &|_| {
