@@ -22,13 +22,13 @@
 //! halves the read-modify-write passes over the output.
 //!
 //! Threading: a product with enough work is cut into disjoint row (or
-//! column) ranges of the output. A mid-size product (tens of microseconds)
-//! is cut into exactly one range per thread, each packing its own operands
-//! (no serial step before the split). A large product is cut into a few
-//! ranges per thread, the operand every range needs whole packed once and
-//! shared, the other packed per task into thread-local buffers reused from
-//! call to call. Either way the ranges run on `crate::par`'s threads, the
-//! caller's among them.
+//! column) ranges of the output, one per thread. A mid-size product, or one
+//! whose cut side is long for the thread count, has each range pack its own
+//! blocks of both operands into thread-local buffers reused from call to
+//! call (no serial step before the split; the blocks stay in L2). Otherwise
+//! the operand every range needs whole is packed once and shared (in
+//! parallel, before the ranges start). Either way the ranges run on
+//! `crate::par`'s threads, the caller's among them.
 //!
 //! Results are deterministic (a fixed summation order per element: depth
 //! blocks in order, one FMA chain per block) whatever the thread count, on
@@ -89,11 +89,20 @@ const MAX_TILE: usize = 256;
 
 /// Multiply-adds below which a product stays on one thread.
 const PAR_WORK: usize = 1 << 20;
-/// Multiply-adds below which a parallel product is split into one range per
-/// thread ([`split`]); from here on, the general parallel path. Measured on a
-/// 2-core AVX2 machine: the split is 1.2-1.5x faster at 128^3 and 256^3, on
-/// a par with the general path at 512^3.
+/// Multiply-adds below which a parallel product is split into ranges that
+/// pack their own operands ([`split`]); from here on, unless the cut side is
+/// long for the thread count ([`SPLIT_LEN`]), the shared path. Measured on
+/// a 2-core AVX2 machine: the split is 1.2-1.5x faster at 128^3 and 256^3.
 const SPLIT_WORK: usize = 1 << 26;
+/// Rows (or columns, the side cut) per thread from which a large product
+/// still takes [`split`]. Each of its ranges packs the operand every range
+/// needs in L2-sized blocks of its own: `threads` copies of the packing
+/// work, against the shared path's one copy packed whole, which lives in L3
+/// and is read from there. The copies cost a fraction `threads / len` of a
+/// range's work, small from here on. Measured with 2 threads, where the
+/// split is 3 to 10% faster than the shared path from 512^3 to 2048^3 (and
+/// on the encoder's 1024-row products); more threads were not measured.
+const SPLIT_LEN: usize = 128;
 /// Elements above which an operand is not packed whole to be shared (64 MiB).
 const MAX_SHARED: usize = 1 << 24;
 /// Elements below which a shared operand is packed on one thread.
@@ -229,6 +238,9 @@ pub(crate) fn sgemm(
 struct Limits {
     /// Multiply-adds below which a parallel product takes [`split`].
     split_work: usize,
+    /// Rows (columns) of the cut side per thread from which it takes
+    /// [`split`] whatever the work.
+    split_len: usize,
     /// Elements above which an operand is not packed whole to be shared.
     max_shared: usize,
     /// Whether to compute `dst^T = b^T @ a^T` whatever the shape (else
@@ -239,6 +251,7 @@ struct Limits {
 impl Limits {
     const DEFAULT: Limits = Limits {
         split_work: SPLIT_WORK,
+        split_len: SPLIT_LEN,
         max_shared: MAX_SHARED,
         transpose: false,
     };
@@ -302,7 +315,8 @@ fn sgemm_with<K: Kernel>(
         unsafe { block::<K>(out, m, n, k, a, b, Shared::None) };
         return;
     }
-    if work < limits.split_work {
+    let cut = if m >= n { m } else { n };
+    if work < limits.split_work || cut >= limits.split_len.saturating_mul(threads) {
         // SAFETY: as for `block` just above.
         unsafe { split::<K>(out, m, n, k, a, b, threads) };
         return;
@@ -358,10 +372,11 @@ fn sgemm_with<K: Kernel>(
     });
 }
 
-/// A mid-size parallel product: the longer side of the output cut into one
-/// range of whole tiles per thread (at most), each computed by [`block`]
-/// packing its own operands (no serial packing step before the split). The
-/// calling thread takes ranges too ([`crate::par::run`]).
+/// A parallel product whose operands every range packs itself: the longer
+/// side of the output cut into one range of whole tiles per thread (at
+/// most), each computed by [`block`] packing its own blocks of both
+/// operands (no serial packing step before the split). The calling thread
+/// takes ranges too ([`crate::par::run`]).
 ///
 /// The ranges split the output, never the depth, so every element is summed
 /// in the same order as on one thread.
@@ -1328,10 +1343,12 @@ mod tests {
         };
         let shared = Limits {
             split_work: 0,
+            split_len: usize::MAX,
             ..Limits::DEFAULT
         };
         let unshared = Limits {
             split_work: 0,
+            split_len: usize::MAX,
             max_shared: 0,
             transpose: false,
         };
