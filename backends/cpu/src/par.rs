@@ -421,26 +421,23 @@ mod tests {
 
     #[test]
     fn a_panic_reaches_the_caller_after_the_other_tasks() {
-        let ran = AtomicUsize::new(0);
-        let r = catch_unwind(AssertUnwindSafe(|| {
-            run(8, &|i| {
-                ran.fetch_add(1, Relaxed);
-                assert!(i != 5, "task five fails");
-            })
-        }));
-        assert!(r.is_err());
-        assert_eq!(ran.load(Relaxed), 8);
-        // The same when the call runs serially (nested in a task).
-        let ran = AtomicUsize::new(0);
-        run(2, &|_| {
-            let r = catch_unwind(AssertUnwindSafe(|| {
+        // Eight tasks counted in `ran`, the sixth failing: whether the
+        // call panicked.
+        let eight_with_a_panic = |ran: &AtomicUsize| {
+            catch_unwind(AssertUnwindSafe(|| {
                 run(8, &|i| {
                     ran.fetch_add(1, Relaxed);
                     assert!(i != 5, "task five fails");
                 })
-            }));
-            assert!(r.is_err());
-        });
+            }))
+            .is_err()
+        };
+        let ran = AtomicUsize::new(0);
+        assert!(eight_with_a_panic(&ran));
+        assert_eq!(ran.load(Relaxed), 8);
+        // The same when the call runs serially (nested in a task).
+        let ran = AtomicUsize::new(0);
+        run(2, &|_| assert!(eight_with_a_panic(&ran)));
         assert_eq!(ran.load(Relaxed), 16);
         // The pool is usable afterwards.
         let after = AtomicUsize::new(0);
