@@ -327,8 +327,9 @@ fn sgemm_with<K: Kernel>(
     // once and shared. One range per thread rather than a few: a range's
     // blocks of the other operand are reused across all of the shared one,
     // so smaller ranges re-read the shared operand from L3 more often
-    // (measured on 2 cores: 1024^3 and 1024x384x1152 5-6% faster than with
-    // four ranges per thread, 512^3 and 2048^3 even).
+    // (measured on 2 cores, before the split took those shapes: 1024^3 and
+    // 1024x384x1152 5-6% faster than with four ranges per thread, 512^3
+    // and 2048^3 even).
     let rows = m >= n;
     let (len, unit) = if rows { (m, K::MR) } else { (n, K::NR) };
     let tiles = len.div_ceil(unit);
