@@ -79,7 +79,8 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A shape error when `x` is a scalar or `weight` or `bias` is not
-    /// `[n]` for the last size `n` of `x`.
+    /// `[n]` for the last size `n` of `x`; an error when they are on
+    /// another device.
     pub fn try_layer_norm(
         &self,
         weight: Option<&Tensor<(Dyn,), E, D>>,
@@ -92,6 +93,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         };
         for (what, t) in [("weight", weight), ("bias", bias)] {
             if let Some(t) = t {
+                self.same_device(NAME, t)?;
                 if t.layout.dims[..] != [n] {
                     return Err(Error::shape(
                         NAME,
