@@ -95,18 +95,13 @@ fn walk<T: Send, const K: usize>(
     // Each chunk runs compiled for the CPU's widest vectors and with FMA
     // (`simd::run`), as the dense paths do: the kernels' polynomials use
     // `mul_add`, a libm call in a baseline loop.
-    if out.len() >= 2 * PAR_CHUNK && n < out.len() {
-        let rows_per = (PAR_CHUNK / n).max(1);
-        par::chunks_mut(out, rows_per * n, |c, chunk| {
-            walk.run(true, c * rows_per, chunk)
-        });
-    } else if out.len() >= 2 * PAR_CHUNK {
+    if out.len() >= 2 * PAR_CHUNK && n >= out.len() {
         // One long row: split it, each piece starting mid-row.
         par::chunks_mut(out, PAR_CHUNK, |c, chunk| {
             walk.run(false, c * PAR_CHUNK, chunk)
         });
     } else {
-        walk.run(true, 0, out);
+        par::units_mut(out, n, |row0, chunk| walk.run(true, row0, chunk));
     }
 }
 

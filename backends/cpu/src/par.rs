@@ -101,6 +101,20 @@ fn wait_until(done: impl Fn() -> bool) {
     }
 }
 
+/// Calls `f(first, piece)` over `out` cut into whole units of `unit`
+/// elements (rows, lanes, blocks), `first` being the index of the piece's
+/// first unit: one piece on this thread when `out` is small, else pieces
+/// of about [`crate::PAR_CHUNK`] elements in parallel (see [`run`]).
+pub(crate) fn units_mut<T: Send>(out: &mut [T], unit: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let len = out.len();
+    if len >= 2 * crate::PAR_CHUNK && len > unit {
+        let per = (crate::PAR_CHUNK / unit).max(1);
+        chunks_mut(out, per * unit, |c, piece| f(c * per, piece));
+    } else {
+        f(0, out);
+    }
+}
+
 /// Calls `f(i, piece)` for the `i`-th `chunk`-long piece of `out` (the last
 /// may be shorter), in parallel (see [`run`]).
 pub(crate) fn chunks_mut<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {

@@ -113,14 +113,7 @@ impl<E: Float> IndexKernel<E> for Cpu {
                 }
             }
         };
-        let blocks_per_task = (PAR_CHUNK / inner).max(1);
-        if numel >= 2 * PAR_CHUNK && numel > inner {
-            crate::par::chunks_mut(&mut out, blocks_per_task * inner, |c, chunk| {
-                run(c * blocks_per_task, chunk)
-            });
-        } else {
-            run(0, &mut out);
-        }
+        crate::par::units_mut(&mut out, inner, run);
         Ok(out)
     }
 

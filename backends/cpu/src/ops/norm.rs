@@ -4,7 +4,7 @@
 //! at the end, rows in parallel for large inputs.
 
 use super::reduce::lane_sum;
-use crate::{gather_vec, Cpu, PAR_CHUNK};
+use crate::{gather_vec, Cpu};
 use forma_core::dtype::Real;
 use forma_core::ops::norm::NormKernel;
 use forma_core::{Float, Layout, Result};
@@ -114,12 +114,7 @@ impl<E: Float> NormKernel<E> for Cpu {
                 eps,
             });
         };
-        let per_task = (PAR_CHUNK / n).max(1) * n;
-        if numel >= 2 * PAR_CHUNK && numel > n {
-            crate::par::chunks_mut(out, per_task, |c, chunk| run(c * (per_task / n), chunk));
-        } else {
-            run(0, out);
-        }
+        crate::par::units_mut(out, n, run);
         // SAFETY: the chunks cover all `numel` slots on row boundaries and
         // `rows` writes every slot of every row; `E: Copy`, so nothing needs
         // dropping on a panic.

@@ -9,7 +9,7 @@
 
 use super::reduce::{axis_last_perm, lane_max, lane_sum};
 use crate::strided::StridedIter;
-use crate::{gather_vec, Cpu, PAR_CHUNK};
+use crate::{gather_vec, Cpu};
 use forma_core::dtype::Real;
 use forma_core::ops::softmax::SoftmaxKernel;
 use forma_core::{Float, Layout, Result};
@@ -99,8 +99,6 @@ fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) ->
     // Written once, into uninitialised memory (zero-filling first cost a
     // `memset` pass over every output).
     let out = &mut vec.spare_capacity_mut()[..numel];
-    let per_task = (PAR_CHUNK / n).max(1) * n;
-    let par = numel >= 2 * PAR_CHUNK && numel > n;
     if n == 1 || layout.strides[axis] == 1 {
         let outer = layout.remove_axis(axis);
         let run = |start: usize, chunk: &mut [MaybeUninit<E>]| {
@@ -111,23 +109,13 @@ fn map_lanes_into<E: Float>(x: &[E], layout: &Layout, axis: usize, log: bool) ->
             });
             run_lanes(log, n, pairs);
         };
-        if par {
-            crate::par::chunks_mut(out, per_task, |c, chunk| run(c * (per_task / n), chunk));
-        } else {
-            run(0, out);
-        }
+        crate::par::units_mut(out, n, run);
     } else {
         let buf = gather_vec(x, &layout.permute(&axis_last_perm(layout.rank(), axis)));
-        let run = |o: &mut [MaybeUninit<E>], b: &[E]| {
+        crate::par::units_mut(out, n, |first, o| {
+            let b = &buf[first * n..][..o.len()];
             run_lanes(log, n, b.chunks_exact(n).zip(o.chunks_exact_mut(n)));
-        };
-        if par {
-            crate::par::chunks_mut(out, per_task, |c, o| {
-                run(o, &buf[c * per_task..][..o.len()])
-            });
-        } else {
-            run(out, &buf);
-        }
+        });
     }
     // SAFETY: the lanes cover all `numel` slots (`numel / n` lanes of `n`
     // each, chunked on lane boundaries) and each lane function writes every
