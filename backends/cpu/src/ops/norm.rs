@@ -17,8 +17,8 @@ fn rows<E: Float>(
     x: &[E],
     out: &mut [MaybeUninit<E>],
     n: usize,
-    weight: Option<&[E::Acc]>,
-    bias: Option<&[E::Acc]>,
+    weight: &[E::Acc],
+    bias: &[E::Acc],
     eps: E::Acc,
 ) {
     let len = E::Acc::c(n as f64);
@@ -29,27 +29,8 @@ fn rows<E: Float>(
             d * d
         }) / len;
         let rstd = E::Acc::c(1.0) / (var + eps).sqrt();
-        match (weight, bias) {
-            (Some(w), Some(b)) => {
-                for (((o, &v), &w), &b) in o.iter_mut().zip(row).zip(w).zip(b) {
-                    o.write(E::from_acc((v.to_acc() - mean) * rstd * w + b));
-                }
-            }
-            (Some(w), None) => {
-                for ((o, &v), &w) in o.iter_mut().zip(row).zip(w) {
-                    o.write(E::from_acc((v.to_acc() - mean) * rstd * w));
-                }
-            }
-            (None, Some(b)) => {
-                for ((o, &v), &b) in o.iter_mut().zip(row).zip(b) {
-                    o.write(E::from_acc((v.to_acc() - mean) * rstd + b));
-                }
-            }
-            (None, None) => {
-                for (o, &v) in o.iter_mut().zip(row) {
-                    o.write(E::from_acc((v.to_acc() - mean) * rstd));
-                }
-            }
+        for (((o, &v), &w), &b) in o.iter_mut().zip(row).zip(weight).zip(bias) {
+            o.write(E::from_acc((v.to_acc() - mean) * rstd * w + b));
         }
     }
 }
@@ -59,8 +40,8 @@ struct Rows<'a, E: Float> {
     x: &'a [E],
     out: &'a mut [MaybeUninit<E>],
     n: usize,
-    weight: Option<&'a [E::Acc]>,
-    bias: Option<&'a [E::Acc]>,
+    weight: &'a [E::Acc],
+    bias: &'a [E::Acc],
     eps: E::Acc,
 }
 
@@ -72,9 +53,13 @@ impl<E: Float> crate::simd::Vectorized for Rows<'_, E> {
     }
 }
 
-/// An `[n]` operand as `n` accumulation-type values.
-fn acc_vec<E: Float>(s: Option<(&Vec<E>, &Layout)>) -> Option<Vec<E::Acc>> {
-    s.map(|(s, l)| gather_vec(s, l).iter().map(|v| v.to_acc()).collect())
+/// An `[n]` operand as `n` accumulation-type values; when absent, `n`
+/// copies of `identity`.
+fn acc_vec<E: Float>(s: Option<(&Vec<E>, &Layout)>, n: usize, identity: f64) -> Vec<E::Acc> {
+    match s {
+        Some((s, l)) => gather_vec(s, l).iter().map(|v| v.to_acc()).collect(),
+        None => vec![E::Acc::c(identity); n],
+    }
 }
 
 impl<E: Float> NormKernel<E> for Cpu {
@@ -100,8 +85,11 @@ impl<E: Float> NormKernel<E> for Cpu {
                 &gathered[..]
             }
         };
-        let (weight, bias) = (acc_vec(weight), acc_vec(bias));
-        let (weight, bias, eps) = (weight.as_deref(), bias.as_deref(), E::Acc::c(eps));
+        // A missing weight multiplies by 1 and a missing bias adds -0: both
+        // leave every value as it was, bit for bit (`x + -0 == x` for
+        // `x = +0` too, where `+0` would turn `-0` into `+0`).
+        let (weight, bias) = (acc_vec(weight, n, 1.0), acc_vec(bias, n, -0.0));
+        let (weight, bias, eps) = (&weight[..], &bias[..], E::Acc::c(eps));
         let out = &mut vec.spare_capacity_mut()[..numel];
         let run = |row0: usize, out: &mut [MaybeUninit<E>]| {
             let x = &x[row0 * n..][..out.len()];
