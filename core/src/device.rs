@@ -76,6 +76,7 @@ pub trait Device<E: crate::Float>:
     + crate::ops::fused::FusedKernel<E>
     + crate::ops::attention::AttentionKernel<E>
     + crate::ops::norm::NormKernel<E>
+    + crate::ops::linear::LinearKernel<E>
 {
 }
 
@@ -94,5 +95,6 @@ impl<E: crate::Float, D> Device<E> for D where
         + crate::ops::fused::FusedKernel<E>
         + crate::ops::attention::AttentionKernel<E>
         + crate::ops::norm::NormKernel<E>
+        + crate::ops::linear::LinearKernel<E>
 {
 }

@@ -30,6 +30,7 @@ mod ops_conv_pool;
 mod ops_create;
 mod ops_fused;
 mod ops_index;
+mod ops_linear;
 mod ops_matmul;
 mod ops_norm;
 mod ops_reduce;

@@ -10,6 +10,7 @@ pub mod cmp;
 pub mod conv;
 pub mod fused;
 pub mod index;
+pub mod linear;
 pub mod matmul;
 pub mod norm;
 pub mod pool;

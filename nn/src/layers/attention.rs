@@ -446,12 +446,8 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         part: usize,
     ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
         let w = self.in_proj_weight.narrow_static::<0, EMBED>(part * EMBED);
-        let y = x.matmul(&w.t());
-        let y = match &self.in_proj_bias {
-            Some(b) => &y + &b.narrow_static::<0, EMBED>(part * EMBED),
-            None => y,
-        };
-        Self::heads(&y)
+        let b = (self.in_proj_bias.as_ref()).map(|b| b.narrow_static::<0, EMBED>(part * EMBED));
+        Self::heads(&x.linear(&w, b.as_ref()))
     }
 
     /// Self-attention's three projections as one product with the stacked
@@ -462,11 +458,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         &self,
         x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
     ) -> [Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3] {
-        let y = x.matmul(&self.in_proj_weight.t());
-        let y = match &self.in_proj_bias {
-            Some(b) => &y + b,
-            None => y,
-        };
+        let y = x.linear(&self.in_proj_weight, self.in_proj_bias.as_ref());
         std::array::from_fn(|part| Self::heads(&y.narrow::<2>(part * EMBED, EMBED)))
     }
 

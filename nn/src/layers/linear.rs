@@ -56,11 +56,7 @@ macro_rules! linear_forward {
             Forward<Tensor<($($d,)* C<I>,), E, D>, Tensor<($($d,)* C<O>,), E, D>> for Linear<I, O, E, D>
         {
             fn forward(&self, x: Tensor<($($d,)* C<I>,), E, D>) -> Tensor<($($d,)* C<O>,), E, D> {
-                let y = x.matmul(&self.weight.t());
-                match &self.bias {
-                    Some(b) => &y + b,
-                    None => y,
-                }
+                x.linear(&self.weight, self.bias.as_ref())
             }
         }
     };

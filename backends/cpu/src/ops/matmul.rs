@@ -137,15 +137,18 @@ pub(crate) fn gemm_into<A: Real>(
     // SAFETY: `MaybeUninit<A>` has `A`'s layout, and `gemm_uninit` stores
     // only values of `A` (every element), so `dst` stays initialised.
     let dst = unsafe { &mut *(dst as *mut [A] as *mut [MaybeUninit<A>]) };
-    gemm_uninit(dst, m, n, k, lhs, rhs, parallelism);
+    gemm_uninit(dst, m, n, k, lhs, rhs, None, parallelism);
 }
 
-/// `dst = lhs @ rhs` for an `m x k` `lhs` and a `k x n` `rhs`; `dst` is
-/// row-major `m x n` and is written in full (zeros when `k == 0`) without
-/// being read, so a fresh allocation needs no zero-filling first.
+/// `dst = lhs @ rhs` for an `m x k` `lhs` and a `k x n` `rhs`, plus
+/// `bias[j]` on column `j` when given (added to each finished sum); `dst`
+/// is row-major `m x n` and is written in full (zeros when `k == 0`)
+/// without being read, so a fresh allocation needs no zero-filling first.
 ///
 /// # Panics
-/// If `dst` is not `m * n` long or an operand does not fit its storage.
+/// If `dst` is not `m * n` long, `bias` not `n` long or an operand does
+/// not fit its storage.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_uninit<A: Real>(
     dst: &mut [MaybeUninit<A>],
     m: usize,
@@ -153,15 +156,20 @@ pub(crate) fn gemm_uninit<A: Real>(
     k: usize,
     lhs: Operand<'_, A>,
     rhs: Operand<'_, A>,
+    bias: Option<&[A]>,
     parallelism: Parallelism,
 ) {
     assert_eq!(dst.len(), m * n, "gemm destination length");
+    if let Some(b) = bias {
+        assert_eq!(b.len(), n, "gemm bias length");
+    }
+    let plus = |j: usize, v: A| bias.map_or(v, |b| v + b[j]);
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        for d in dst.iter_mut() {
-            d.write(A::zero());
+        for (e, d) in dst.iter_mut().enumerate() {
+            d.write(plus(e % n, A::zero()));
         }
         return;
     }
@@ -178,7 +186,7 @@ pub(crate) fn gemm_uninit<A: Real>(
                 for p in 0..k {
                     s = s + *lhs.at(i, p) * *rhs.at(p, j);
                 }
-                dst[i * n + j].write(s);
+                dst[i * n + j].write(plus(j, s));
             }
         }
         return;
@@ -210,6 +218,7 @@ pub(crate) fn gemm_uninit<A: Real>(
             k,
             view(&lhs, lrs, lcs),
             view(&rhs, rrs, rcs),
+            bias.map(f32s),
             !matches!(parallelism, Parallelism::None),
         );
         return;
@@ -247,6 +256,13 @@ pub(crate) fn gemm_uninit<A: Real>(
             false,
             parallelism,
         );
+    }
+    if let Some(b) = bias {
+        // SAFETY: gemm wrote every element just above.
+        let dst = unsafe { &mut *(dst as *mut [MaybeUninit<A>] as *mut [A]) };
+        for row in dst.chunks_exact_mut(n) {
+            row.iter_mut().zip(b).for_each(|(o, &b)| *o = *o + b);
+        }
     }
 }
 
@@ -339,6 +355,7 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
                 k,
                 lhs,
                 rhs_at(lb.offset),
+                None,
                 solo_parallelism(),
             );
             // SAFETY: the product wrote all `len` elements.
@@ -359,7 +376,7 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
             rs: ars,
             cs: acs,
         };
-        gemm_uninit(o, m, n, k, lhs, rhs_at(bo), par);
+        gemm_uninit(o, m, n, k, lhs, rhs_at(bo), None, par);
     };
     let work = m * n * k;
     if batch_parallel(batch, work) {

@@ -7,6 +7,7 @@ mod cmp;
 mod conv;
 mod fused;
 mod index;
+mod linear;
 mod matmul;
 mod norm;
 mod pool;

@@ -32,12 +32,13 @@ pub(crate) fn fits(m: usize, n: usize, k: usize, a: &View<'_>, b: &View<'_>) -> 
 }
 
 /// `dst = a @ b` (row-major `m x n`, written in full) for an `a` with
-/// contiguous rows and a `b` with contiguous columns; `parallel` lets a
-/// large product use several threads (`crate::par`).
+/// contiguous rows and a `b` with contiguous columns, plus `bias[j]` on
+/// column `j` when given (after the sum); `parallel` lets a large product
+/// use several threads (`crate::par`).
 ///
 /// # Panics
 /// If [`fits`] does not hold, if `dst` is not `m * n` long or if an operand
-/// does not fit its storage.
+/// does not fit its storage (or `bias` is shorter than `n`).
 pub(crate) fn sdot(
     dst: &mut [MaybeUninit<f32>],
     m: usize,
@@ -45,6 +46,7 @@ pub(crate) fn sdot(
     k: usize,
     a: View<'_>,
     b: View<'_>,
+    bias: Option<&[f32]>,
     parallel: bool,
 ) {
     assert!(fits(m, n, k, &a, &b), "sdot: operands it does not take");
@@ -74,6 +76,7 @@ pub(crate) fn sdot(
                     for (li, &v) in row.iter().enumerate().take(l1 - l) {
                         let (s, l) = (s0 + si, l + li);
                         let (i, j) = if a_long { (l, s) } else { (s, l) };
+                        let v = bias.map_or(v, |b| v + b[j]);
                         // SAFETY: `(i, j)` is inside the `m x n` output,
                         // and only this task writes its long range.
                         unsafe { out.at(i * n + j).write(v) };
@@ -286,7 +289,7 @@ mod tests {
             };
             for parallel in [false, true] {
                 let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
-                sdot(&mut dst, m, n, k, av, bv, parallel);
+                sdot(&mut dst, m, n, k, av, bv, None, parallel);
                 for i in 0..m {
                     for j in 0..n {
                         let want: f64 = (0..k)

@@ -36,9 +36,9 @@
 
 use crate::simd::{has_avx2, has_avx512};
 use std::arch::x86_64::{
-    __m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps,
-    _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps, _mm_prefetch,
-    _MM_HINT_T0,
+    __m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    _mm_prefetch, _MM_HINT_T0,
 };
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -64,13 +64,14 @@ pub(crate) trait Kernel {
 
     /// The microkernel: `c[i][j] (+)= sum_p a[i * ars + p * aks] * b[p * NR + j]`
     /// for `i < MR`, `j < NR`, `p < kc`; `c` is overwritten unless
-    /// `accumulate`.
+    /// `accumulate`, and `bias` is added last (after the old `c`).
     ///
     /// # Safety
     /// The CPU supports the kernel's ISA; `a` is valid for reads at every
     /// `i * ars + p * aks`; `b` is 64-byte aligned and valid for `kc * NR`
     /// reads; `c` is valid for reads and writes at every `i * ldc + j` and
-    /// those elements are not accessed by anything else during the call.
+    /// those elements are not accessed by anything else during the call;
+    /// `bias` is valid for reads of its `MR` (rows) or `NR` (columns) values.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         kc: usize,
@@ -81,7 +82,71 @@ pub(crate) trait Kernel {
         c: *mut f32,
         ldc: usize,
         accumulate: bool,
+        bias: TileBias,
     );
+}
+
+/// A bias added to every element of a product after its last term: one
+/// value per row or per column of the product computed (the columns of
+/// `x @ w.t()`, which are rows once computed transposed).
+#[derive(Clone, Copy)]
+enum Bias<'a> {
+    /// No bias.
+    None,
+    /// `v[i]` added to row `i`.
+    Rows(&'a [f32]),
+    /// `v[j]` added to column `j`.
+    Cols(&'a [f32]),
+}
+
+impl<'a> Bias<'a> {
+    /// The bias of the transposed product.
+    fn transposed(self) -> Self {
+        match self {
+            Bias::None => Bias::None,
+            Bias::Rows(v) => Bias::Cols(v),
+            Bias::Cols(v) => Bias::Rows(v),
+        }
+    }
+
+    /// The bias of the sub-matrix from row `i` and column `j`.
+    fn at(self, i: usize, j: usize) -> Self {
+        match self {
+            Bias::None => Bias::None,
+            Bias::Rows(v) => Bias::Rows(&v[i..]),
+            Bias::Cols(v) => Bias::Cols(&v[j..]),
+        }
+    }
+
+    /// The value added to element `(i, j)`.
+    fn get(self, i: usize, j: usize) -> f32 {
+        match self {
+            Bias::None => 0.0,
+            Bias::Rows(v) => v[i],
+            Bias::Cols(v) => v[j],
+        }
+    }
+
+    /// As a [`Kernel::run`] argument (the caller guarantees its extent).
+    fn tile(self) -> TileBias {
+        match self {
+            Bias::None => TileBias::None,
+            Bias::Rows(v) => TileBias::Rows(v.as_ptr()),
+            Bias::Cols(v) => TileBias::Cols(v.as_ptr()),
+        }
+    }
+}
+
+/// A microkernel's [`Bias`]: a pointer to the tile's first row or column
+/// value.
+#[derive(Clone, Copy)]
+pub(crate) enum TileBias {
+    /// No bias.
+    None,
+    /// `p[i]` added to row `i` of the tile.
+    Rows(*const f32),
+    /// `p[j]` added to column `j` of the tile.
+    Cols(*const f32),
 }
 
 /// Largest `MR * NR` of any kernel (the size of an edge tile's temporary).
@@ -201,9 +266,14 @@ unsafe impl Sync for Out {}
 /// columns are contiguous (`x @ w.t()` for a few rows of `x`) are computed
 /// as dot products (`super::sdot`) instead of packed blocks.
 ///
+/// With a `bias` (`n` values), `bias[j]` is added to column `j` of the
+/// product once all of its terms are summed: the same bits as adding it
+/// afterwards, without another pass over `dst` (`addmm`, a linear layer).
+///
 /// # Panics
-/// If the CPU lacks AVX2 or FMA, if `dst` is not `m * n` long or if an
-/// operand does not fit its storage.
+/// If the CPU lacks AVX2 or FMA, if `dst` is not `m * n` long, if `bias` is
+/// not `n` long or if an operand does not fit its storage.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm(
     dst: &mut [MaybeUninit<f32>],
     m: usize,
@@ -211,11 +281,18 @@ pub(crate) fn sgemm(
     k: usize,
     a: View<'_>,
     b: View<'_>,
+    bias: Option<&[f32]>,
     parallel: bool,
 ) {
+    if let Some(v) = bias {
+        assert_eq!(v.len(), n, "sgemm bias length");
+    }
     if super::sdot::fits(m, n, k, &a, &b) {
-        super::sdot::sdot(dst, m, n, k, a, b, parallel);
-    } else if has_avx512() && m.min(n) <= Avx512Narrow::NR && (n <= m || b.rs == 1) {
+        super::sdot::sdot(dst, m, n, k, a, b, bias, parallel);
+        return;
+    }
+    let bias = bias.map_or(Bias::None, Bias::Cols);
+    if has_avx512() && m.min(n) <= Avx512Narrow::NR && (n <= m || b.rs == 1) {
         // A narrow output: its narrow side becomes the tiles' 16 columns,
         // and the long operand is read in place as the tiles' rows (a
         // weight `w` of `x @ w.t()` is not packed, where the 32-column
@@ -224,11 +301,11 @@ pub(crate) fn sgemm(
             transpose: m < n,
             ..Limits::DEFAULT
         };
-        sgemm_with::<Avx512Narrow>(dst, m, n, k, a, b, parallel, limits);
+        sgemm_with::<Avx512Narrow>(dst, m, n, k, a, b, bias, parallel, limits);
     } else if has_avx512() {
-        sgemm_with::<Avx512>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
+        sgemm_with::<Avx512>(dst, m, n, k, a, b, bias, parallel, Limits::DEFAULT);
     } else {
-        sgemm_with::<Avx2>(dst, m, n, k, a, b, parallel, Limits::DEFAULT);
+        sgemm_with::<Avx2>(dst, m, n, k, a, b, bias, parallel, Limits::DEFAULT);
     }
 }
 
@@ -266,6 +343,7 @@ fn sgemm_with<K: Kernel>(
     k: usize,
     a: View<'_>,
     b: View<'_>,
+    bias: Bias<'_>,
     parallel: bool,
     limits: Limits,
 ) {
@@ -278,8 +356,10 @@ fn sgemm_with<K: Kernel>(
         return;
     }
     if k == 0 {
-        for d in dst.iter_mut() {
-            d.write(0.0);
+        for (i, row) in dst.chunks_exact_mut(n).enumerate() {
+            for (j, d) in row.iter_mut().enumerate() {
+                d.write(0.0 + bias.get(i, j));
+            }
         }
         return;
     }
@@ -295,15 +375,15 @@ fn sgemm_with<K: Kernel>(
     // small gains: a transposed output is written through a temporary.
     let padded =
         |rows: usize, cols: usize| rows.div_ceil(K::MR) * K::MR * (cols.div_ceil(K::NR) * K::NR);
-    let (m, n, a, b) = if limits.transpose || padded(n, m) * 10 < padded(m, n) * 9 {
+    let (m, n, a, b, bias) = if limits.transpose || padded(n, m) * 10 < padded(m, n) * 9 {
         out = Out {
             rs: 1,
             cs: n,
             ..out
         };
-        (n, m, b.transposed(), a.transposed())
+        (n, m, b.transposed(), a.transposed(), bias.transposed())
     } else {
-        (m, n, a, b)
+        (m, n, a, b, bias)
     };
     let threads = if parallel { crate::par::threads() } else { 1 };
     let work = m.saturating_mul(n).saturating_mul(k);
@@ -312,13 +392,13 @@ fn sgemm_with<K: Kernel>(
         // transpose, with `m`, `n`, `a` and `b` swapped to match), borrowed
         // exclusively for this call; `a` and `b` were checked to hold their
         // `m x k` and `k x n` elements.
-        unsafe { block::<K>(out, m, n, k, a, b, Shared::None) };
+        unsafe { block::<K>(out, m, n, k, a, b, bias, Shared::None) };
         return;
     }
     let cut = if m >= n { m } else { n };
     if work < limits.split_work || cut >= limits.split_len.saturating_mul(threads) {
         // SAFETY: as for `block` just above.
-        unsafe { split::<K>(out, m, n, k, a, b, threads) };
+        unsafe { split::<K>(out, m, n, k, a, b, bias, threads) };
         return;
     }
     // Cut the longer side of the output into one range of whole microkernel
@@ -348,7 +428,7 @@ fn sgemm_with<K: Kernel>(
             // SAFETY: the ranges are disjoint, so each task owns its part of
             // the output; the borrow of `dst` outlives the parallel loop and
             // the operands were checked.
-            unsafe { range::<K>(out, m, n, k, a, b, rows, s, l, Shared::None) };
+            unsafe { range::<K>(out, m, n, k, a, b, bias, rows, s, l, Shared::None) };
         });
         return;
     }
@@ -368,7 +448,7 @@ fn sgemm_with<K: Kernel>(
             let (s, l) = ranges[i];
             // SAFETY: as in the unshared case above, and `packed` is all of
             // the operand the ranges do not cut.
-            unsafe { range::<K>(out, m, n, k, a, b, rows, s, l, shared) };
+            unsafe { range::<K>(out, m, n, k, a, b, bias, rows, s, l, shared) };
         });
     });
 }
@@ -391,6 +471,7 @@ unsafe fn split<K: Kernel>(
     k: usize,
     a: View<'_>,
     b: View<'_>,
+    bias: Bias<'_>,
     threads: usize,
 ) {
     // Rows when the right operand (which every row range packs whole) is
@@ -404,7 +485,7 @@ unsafe fn split<K: Kernel>(
         // SAFETY: the ranges are disjoint and each is claimed once, so this
         // one owns its part of the output; the caller's guarantees cover
         // the operands.
-        unsafe { range::<K>(out, m, n, k, a, b, rows, s, l, Shared::None) };
+        unsafe { range::<K>(out, m, n, k, a, b, bias, rows, s, l, Shared::None) };
     };
     crate::par::run(parts, &run);
 }
@@ -434,6 +515,7 @@ unsafe fn range<K: Kernel>(
     k: usize,
     a: View<'_>,
     b: View<'_>,
+    bias: Bias<'_>,
     rows: bool,
     s: usize,
     l: usize,
@@ -443,11 +525,12 @@ unsafe fn range<K: Kernel>(
     // caller's guarantees cover `a`'s rows (`b`'s columns) `s..s + l` and
     // all of the other operand.
     unsafe {
-        if rows {
-            block::<K>(out.shifted(s * out.rs), l, n, k, a.at(s, 0), b, shared)
+        let (m, n, out, a, b, bias) = if rows {
+            (l, n, out.shifted(s * out.rs), a.at(s, 0), b, bias.at(s, 0))
         } else {
-            block::<K>(out.shifted(s * out.cs), m, l, k, a, b.at(0, s), shared)
-        }
+            (m, l, out.shifted(s * out.cs), a, b.at(0, s), bias.at(0, s))
+        };
+        block::<K>(out, m, n, k, a, b, bias, shared)
     }
 }
 
@@ -583,6 +666,7 @@ fn pack_all<K: Kernel>(
 /// `out` must address an `m x n` matrix (at its strides) that
 /// nothing else reads or writes during the call, and `a`, `b` must hold their
 /// `m x k` and `k x n` elements.
+#[allow(clippy::too_many_arguments)]
 unsafe fn block<K: Kernel>(
     out: Out,
     m: usize,
@@ -590,6 +674,7 @@ unsafe fn block<K: Kernel>(
     k: usize,
     a: View<'_>,
     b: View<'_>,
+    bias: Bias<'_>,
     shared: Shared<'_>,
 ) {
     let kc_max = balanced(k, K::KC, 1);
@@ -618,6 +703,8 @@ unsafe fn block<K: Kernel>(
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
                 let accumulate = pc > 0;
+                // The bias goes in after the last depth block's terms.
+                let last = pc + kc == k;
                 let bpack: &[f32] = match shared {
                     Shared::B(all) => &all[pc * nc_max..],
                     _ => {
@@ -667,9 +754,14 @@ unsafe fn block<K: Kernel>(
                             // 64-byte aligned (`jr * kc` is a multiple of 16
                             // and so is every depth block's offset); `c`
                             // heads an `mr x nr` tile of the output, which
-                            // this call owns.
+                            // this call owns; a bias from the tile's row and
+                            // column holds (at least) its values.
+                            let bias = match last {
+                                true => bias.at(ic + ir, jc + jr),
+                                false => Bias::None,
+                            };
                             unsafe {
-                                tile::<K>(kc, ap, ars, aks, bp, c, out, mr, nr, accumulate);
+                                tile::<K>(kc, ap, ars, aks, bp, c, out, mr, nr, accumulate, bias);
                             }
                         }
                     }
@@ -767,19 +859,21 @@ unsafe fn tile<K: Kernel>(
     mr: usize,
     nr: usize,
     accumulate: bool,
+    bias: Bias<'_>,
 ) {
     // SAFETY (both calls): the caller's guarantees on the operands; the
     // output is either the caller's whole row-major tile or `tmp`, a whole
-    // tile with row stride NR.
-    let run =
-        |c: *mut f32, ldc: usize, acc: bool| unsafe { K::run(kc, a, ars, aks, b, c, ldc, acc) };
+    // tile with row stride NR; a bias holds the tile's values.
+    let run = |c: *mut f32, ldc: usize, acc: bool, bias: TileBias| unsafe {
+        K::run(kc, a, ars, aks, b, c, ldc, acc, bias)
+    };
     if mr == K::MR && nr == K::NR && out.cs == 1 {
-        run(c, out.rs, accumulate);
+        run(c, out.rs, accumulate, bias.tile());
         return;
     }
     const { assert!(K::MR * K::NR <= MAX_TILE) };
     let mut tmp = [0.0f32; MAX_TILE];
-    run(tmp.as_mut_ptr(), K::NR, false);
+    run(tmp.as_mut_ptr(), K::NR, false, TileBias::None);
     let put = |i: usize, j: usize| {
         // SAFETY: (i, j) lies in the caller's `mr x nr` tile, which holds
         // values when accumulating (and may be uninitialised otherwise, so
@@ -787,7 +881,11 @@ unsafe fn tile<K: Kernel>(
         unsafe {
             let d = c.add(i * out.rs + j * out.cs);
             let v = tmp[i * K::NR + j];
-            d.write(if accumulate { d.read() + v } else { v });
+            let v = if accumulate { d.read() + v } else { v };
+            d.write(match bias {
+                Bias::None => v,
+                _ => v + bias.get(i, j),
+            });
         }
     };
     // Walk the output in its memory order (rows of a transposed output are
@@ -805,6 +903,13 @@ unsafe fn tile<K: Kernel>(
                 } else {
                     std::ptr::copy_nonoverlapping(t.as_ptr(), d, nr);
                 }
+                // Written just above, so initialised.
+                let row = std::slice::from_raw_parts_mut(d, nr);
+                match bias {
+                    Bias::None => {}
+                    Bias::Rows(v) => row.iter_mut().for_each(|o| *o += v[i]),
+                    Bias::Cols(v) => row.iter_mut().zip(v).for_each(|(o, &b)| *o += b),
+                }
             }
         }
     } else if out.rs == 1 && mr == 8 && K::MR == 8 {
@@ -814,7 +919,7 @@ unsafe fn tile<K: Kernel>(
         // SAFETY: column `j < nr` of the caller's tile is the 8 contiguous
         // elements from `c + j * out.cs` (row stride 1), initialised when
         // accumulating; `tmp` is a whole 8 x NR tile; kernels need AVX2.
-        unsafe { put_columns8(&tmp[..8 * K::NR], K::NR, c, out.cs, nr, accumulate) };
+        unsafe { put_columns8(&tmp[..8 * K::NR], K::NR, c, out.cs, nr, accumulate, bias) };
     } else {
         for j in 0..nr {
             for i in 0..mr {
@@ -827,13 +932,17 @@ unsafe fn tile<K: Kernel>(
 /// Writes (or adds, when `accumulate`) the first `nr` columns of the
 /// row-major `8 x ld` tile `tmp` to `c + j * cs` for column `j`, each as 8
 /// contiguous elements: the tile transposed 8 columns at a time in
-/// registers.
+/// registers. The `bias` of the tile is added last.
 ///
 /// # Safety
 /// Each `c + j * cs` for `j < nr` must head 8 writable elements (readable
 /// values when accumulating); `ld` must be at least `nr` rounded up to 8,
 /// `tmp` at least `8 * ld` long, and the CPU must have AVX2.
+///
+/// # Panics
+/// If `bias` holds fewer than the tile's 8 rows or `nr` columns.
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn put_columns8(
     tmp: &[f32],
     ld: usize,
@@ -841,18 +950,28 @@ unsafe fn put_columns8(
     cs: usize,
     nr: usize,
     accumulate: bool,
+    bias: Bias<'_>,
 ) {
+    let rows = match bias {
+        Bias::Rows(v) => Some(load8(v, 0)),
+        _ => None,
+    };
     for h in (0..nr).step_by(8) {
         let t = transpose8(std::array::from_fn(|i| load8(tmp, i * ld + h)));
         for (jj, &v) in t.iter().enumerate().take(nr - h) {
             // SAFETY: the caller's guarantee for column `h + jj < nr`.
             unsafe {
                 let d = c.add((h + jj) * cs);
-                let v = if accumulate {
+                let mut v = if accumulate {
                     _mm256_add_ps(v, _mm256_loadu_ps(d))
                 } else {
                     v
                 };
+                if let Some(r) = rows {
+                    v = _mm256_add_ps(v, r);
+                } else if let Bias::Cols(b) = bias {
+                    v = _mm256_add_ps(v, _mm256_set1_ps(b[h + jj]));
+                }
                 _mm256_storeu_ps(d, v);
             }
         }
@@ -915,13 +1034,14 @@ macro_rules! microkernel {
                 c: *mut f32,
                 ldc: usize,
                 accumulate: bool,
+                bias: TileBias,
             ) {
                 // SAFETY: the caller's guarantees (`Kernel::run`).
                 unsafe {
                     if ars == 1 && aks == Self::MR {
-                        $name::<true>(kc, a, ars, aks, b, c, ldc, accumulate);
+                        $name::<true>(kc, a, ars, aks, b, c, ldc, accumulate, bias);
                     } else {
-                        $name::<false>(kc, a, ars, aks, b, c, ldc, accumulate);
+                        $name::<false>(kc, a, ars, aks, b, c, ldc, accumulate, bias);
                     }
                 }
             }
@@ -940,6 +1060,7 @@ macro_rules! microkernel {
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
+            bias: TileBias,
         ) {
             const MR: usize = $mr;
             const NV: usize = $nv;
@@ -949,7 +1070,8 @@ macro_rules! microkernel {
             // the caller guarantees: `a` at `i * ars + p * aks` for i < MR,
             // p < kc; `b` at `p * NV L + v L` for v < NV (aligned: `b` is,
             // and a vector is at most 64 bytes); `c` at `i * ldc + v L`
-            // with L-wide unaligned accesses ending below `i * ldc + NV L`.
+            // with L-wide unaligned accesses ending below `i * ldc + NV L`;
+            // a bias at its `MR` or `NV L` values.
             unsafe {
                 let mut acc: [[$isa::V; NV]; MR] = [[$isa::zero(); NV]; MR];
                 // One base per row and one offset for the depth: every
@@ -1026,6 +1148,12 @@ macro_rules! microkernel {
                     for (v, &x) in r.iter().enumerate() {
                         let cv = c.add(i * ldc + v * L);
                         let x = if accumulate { $isa::add(x, $isa::loadu(cv)) } else { x };
+                        // The bias after every term (and the old `c`).
+                        let x = match bias {
+                            TileBias::None => x,
+                            TileBias::Rows(p) => $isa::add(x, $isa::set1(*p.add(i))),
+                            TileBias::Cols(p) => $isa::add(x, $isa::loadu(p.add(v * L))),
+                        };
                         $isa::storeu(cv, x);
                     }
                 }
@@ -1296,18 +1424,47 @@ mod tests {
         let a = Mat::new(m, k, la, &mut rng);
         let b = Mat::new(k, n, lb, &mut rng);
         let mut dst = vec![f32::NAN; m * n];
+        let (av, bv) = (a.view(), b.view());
         sgemm_with::<K>(
             w(&mut dst),
             m,
             n,
             k,
-            a.view(),
-            b.view(),
+            av,
+            bv,
+            Bias::None,
             parallel,
             Limits::DEFAULT,
         );
+        // With a bias per column: the product's own bits, plus the bias.
+        let bias: Vec<f32> = (0..n).map(|_| rng.uniform() as f32 - 0.5).collect();
+        let want: Vec<f32> = dst
+            .iter()
+            .enumerate()
+            .map(|(e, &v)| v + bias[e % n])
+            .collect();
+        let mut got = vec![f32::NAN; m * n];
+        let cols = Bias::Cols(&bias);
+        sgemm_with::<K>(
+            w(&mut got),
+            m,
+            n,
+            k,
+            av,
+            bv,
+            cols,
+            parallel,
+            Limits::DEFAULT,
+        );
+        assert!(
+            want.iter()
+                .zip(&got)
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{m}x{k} @ {k}x{n} ({la:?}, {lb:?}): a bias is not added after the sum"
+        );
         if parallel {
-            same_bits_every_path::<K>(&dst, m, n, k, a.view(), b.view());
+            same_bits_every_path::<K>(&dst, m, n, k, av, bv, Bias::None);
+            same_bits_every_path::<K>(&want, m, n, k, av, bv, cols);
         }
         let tol = 2e-6 * (k as f64).sqrt().max(1.0);
         for i in 0..m {
@@ -1337,6 +1494,7 @@ mod tests {
         k: usize,
         a: View<'_>,
         b: View<'_>,
+        bias: Bias<'_>,
     ) {
         let split = Limits {
             split_work: usize::MAX,
@@ -1366,7 +1524,7 @@ mod tests {
             (transposed, true),
         ] {
             let mut other = vec![f32::NAN; m * n];
-            sgemm_with::<K>(w(&mut other), m, n, k, a, b, par, limits);
+            sgemm_with::<K>(w(&mut other), m, n, k, a, b, bias, par, limits);
             assert!(
                 want.iter()
                     .zip(&other)
@@ -1464,14 +1622,14 @@ mod tests {
             let a = Mat::new(m, k, Layout::RowMajor, &mut rng);
             let b = Mat::new(k, n, Layout::Strided, &mut rng);
             let mut want = vec![f32::NAN; m * n];
-            sgemm(w(&mut want), m, n, k, a.view(), b.view(), false);
+            sgemm(w(&mut want), m, n, k, a.view(), b.view(), None, false);
             for threads in 1..=5 {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()
                     .expect("a thread pool");
                 let mut got = vec![f32::NAN; m * n];
-                pool.install(|| sgemm(w(&mut got), m, n, k, a.view(), b.view(), true));
+                pool.install(|| sgemm(w(&mut got), m, n, k, a.view(), b.view(), None, true));
                 assert!(
                     want.iter()
                         .zip(&got)
@@ -1492,11 +1650,63 @@ mod tests {
             cs: 1,
         };
         let mut dst = vec![f32::NAN; 6];
-        sgemm(w(&mut dst), 2, 3, 0, v, v, false);
+        sgemm(w(&mut dst), 2, 3, 0, v, v, None, false);
         assert_eq!(dst, vec![0.0; 6]);
         let mut dst: Vec<f32> = Vec::new();
-        sgemm(w(&mut dst), 0, 3, 2, v, v, true);
+        sgemm(w(&mut dst), 0, 3, 2, v, v, None, true);
         assert!(dst.is_empty());
+    }
+
+    #[test]
+    fn bias_after_the_sum_on_every_route() {
+        // `sgemm` itself: thin products (dot products), narrow outputs
+        // (the narrow kernel, transposed), several depth blocks, and no
+        // depth at all; each the product's bits plus the bias.
+        let mut rng = Rng::seed_from(70);
+        let shapes = [
+            (3, 700, 40),
+            (700, 5, 300),
+            (16, 300, 100),
+            (200, 130, 700),
+            (4, 6, 0),
+        ];
+        for (m, n, k) in shapes {
+            let a = Mat::new(m, k.max(1), Layout::RowMajor, &mut rng);
+            let b = Mat::new(k.max(1), n, Layout::ColMajor, &mut rng);
+            let bias: Vec<f32> = (0..n).map(|_| rng.uniform() as f32 - 0.5).collect();
+            for parallel in [false, true] {
+                let (mut plain, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                sgemm(w(&mut plain), m, n, k, a.view(), b.view(), None, parallel);
+                sgemm(
+                    w(&mut got),
+                    m,
+                    n,
+                    k,
+                    a.view(),
+                    b.view(),
+                    Some(&bias),
+                    parallel,
+                );
+                for (e, (&p, &g)) in plain.iter().zip(&got).enumerate() {
+                    let want = p + bias[e % n];
+                    assert_eq!(want.to_bits(), g.to_bits(), "{m}x{k} @ {k}x{n} at {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "sgemm bias length")]
+    fn bias_of_the_wrong_length_panics() {
+        let b = [1.0f32; 4];
+        let v = View {
+            data: &b,
+            off: 0,
+            rs: 2,
+            cs: 1,
+        };
+        let mut dst = vec![0.0; 4];
+        sgemm(w(&mut dst), 2, 2, 2, v, v, Some(&b[..3]), false);
     }
 
     #[test]
@@ -1510,6 +1720,6 @@ mod tests {
             cs: 1,
         };
         let mut dst = vec![0.0; 9];
-        sgemm(w(&mut dst), 3, 3, 2, v, v, false);
+        sgemm(w(&mut dst), 3, 3, 2, v, v, None, false);
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod conv;
 pub(crate) mod copy;
 pub(crate) mod fused;
 pub(crate) mod index;
+pub(crate) mod linear;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod pool;

@@ -1,0 +1,146 @@
+//! `F.linear`: `x @ weight^T + bias` over the last axis of `x`, the op of a
+//! linear layer. Its shapes are those of `x.matmul(&weight.t())` (checked
+//! at compile time when static), with a bias of one value per output
+//! feature.
+//!
+//! A backend may add the bias inside the product ([`LinearKernel`]), as
+//! PyTorch's `addmm` does: each output element is written once, its sum
+//! plus the bias, where the composed ops write the product and then make a
+//! second pass (and a second allocation) to add the bias. The fused form
+//! runs when no gradient is recorded (inference); with the tape on, or on
+//! a backend without the kernel, the composed ops run and are
+//! differentiable. Both add the bias to the finished sum, so they give the
+//! same bits.
+
+use crate::device::Backend;
+use crate::dtype::Float;
+use crate::error::{fmt_dims, Error, Result};
+use crate::layout::Layout;
+use crate::shape::{Dim, Dyn, MatmulShape, Shape};
+use crate::tape::is_grad_enabled;
+use crate::tensor::{ok, Tensor};
+
+/// The op's name, for errors.
+const NAME: &str = "linear";
+
+/// Backend support for a matrix product with a bias added in it.
+pub trait LinearKernel<E: Float>: Backend {
+    /// `x @ w^T + bias` for `x` `[m, k]`, `w` `[n, k]` and `bias` `[n]`, at
+    /// any strides; the result is row-major `[m, n]`, each element the
+    /// product's sum with `bias[j]` added last.
+    ///
+    /// `Ok(None)` (the default) means the backend has no fused kernel (for
+    /// this dtype), and the caller runs the composed ops.
+    fn linear(
+        &self,
+        x: (&Self::Storage<E>, &Layout),
+        w: (&Self::Storage<E>, &Layout),
+        bias: (&Self::Storage<E>, &Layout),
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (x, w, bias);
+        Ok(None)
+    }
+}
+
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
+    /// A linear map over the last axis, like `F.linear(x, weight, bias)`:
+    /// `x @ weight.t() + bias`, with `weight` `[out, in]` and `bias`
+    /// `[out]`. The shapes are checked as for [`Tensor::matmul`]: at
+    /// compile time when static.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<2>, C<3>)>::from_vec(vec![1., 2., 3., 4., 5., 6.], (C, C)).unwrap();
+    /// let w = Tensor::<(C<1>, C<3>)>::from_vec(vec![1., 0., -1.], (C, C)).unwrap();
+    /// let b = Tensor::<(C<1>,)>::from_vec(vec![10.], (C,)).unwrap();
+    /// let y: Tensor<(C<2>, C<1>)> = x.linear(&w, Some(&b));
+    /// assert_eq!(y.to_vec(), vec![8.0, 8.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// If `Dyn` sizes disagree at run time; see [`Tensor::try_linear`].
+    pub fn linear<O: Dim, I: Dim>(
+        &self,
+        weight: &Tensor<(O, I), E, D>,
+        bias: Option<&Tensor<(O,), E, D>>,
+    ) -> Tensor<<S as MatmulShape<(I, O)>>::Output, E, D>
+    where
+        S: MatmulShape<(I, O)>,
+    {
+        ok(self.try_linear(weight, bias))
+    }
+
+    /// Fallible [`Tensor::linear`].
+    ///
+    /// # Errors
+    /// A shape error when the last size of `x` is not the weight's second
+    /// or the bias is not `[out]`; an error when an operand is on another
+    /// device.
+    pub fn try_linear<O: Dim, I: Dim>(
+        &self,
+        weight: &Tensor<(O, I), E, D>,
+        bias: Option<&Tensor<(O,), E, D>>,
+    ) -> Result<Tensor<<S as MatmulShape<(I, O)>>::Output, E, D>>
+    where
+        S: MatmulShape<(I, O)>,
+    {
+        let Some(b) = bias else {
+            return self.try_matmul(&weight.t());
+        };
+        self.same_device(NAME, weight)?;
+        self.same_device(NAME, b)?;
+        let (n, k) = (weight.layout.dims[0], weight.layout.dims[1]);
+        if b.layout.dims[..] != [n] {
+            return Err(Error::shape(
+                NAME,
+                format!(
+                    "a bias of [{n}] (the weight's first size, {})",
+                    fmt_dims(&weight.layout.dims)
+                ),
+                &b.layout.dims,
+            ));
+        }
+        let dims = &self.layout.dims[..];
+        let taped =
+            is_grad_enabled() && (self.needs_grad() || weight.needs_grad() || b.needs_grad());
+        if taped || dims.last() != Some(&k) {
+            // Recorded, or a size mismatch that `matmul` reports.
+            return composed(self, weight, b);
+        }
+        // The rows of `x` as one `[rows, k]` matrix (a view when they fold).
+        let rows = dims[..dims.len() - 1].iter().product();
+        let x2 = self.try_reshape_to((Dyn(rows), Dyn(k)))?;
+        let fused = self.device.linear(
+            (&x2.storage(), &x2.layout),
+            (&weight.storage(), &weight.layout),
+            (&b.storage(), &b.layout),
+        )?;
+        match fused {
+            Some(s) => {
+                let mut out = dims.to_vec();
+                *out.last_mut().expect("x has rank 1 or more") = n;
+                Ok(Tensor::from_storage(s, &out, self.device.clone()))
+            }
+            None => composed(self, weight, b),
+        }
+    }
+}
+
+/// The composed, differentiable form: the product, then the bias added to
+/// each of its rows.
+fn composed<S, O: Dim, I: Dim, E: Float, D: crate::device::Device<E>>(
+    x: &Tensor<S, E, D>,
+    weight: &Tensor<(O, I), E, D>,
+    bias: &Tensor<(O,), E, D>,
+) -> Result<Tensor<<S as MatmulShape<(I, O)>>::Output, E, D>>
+where
+    S: MatmulShape<(I, O)>,
+{
+    let y = x.try_matmul(&weight.t())?;
+    let shape = <S as MatmulShape<(I, O)>>::Output::from_dims(&y.layout.dims)
+        .expect("a product's dims fit its shape");
+    let (dims, n) = (&y.layout.dims, weight.layout.dims[0]);
+    let rows = dims[..dims.len() - 1].iter().product();
+    let y = &y.try_reshape_to((Dyn(rows), Dyn(n)))? + &bias.into_dyn();
+    y.try_reshape_to(shape)
+}
