@@ -698,14 +698,6 @@ unsafe fn block<K: Kernel>(
         });
         let abuf = abuf.get(if own_a { kc_max * mc_max } else { 0 });
         let edge = ebuf.get(kc_max * K::MR);
-        // With one block of rows, each packed panel of `b` is used by that
-        // block's tiles only: pack it right before them, so they read it
-        // from L1 rather than from L2 after the whole block is packed. With
-        // several row blocks, every block reuses the whole packed block,
-        // packed first. (Measured with 2 threads on 64x784 @ 784x512,
-        // together with the wide packing copies: 1-4% faster in interleaved
-        // runs, within the machine's noise on larger products.)
-        let lazy = own_b && m <= mc_max;
         for jc in (0..n).step_by(nc_max) {
             let nc = nc_max.min(n - jc);
             for pc in (0..k).step_by(kc_max) {
@@ -713,10 +705,14 @@ unsafe fn block<K: Kernel>(
                 let accumulate = pc > 0;
                 // The bias goes in after the last depth block's terms.
                 let last = pc + kc == k;
-                if own_b && !lazy {
-                    let d = &mut bbuf[..kc * nc.div_ceil(K::NR) * K::NR];
-                    pack_b::<K>(d, b.at(pc, jc), kc, nc);
-                }
+                let bpack: &[f32] = match shared {
+                    Shared::B(all) => &all[pc * nc_max..],
+                    _ => {
+                        let d = &mut bbuf[..kc * nc.div_ceil(K::NR) * K::NR];
+                        pack_b::<K>(d, b.at(pc, jc), kc, nc);
+                        d
+                    }
+                };
                 for ic in (0..m).step_by(mc_max) {
                     let mc = mc_max.min(m - ic);
                     let apack: &[f32] = match shared {
@@ -730,14 +726,7 @@ unsafe fn block<K: Kernel>(
                     };
                     for jr in (0..nc).step_by(K::NR) {
                         let nr = K::NR.min(nc - jr);
-                        if lazy && ic == 0 {
-                            let d = &mut bbuf[jr * kc..(jr + K::NR) * kc];
-                            pack_b::<K>(d, b.at(pc, jc + jr), kc, nr);
-                        }
-                        let bp = match shared {
-                            Shared::B(all) => all[pc * nc_max + jr * kc..].as_ptr(),
-                            _ => bbuf[jr * kc..].as_ptr(),
-                        };
+                        let bp = bpack[jr * kc..].as_ptr();
                         for ir in (0..mc).step_by(K::MR) {
                             let mr = K::MR.min(mc - ir);
                             // (pointer, row stride, depth stride) of the A panel.
@@ -784,49 +773,7 @@ unsafe fn block<K: Kernel>(
 
 /// Packs the `kc x nc` block `b` into `ceil(nc / NR)` panels of `kc x NR`
 /// (row-major within a panel), zero-padding the last panel's columns.
-/// Compiled for the CPU's widest vectors ([`crate::simd::run`]): a row of a
-/// panel is then two `zmm` moves, not eight SSE ones (the copies' share of
-/// a 64x784 @ 784x512 product's profile on 2 threads fell from 17% to 11%;
-/// being bound by memory, the product gained less, see [`block`]).
 fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
-    let p = Packing::<K> {
-        dst,
-        src: b,
-        sizes: (kc, nc),
-        b: true,
-        kernel: std::marker::PhantomData,
-    };
-    crate::simd::run(p);
-}
-
-/// A packing loop's arguments, as a [`crate::simd::Vectorized`] value (a
-/// closure would not be inlined into the wide copies).
-struct Packing<'a, K> {
-    dst: &'a mut [f32],
-    src: View<'a>,
-    /// `(kc, nc)` for `b`, `(mc, kc)` for `a`.
-    sizes: (usize, usize),
-    /// Whether this packs `b` ([`pack_b`]) or `a` ([`pack_a_block`]).
-    b: bool,
-    kernel: std::marker::PhantomData<K>,
-}
-
-impl<K: Kernel> crate::simd::Vectorized for Packing<'_, K> {
-    type Out = ();
-    #[inline(always)]
-    fn run(self) {
-        let (x, y) = self.sizes;
-        if self.b {
-            pack_b_here::<K>(self.dst, self.src, x, y);
-        } else {
-            pack_a_here::<K>(self.dst, self.src, x, y);
-        }
-    }
-}
-
-/// [`pack_b`], inlined into each copy.
-#[inline(always)]
-fn pack_b_here<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
     for (panel, d) in dst.chunks_exact_mut(kc * K::NR).enumerate() {
         let j0 = panel * K::NR;
         let nr = K::NR.min(nc - j0);
@@ -867,19 +814,6 @@ fn pack_b_here<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
 /// stored depth-major (`MR` consecutive values per depth step),
 /// zero-padding the last panel's rows.
 fn pack_a_block<K: Kernel>(dst: &mut [f32], a: View<'_>, mc: usize, kc: usize) {
-    let p = Packing::<K> {
-        dst,
-        src: a,
-        sizes: (mc, kc),
-        b: false,
-        kernel: std::marker::PhantomData,
-    };
-    crate::simd::run(p);
-}
-
-/// [`pack_a_block`], inlined into each copy.
-#[inline(always)]
-fn pack_a_here<K: Kernel>(dst: &mut [f32], a: View<'_>, mc: usize, kc: usize) {
     for (panel, d) in dst.chunks_exact_mut(kc * K::MR).enumerate() {
         let i0 = panel * K::MR;
         let mr = K::MR.min(mc - i0);
