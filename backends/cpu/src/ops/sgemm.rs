@@ -1640,15 +1640,20 @@ mod tests {
         }
     }
 
+    /// The four values of `b` as a matrix at row stride `rs` (column stride 1).
+    fn view4(b: &[f32; 4], rs: usize) -> View<'_> {
+        View {
+            data: b,
+            off: 0,
+            rs,
+            cs: 1,
+        }
+    }
+
     #[test]
     fn empty_and_k_zero() {
         let b = [1.0f32; 4];
-        let v = View {
-            data: &b,
-            off: 0,
-            rs: 1,
-            cs: 1,
-        };
+        let v = view4(&b, 1);
         let mut dst = vec![f32::NAN; 6];
         sgemm(w(&mut dst), 2, 3, 0, v, v, None, false);
         assert_eq!(dst, vec![0.0; 6]);
@@ -1699,12 +1704,7 @@ mod tests {
     #[should_panic(expected = "sgemm bias length")]
     fn bias_of_the_wrong_length_panics() {
         let b = [1.0f32; 4];
-        let v = View {
-            data: &b,
-            off: 0,
-            rs: 2,
-            cs: 1,
-        };
+        let v = view4(&b, 2);
         let mut dst = vec![0.0; 4];
         sgemm(w(&mut dst), 2, 2, 2, v, v, Some(&b[..3]), false);
     }
@@ -1713,12 +1713,7 @@ mod tests {
     #[should_panic(expected = "outside a storage")]
     fn operand_past_its_storage_panics() {
         let b = [1.0f32; 4];
-        let v = View {
-            data: &b,
-            off: 0,
-            rs: 2,
-            cs: 1,
-        };
+        let v = view4(&b, 2);
         let mut dst = vec![0.0; 9];
         sgemm(w(&mut dst), 3, 3, 2, v, v, None, false);
     }
