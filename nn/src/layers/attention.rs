@@ -446,7 +446,10 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         part: usize,
     ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
         let w = self.in_proj_weight.narrow_static::<0, EMBED>(part * EMBED);
-        let b = (self.in_proj_bias.as_ref()).map(|b| b.narrow_static::<0, EMBED>(part * EMBED));
+        let b = self
+            .in_proj_bias
+            .as_ref()
+            .map(|b| b.narrow_static::<0, EMBED>(part * EMBED));
         Self::heads(&x.linear(&w, b.as_ref()))
     }
 
