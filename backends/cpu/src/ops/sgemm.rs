@@ -876,6 +876,37 @@ fn packed_a<'s, K: Kernel>(
 /// Packs the `kc x nc` block `b` into `ceil(nc / NR)` panels of `kc x NR`
 /// (row-major within a panel), zero-padding the last panel's columns.
 fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
+    if b.cs == 1 && b.rs != 1 {
+        // Rows in memory order: each row of the block is read once, whole,
+        // and dealt out to the panels (a panel at a time would read a short
+        // piece of each of `kc` rows, each on its own page of a wide `b`).
+        let full = nc / K::NR;
+        for p in 0..kc {
+            let s = b.off + p * b.rs;
+            let row = &b.data[s..s + nc];
+            // The same piece of a row further down, fetched while this one
+            // is copied (`wrapping_add`: past the block the address may lie
+            // outside `b`; a prefetch never faults).
+            let ahead = b.data.as_ptr().wrapping_add(s + B_ROWS_AHEAD * b.rs);
+            for (q, piece) in row.chunks_exact(K::NR).enumerate() {
+                for l in (0..K::NR).step_by(16) {
+                    let line = ahead.wrapping_add(q * K::NR + l);
+                    // SAFETY: the CPU has SSE (x86_64); a prefetch reads nothing.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>()) };
+                }
+                // `K::NR` is a constant here: the copy compiles to vector
+                // moves, not a memmove call.
+                dst[(q * kc + p) * K::NR..][..K::NR].copy_from_slice(piece);
+            }
+            let rest = &row[full * K::NR..];
+            if !rest.is_empty() {
+                let d = &mut dst[(full * kc + p) * K::NR..][..K::NR];
+                d[..rest.len()].copy_from_slice(rest);
+                d[rest.len()..].fill(0.0);
+            }
+        }
+        return;
+    }
     for (panel, d) in dst.chunks_exact_mut(kc * K::NR).enumerate() {
         let j0 = panel * K::NR;
         let nr = K::NR.min(nc - j0);
@@ -883,19 +914,6 @@ fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
         if src.rs == 1 && src.cs != 0 {
             // SAFETY: sgemm checked that the CPU has AVX2 and FMA.
             unsafe { pack_b_panel_cols(d, src, kc, K::NR, nr) };
-        } else if src.cs == 1 && nr == K::NR {
-            for (p, row) in d.chunks_exact_mut(K::NR).enumerate() {
-                let s = src.off + p * src.rs;
-                // `K::NR` is a constant here: the copy compiles to vector
-                // moves, not a memmove call.
-                row.copy_from_slice(&src.data[s..s + K::NR]);
-            }
-        } else if src.cs == 1 {
-            for (p, row) in d.chunks_exact_mut(K::NR).enumerate() {
-                let s = src.off + p * src.rs;
-                row[..nr].copy_from_slice(&src.data[s..s + nr]);
-                row[nr..].fill(0.0);
-            }
         } else {
             if nr < K::NR {
                 d.fill(0.0);
@@ -1079,6 +1097,12 @@ unsafe fn put_columns8(
         }
     }
 }
+
+/// How many rows ahead [`pack_b`] prefetches a row-major right operand (a
+/// new page per row of a wide one, which the hardware prefetcher does not
+/// cross to): 2048^3 on 2 threads 3-7% faster than without, 1 to 4 rows
+/// alike.
+const B_ROWS_AHEAD: usize = 4;
 
 /// How far ahead (in elements) a microkernel prefetches a packed A panel.
 const A_AHEAD: usize = 1024;
