@@ -992,8 +992,12 @@ unsafe fn tile<K: Kernel>(
         return;
     }
     const { assert!(K::MR * K::NR <= MAX_TILE) };
-    let mut tmp = [0.0f32; MAX_TILE];
-    run(tmp.as_mut_ptr(), K::NR, false, TileBias::None);
+    // Not zeroed first: the kernel writes its whole tile (`accumulate` off).
+    let mut buf = MaybeUninit::<[f32; MAX_TILE]>::uninit();
+    run(buf.as_mut_ptr().cast(), K::NR, false, TileBias::None);
+    // SAFETY: the kernel wrote all `MR x NR` values of its tile, from the
+    // start of `buf` at row stride NR.
+    let tmp = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<f32>(), K::MR * K::NR) };
     let put = |i: usize, j: usize| {
         // SAFETY: (i, j) lies in the caller's `mr x nr` tile, which holds
         // values when accumulating (and may be uninitialised otherwise, so
