@@ -16,9 +16,17 @@ import torch
 import torch.nn.functional as F
 
 
+# The least time a measurement spends in warm-up calls, as in
+# benches/src/lib.rs (WARMUP_SECS).
+WARMUP_SECS = 0.05
+
+
 def timed(warmup, reps, f):
-    for _ in range(warmup):
+    start = time.perf_counter()
+    calls = 0
+    while calls < warmup or time.perf_counter() - start < WARMUP_SECS:
         f()
+        calls += 1
     out = []
     for _ in range(reps):
         s = time.perf_counter()

@@ -10,8 +10,13 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
-/// Runs `f` `warmup` times, then `rounds` timed times, and returns the median
-/// seconds per call.
+/// The least time a measurement spends in warm-up calls: a few calls of a
+/// product of microseconds are not enough for the caches, the clock and the
+/// worker threads to settle (after the other framework's turn, say).
+pub const WARMUP_SECS: f64 = 0.05;
+
+/// Runs `f` `warmup` times (at least; see [`Sample::time`]), then `rounds`
+/// timed times, and returns the median seconds per call.
 pub fn median_secs(warmup: usize, rounds: usize, f: impl FnMut()) -> f64 {
     Sample::time(warmup, rounds, f).median() / 1e3
 }
@@ -24,10 +29,15 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// Milliseconds per call of `f`, after `warmup` untimed calls.
+    /// Milliseconds per call of `f`, after untimed warm-up calls: at least
+    /// `warmup` of them, and for at least [`WARMUP_SECS`] (`benches/suite.py`
+    /// warms PyTorch up the same way).
     pub fn time(warmup: usize, reps: usize, mut f: impl FnMut()) -> Sample {
-        for _ in 0..warmup {
+        let start = Instant::now();
+        let mut calls = 0;
+        while calls < warmup || start.elapsed().as_secs_f64() < WARMUP_SECS {
             f();
+            calls += 1;
         }
         let values = (0..reps)
             .map(|_| {
