@@ -877,33 +877,11 @@ fn packed_a<'s, K: Kernel>(
 /// (row-major within a panel), zero-padding the last panel's columns.
 fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
     if b.cs == 1 && b.rs != 1 {
-        // Rows in memory order: each row of the block is read once, whole,
-        // and dealt out to the panels (a panel at a time would read a short
-        // piece of each of `kc` rows, each on its own page of a wide `b`).
-        let full = nc / K::NR;
-        for p in 0..kc {
-            let s = b.off + p * b.rs;
-            let row = &b.data[s..s + nc];
-            // The same piece of a row further down, fetched while this one
-            // is copied (`wrapping_add`: past the block the address may lie
-            // outside `b`; a prefetch never faults).
-            let ahead = b.data.as_ptr().wrapping_add(s + B_ROWS_AHEAD * b.rs);
-            for (q, piece) in row.chunks_exact(K::NR).enumerate() {
-                for l in (0..K::NR).step_by(16) {
-                    let line = ahead.wrapping_add(q * K::NR + l);
-                    // SAFETY: the CPU has SSE (x86_64); a prefetch reads nothing.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>()) };
-                }
-                // `K::NR` is a constant here: the copy compiles to vector
-                // moves, not a memmove call.
-                dst[(q * kc + p) * K::NR..][..K::NR].copy_from_slice(piece);
-            }
-            let rest = &row[full * K::NR..];
-            if !rest.is_empty() {
-                let d = &mut dst[(full * kc + p) * K::NR..][..K::NR];
-                d[..rest.len()].copy_from_slice(rest);
-                d[rest.len()..].fill(0.0);
-            }
+        if has_avx512() {
+            // SAFETY: the CPU has AVX-512.
+            unsafe { pack_b_rows_avx512::<K>(dst, b, kc, nc) };
+        } else {
+            pack_b_rows::<K>(dst, b, kc, nc);
         }
         return;
     }
@@ -928,6 +906,50 @@ fn pack_b<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
             }
         }
     }
+}
+
+/// [`pack_b`] of a `b` whose rows are contiguous.
+#[inline(always)]
+fn pack_b_rows<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
+    // Rows in memory order: each row of the block is read once, whole,
+    // and dealt out to the panels (a panel at a time would read a short
+    // piece of each of `kc` rows, each on its own page of a wide `b`).
+    let full = nc / K::NR;
+    for p in 0..kc {
+        let s = b.off + p * b.rs;
+        let row = &b.data[s..s + nc];
+        // The same piece of a row further down, fetched while this one
+        // is copied (`wrapping_add`: past the block the address may lie
+        // outside `b`; a prefetch never faults).
+        let ahead = b.data.as_ptr().wrapping_add(s + B_ROWS_AHEAD * b.rs);
+        for (q, piece) in row.chunks_exact(K::NR).enumerate() {
+            for l in (0..K::NR).step_by(16) {
+                let line = ahead.wrapping_add(q * K::NR + l);
+                // SAFETY: the CPU has SSE (x86_64); a prefetch reads nothing.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>()) };
+            }
+            // `K::NR` is a constant here: the copy compiles to vector
+            // moves, not a memmove call.
+            dst[(q * kc + p) * K::NR..][..K::NR].copy_from_slice(piece);
+        }
+        let rest = &row[full * K::NR..];
+        if !rest.is_empty() {
+            let d = &mut dst[(full * kc + p) * K::NR..][..K::NR];
+            d[..rest.len()].copy_from_slice(rest);
+            d[rest.len()..].fill(0.0);
+        }
+    }
+}
+
+/// [`pack_b_rows`] compiled for AVX-512: its copies move whole `zmm`
+/// registers (two per 32-column panel row, not eight `xmm` ones). 512^3 and
+/// 1024^3 on 2 threads 2-5% faster, interleaved.
+///
+/// # Safety
+/// The CPU has AVX-512.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+unsafe fn pack_b_rows_avx512<K: Kernel>(dst: &mut [f32], b: View<'_>, kc: usize, nc: usize) {
+    pack_b_rows::<K>(dst, b, kc, nc);
 }
 
 /// Packs the `mc x kc` block `a` into `ceil(mc / MR)` panels of `MR x kc`
