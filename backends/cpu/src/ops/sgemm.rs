@@ -766,9 +766,9 @@ unsafe fn block<K: Kernel>(
             // Each left panel stays in L1 across a right block's panels.
             for (pc, kc) in blocks(k, kc_max) {
                 for (ic, mc) in blocks(m, mc_max) {
-                    let apack = packed_a::<K>(abuf, shared, a, m, ic, mc, pc, kc, own_a);
+                    let apack = packed_a::<K>(abuf, shared, a, m, (ic, mc), (pc, kc), own_a);
                     for (jc, nc) in blocks(n, nc_max) {
-                        let bpack = packed_b::<K>(bbuf, shared, b, nc_max, jc, nc, pc, kc);
+                        let bpack = packed_b::<K>(bbuf, shared, b, nc_max, (jc, nc), (pc, kc));
                         let at = Blocks {
                             ic,
                             mc,
@@ -789,9 +789,9 @@ unsafe fn block<K: Kernel>(
             // Each right panel stays in L1 across a left block's panels.
             for (jc, nc) in blocks(n, nc_max) {
                 for (pc, kc) in blocks(k, kc_max) {
-                    let bpack = packed_b::<K>(bbuf, shared, b, nc_max, jc, nc, pc, kc);
+                    let bpack = packed_b::<K>(bbuf, shared, b, nc_max, (jc, nc), (pc, kc));
                     for (ic, mc) in blocks(m, mc_max) {
-                        let apack = packed_a::<K>(abuf, shared, a, m, ic, mc, pc, kc, own_a);
+                        let apack = packed_a::<K>(abuf, shared, a, m, (ic, mc), (pc, kc), own_a);
                         let at = Blocks {
                             ic,
                             mc,
@@ -826,16 +826,13 @@ struct Blocks {
 
 /// The `kc x nc` block of `b` at depth `pc` and column `jc`, packed into
 /// `buf` ([`pack_b`]), or a [`Shared::B`] copy's block (`nc_max` wide).
-#[allow(clippy::too_many_arguments)]
 fn packed_b<'s, K: Kernel>(
     buf: &'s mut [f32],
     shared: Shared<'s>,
     b: View<'_>,
     nc_max: usize,
-    jc: usize,
-    nc: usize,
-    pc: usize,
-    kc: usize,
+    (jc, nc): (usize, usize),
+    (pc, kc): (usize, usize),
 ) -> &'s [f32] {
     match shared {
         Shared::B(all) => &all[pc * nc_max..],
@@ -850,16 +847,13 @@ fn packed_b<'s, K: Kernel>(
 /// The `mc x kc` block of `a` (`m` rows in all) at row `ic` and depth `pc`,
 /// packed into `buf` ([`pack_a_block`]) when `own`, or a [`Shared::A`]
 /// copy's block; empty otherwise (the panels are read in place).
-#[allow(clippy::too_many_arguments)]
 fn packed_a<'s, K: Kernel>(
     buf: &'s mut [f32],
     shared: Shared<'s>,
     a: View<'_>,
     m: usize,
-    ic: usize,
-    mc: usize,
-    pc: usize,
-    kc: usize,
+    (ic, mc): (usize, usize),
+    (pc, kc): (usize, usize),
     own: bool,
 ) -> &'s [f32] {
     match shared {
