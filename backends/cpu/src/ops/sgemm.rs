@@ -719,17 +719,12 @@ unsafe fn block<K: Kernel>(
         });
         let abuf = abuf.get(if own_a { kc_max * mc_max } else { 0 });
         let edge = ebuf.get(kc_max * K::MR);
-        // The tile at rows `ir..` and columns `jr..` of the blocks at `at`,
-        // whose packed copies are `apack` (when `pack_a`) and `bpack`.
-        let mut one = |apack: &[f32], bpack: &[f32], at: Blocks, ir: usize, jr: usize| {
-            let Blocks {
-                ic,
-                mc,
-                jc,
-                nc,
-                pc,
-                kc,
-            } = at;
+        // The tile at rows `ir..` and columns `jr..` of the blocks at `at`
+        // (the (start, length) of their rows, columns and depth), whose
+        // packed copies are `apack` (when `pack_a`) and `bpack`.
+        type At = ((usize, usize), (usize, usize), (usize, usize));
+        let mut one = |apack: &[f32], bpack: &[f32], at: At, ir: usize, jr: usize| {
+            let ((ic, mc), (jc, nc), (pc, kc)) = at;
             let (mr, nr) = (K::MR.min(mc - ir), K::NR.min(nc - jr));
             let bp = bpack[jr * kc..].as_ptr();
             // (pointer, row stride, depth stride) of the A panel.
@@ -769,14 +764,7 @@ unsafe fn block<K: Kernel>(
                     let apack = packed_a::<K>(abuf, shared, a, m, (ic, mc), (pc, kc), own_a);
                     for (jc, nc) in blocks(n, nc_max) {
                         let bpack = packed_b::<K>(bbuf, shared, b, nc_max, (jc, nc), (pc, kc));
-                        let at = Blocks {
-                            ic,
-                            mc,
-                            jc,
-                            nc,
-                            pc,
-                            kc,
-                        };
+                        let at = ((ic, mc), (jc, nc), (pc, kc));
                         for ir in (0..mc).step_by(K::MR) {
                             for jr in (0..nc).step_by(K::NR) {
                                 one(apack, bpack, at, ir, jr);
@@ -792,14 +780,7 @@ unsafe fn block<K: Kernel>(
                     let bpack = packed_b::<K>(bbuf, shared, b, nc_max, (jc, nc), (pc, kc));
                     for (ic, mc) in blocks(m, mc_max) {
                         let apack = packed_a::<K>(abuf, shared, a, m, (ic, mc), (pc, kc), own_a);
-                        let at = Blocks {
-                            ic,
-                            mc,
-                            jc,
-                            nc,
-                            pc,
-                            kc,
-                        };
+                        let at = ((ic, mc), (jc, nc), (pc, kc));
                         for jr in (0..nc).step_by(K::NR) {
                             for ir in (0..mc).step_by(K::MR) {
                                 one(apack, bpack, at, ir, jr);
@@ -810,18 +791,6 @@ unsafe fn block<K: Kernel>(
             }
         }
     });
-}
-
-/// Where a block of the product lies: rows `ic..ic + mc`, columns
-/// `jc..jc + nc`, depth `pc..pc + kc`.
-#[derive(Clone, Copy)]
-struct Blocks {
-    ic: usize,
-    mc: usize,
-    jc: usize,
-    nc: usize,
-    pc: usize,
-    kc: usize,
 }
 
 /// The `kc x nc` block of `b` at depth `pc` and column `jc`, packed into
