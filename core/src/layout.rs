@@ -157,13 +157,53 @@ impl Layout {
         }
     }
 
-    /// The layout with new sizes when the data can be reinterpreted without a
-    /// copy (contiguous), else `None`.
+    /// The layout with new sizes (as many elements) when the data can be
+    /// reinterpreted without a copy, else `None`: like PyTorch's `view`, any
+    /// run of dims that is dense within itself (each dim's stride the next
+    /// one's times its size) may be split or merged, so a contiguous layout
+    /// reshapes to anything, and a strided view when each new dim lies
+    /// within one such run (splitting the last dim of a column slice, say).
     pub fn reshape(&self, dims: &[usize]) -> Option<Self> {
-        self.is_contiguous().then(|| {
+        if self.is_contiguous() {
             let mut l = Layout::contiguous(dims);
             l.offset = self.offset;
-            l
+            return Some(l);
+        }
+        if self.numel() == 0 {
+            // Nothing to view (and the offset may lie past the storage): a
+            // copy of no elements is as cheap.
+            return None;
+        }
+        let (old, old_strides) = (&self.dims[..], &self.strides[..]);
+        let mut strides = Dims::from_slice(dims);
+        // Walk the old dims from the innermost, a dense run at a time; fill
+        // the new dims that span exactly the same elements.
+        let mut view_d = dims.len();
+        let mut base = *old_strides.last()?;
+        let (mut run, mut view_run) = (1usize, 1usize);
+        for d in (0..old.len()).rev() {
+            run *= old[d];
+            let run_ends = d == 0 || (old[d - 1] != 1 && old_strides[d - 1] != run * base);
+            if !run_ends {
+                continue;
+            }
+            while view_d > 0 && (view_run < run || dims[view_d - 1] == 1) {
+                view_d -= 1;
+                strides[view_d] = view_run * base;
+                view_run *= dims[view_d];
+            }
+            if view_run != run {
+                return None;
+            }
+            if d > 0 {
+                base = old_strides[d - 1];
+                (run, view_run) = (1, 1);
+            }
+        }
+        (view_d == 0).then_some(Layout {
+            dims: Dims::from_slice(dims),
+            strides,
+            offset: self.offset,
         })
     }
 }
@@ -198,6 +238,73 @@ mod tests {
         assert!(l.is_contiguous());
         assert!(!l.swap(0, 2).is_contiguous());
         assert_eq!(l.span(), 24);
+    }
+
+    #[test]
+    fn reshape_views_what_needs_no_copy() {
+        // A column slice [2, 3, 4] of a [2, 3, 10] tensor: the last dim
+        // splits and the first two merge; the last cannot merge with the
+        // others.
+        let slice = Layout {
+            dims: Dims::from_slice(&[2, 3, 4]),
+            strides: Dims::from_slice(&[30, 10, 1]),
+            offset: 5,
+        };
+        let split = slice.reshape(&[2, 3, 2, 2]).unwrap();
+        assert_eq!(&*split.strides, &[30, 10, 2, 1]);
+        assert_eq!(split.offset, 5);
+        assert_eq!(&*slice.reshape(&[6, 4]).unwrap().strides, &[10, 1]);
+        assert!(slice.reshape(&[2, 12]).is_none());
+        assert!(slice.reshape(&[24]).is_none());
+        // A transpose: each dim splits on its own, and size-1 dims (whose
+        // stride is never used) can be added, but the two never merge.
+        let t = Layout::contiguous(&[3, 4]).swap(0, 1);
+        let r = t.reshape(&[4, 1, 3]).unwrap();
+        assert_eq!((r.strides[0], r.strides[2]), (1, 4));
+        assert_eq!(&*t.reshape(&[2, 2, 3]).unwrap().strides, &[2, 1, 4]);
+        assert!(t.reshape(&[12]).is_none());
+        assert!(t.reshape(&[4, 3, 1]).is_some());
+        assert!(t.reshape(&[6, 2]).is_none());
+        // Broadcast dims keep stride 0 when they stay whole.
+        let b = Layout {
+            dims: Dims::from_slice(&[3, 4]),
+            strides: Dims::from_slice(&[0, 1]),
+            offset: 0,
+        };
+        assert_eq!(&*b.reshape(&[3, 2, 2]).unwrap().strides, &[0, 2, 1]);
+        assert!(b.reshape(&[12]).is_none());
+        // Every view gives each element the address the original gives it.
+        let cases: [(Layout, &[usize]); 4] = [
+            (slice, &[2, 3, 2, 2]),
+            (slice, &[6, 2, 2]),
+            (t, &[2, 2, 3]),
+            (b, &[3, 2, 2]),
+        ];
+        for (l, dims) in cases {
+            let r = l.reshape(dims).unwrap();
+            let addr = |l: &Layout, idx: &[usize]| {
+                l.offset
+                    + idx
+                        .iter()
+                        .zip(&*l.strides)
+                        .map(|(i, s)| i * s)
+                        .sum::<usize>()
+            };
+            let unravel = |mut i: usize, dims: &[usize]| {
+                let mut idx = vec![0; dims.len()];
+                for d in (0..dims.len()).rev() {
+                    idx[d] = i % dims[d];
+                    i /= dims[d];
+                }
+                idx
+            };
+            for i in 0..l.numel() {
+                assert_eq!(
+                    addr(&l, &unravel(i, &l.dims)),
+                    addr(&r, &unravel(i, &r.dims))
+                );
+            }
+        }
     }
 
     #[test]

@@ -524,3 +524,26 @@ proptest! {
         prop_assert_eq!(flat.to_vec(), r.data);
     }
 }
+
+/// Like `torch.Tensor.view`: a strided view reshapes without a copy when each
+/// new dim lies within a dense run of the old ones, and is copied otherwise;
+/// the values are those of the row-major reshape either way.
+#[test]
+fn reshape_of_a_view_copies_only_when_its_strides_need_it() {
+    let data: Vec<f32> = (0..60).map(|v| v as f32).collect();
+    let x = Tensor::<(Dyn, Dyn, Dyn), f32, Cpu>::from_vec(data, (Dyn(2), Dyn(3), Dyn(10))).unwrap();
+    // Columns 5..9 of every row: `[2, 3, 4]` with strides `[30, 10, 1]`.
+    let s = x.narrow::<2>(5, 4);
+    let want: Vec<f32> = (0..6)
+        .flat_map(|row| (5..9).map(move |c| (row * 10 + c) as f32))
+        .collect();
+    let split = s.try_reshape_to((Dyn(2), Dyn(3), Dyn(2), Dyn(2))).unwrap();
+    assert!(split.shares_storage(&x));
+    assert_eq!(split.to_vec(), want);
+    let merged = s.try_reshape_to((Dyn(6), Dyn(4))).unwrap();
+    assert!(merged.shares_storage(&x));
+    assert_eq!(merged.to_vec(), want);
+    let flat = s.try_reshape_to((Dyn(24),)).unwrap();
+    assert!(!flat.shares_storage(&x));
+    assert_eq!(flat.to_vec(), want);
+}
