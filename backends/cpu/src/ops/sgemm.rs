@@ -1445,7 +1445,11 @@ fn pack_a_panel_rows(d: &mut [f32], src: View<'_>, kc: usize, mr: usize) {
             });
             for (pp, v) in transpose8(r).into_iter().enumerate() {
                 let q = (p0 + pp) * mr + g;
-                if w == 8 {
+                // A partial group (MR = 6) still stores 8 lanes where
+                // they fit: the last ones land on the next depth's first
+                // rows (zeros from the padding rows), which are written
+                // after this store.
+                if w == 8 || q + 8 <= d.len() {
                     store8(d, q, v);
                 } else {
                     store8(&mut tmp, 0, v);
