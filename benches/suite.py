@@ -1,10 +1,15 @@
-"""PyTorch's side of the side-by-side suite (benches/benches/suite.rs runs it
-once per round). Each workload mirrors the Rust one: same sizes, same warm-up
-and repetition counts. Prints one line per workload: `key<TAB>v1,v2,...` in
-the workload's unit (ms per call, GFLOP/s, GB/s, MB).
+"""PyTorch's side of the side-by-side suite. Each workload mirrors the Rust
+one: same sizes, same warm-up and repetition counts. Prints one line per
+workload: `key<TAB>v1,v2,...` in the workload's unit (ms per call, GFLOP/s,
+GB/s, MB).
 
     python3 benches/suite.py --threads 2 --keys "matmul 512,mlp step"
+    python3 benches/suite.py --threads 2 --serve   # keys read from stdin
     python3 benches/suite.py --rss-mlp     # the child process for peak RSS
+
+benches/benches/suite.rs starts it once with `--serve` and asks for one
+workload at a time, right after measuring the same workload in Forma, so
+both sides of a row are measured within seconds of each other.
 """
 import argparse
 import resource
@@ -147,16 +152,19 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keys", default=",".join(WORKLOADS))
     p.add_argument("--rss-mlp", action="store_true")
+    p.add_argument("--serve", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     if a.rss_mlp:
         rss_child()
         return
-    for key in a.keys.split(","):
-        if key in WORKLOADS:
-            vals = WORKLOADS[key](a.threads)
-            print(key + "\t" + ",".join(f"{v:.6g}" for v in vals), flush=True)
+    keys = (line.strip() for line in sys.stdin) if a.serve else a.keys.split(",")
+    for key in keys:
+        # An unknown key still gets its line (with no values), so a caller
+        # reading one line per key never waits.
+        vals = WORKLOADS[key](a.threads) if key in WORKLOADS else []
+        print(key + "\t" + ",".join(f"{v:.6g}" for v in vals), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,28 +2,37 @@
 //! measured in the same run, printed as one table with the ratio to PyTorch.
 //!
 //! ```sh
-//! cargo bench -p forma-benches --bench suite              # 3 rounds, Forma then PyTorch each round
+//! cargo bench -p forma-benches --bench suite              # 3 rounds
 //! cargo bench -p forma-benches --bench suite -- --rounds 1 --only matmul
 //! ```
 //!
-//! PyTorch's side is `benches/suite.py`, run once per round when `python3`
-//! can import `torch` (reported as absent otherwise). Both sides use 2
-//! threads unless `FORMA_BENCH_THREADS` says otherwise, and both measure each
-//! workload the same way: warm-up calls, then timed repetitions; the table
-//! shows the median over every repetition of every round, with min and max.
+//! PyTorch's side is `benches/suite.py`, one child process for the whole run
+//! when `python3` can import `torch` (reported as absent otherwise). Each
+//! round measures every workload on both sides back to back, the side that
+//! goes first alternating between rounds. Both sides use 2 threads unless
+//! `FORMA_BENCH_THREADS` says otherwise, and both measure each workload the
+//! same way: warm-up calls, then timed repetitions; the table shows the
+//! median over every repetition of every round, with min and max.
+//!
+//! The f32 peak in the header is measured: an FMA loop (as many independent
+//! chains as hide the FMA latency) on every thread at once, the best of a
+//! few tries. The nominal figure from the clock `/proc/cpuinfo` reports is
+//! printed beside it; a core that boosts past that clock beats it.
 
 use forma::core::tape::no_grad;
 use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu, TransformerEncoderLayer};
 use forma::nn::loss::{cross_entropy, Mean};
 use forma::nn::optim::{Adam, AdamOptions, Sgd, SgdOptions};
 use forma::prelude::*;
-use forma_benches::{minor_faults, peak_rss_mb, Sample, Table, Unit, Workload};
+use forma_benches::{minor_faults, peak_rss_mb, Sample, Table, Torch, Unit, Workload};
 use std::process::Command;
+use std::time::Instant;
 
-/// The f32 peak of one core in GFLOP/s, as this machine reports itself: two
-/// FMA ports x the vector lanes (16 with AVX-512, 8 with AVX2+FMA) x 2 flops
-/// x the clock `/proc/cpuinfo` gives (2.3 GHz when it gives none).
-fn peak_gflops_per_thread() -> (f64, String) {
+/// The nominal f32 peak of one core in GFLOP/s: two FMA ports x the vector
+/// lanes (16 with AVX-512, 8 with AVX2+FMA) x 2 flops x the clock
+/// `/proc/cpuinfo` gives (2.3 GHz when it gives none); and the ISA and
+/// clock, in words.
+fn nominal_gflops_per_thread() -> (f64, String) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let ghz = cpuinfo
         .lines()
@@ -49,6 +58,136 @@ fn lanes() -> (f64, &'static str) {
 #[cfg(not(target_arch = "x86_64"))]
 fn lanes() -> (f64, &'static str) {
     (4.0, "128-bit SIMD")
+}
+
+/// The f32 GFLOP/s of `threads` threads each running an FMA loop at once
+/// (the best of five tries of 50-100 ms), or `None` without a loop for
+/// this CPU.
+fn measured_gflops(threads: usize) -> Option<f64> {
+    let per_call = fma_loop(1)?;
+    let iters = 1usize << 25;
+    let best = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            rayon::broadcast(|_| fma_loop(iters));
+            (iters as f64 * per_call * threads as f64) / start.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max);
+    Some(best)
+}
+
+/// Runs `iters` iterations of 12 independent vector FMAs (the widest this
+/// CPU has), in assembly so that nothing is optimised away; returns the
+/// flops of one iteration, or `None` without FMA.
+#[cfg(target_arch = "x86_64")]
+fn fma_loop(iters: usize) -> Option<f64> {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F; the loop only touches the
+        // registers it declares.
+        unsafe { fma_loop_avx512(iters) };
+        Some(12.0 * 16.0 * 2.0)
+    } else if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has FMA; as above.
+        unsafe { fma_loop_avx2(iters) };
+        Some(12.0 * 8.0 * 2.0)
+    } else {
+        None
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_loop(_iters: usize) -> Option<f64> {
+    None
+}
+
+/// Defines an FMA loop over one register class: 12 accumulators (more
+/// than FMA latency x ports on every x86 core) and two operands, all
+/// zeroed first (`$xor`), so no value is ever denormal.
+macro_rules! fma_loop_fn {
+    ($name:ident, $feature:literal, $class:ident, $xor:literal) => {
+        /// # Safety
+        /// The CPU has the ISA the loop is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        unsafe fn $name(iters: usize) {
+            if iters == 0 {
+                return;
+            }
+            // SAFETY: the loop writes only the registers given to it.
+            unsafe {
+                std::arch::asm!(
+                    concat!($xor, " {x}, {x}, {x}"),
+                    concat!($xor, " {y}, {y}, {y}"),
+                    concat!($xor, " {a0}, {a0}, {a0}"),
+                    concat!($xor, " {a1}, {a1}, {a1}"),
+                    concat!($xor, " {a2}, {a2}, {a2}"),
+                    concat!($xor, " {a3}, {a3}, {a3}"),
+                    concat!($xor, " {a4}, {a4}, {a4}"),
+                    concat!($xor, " {a5}, {a5}, {a5}"),
+                    concat!($xor, " {a6}, {a6}, {a6}"),
+                    concat!($xor, " {a7}, {a7}, {a7}"),
+                    concat!($xor, " {a8}, {a8}, {a8}"),
+                    concat!($xor, " {a9}, {a9}, {a9}"),
+                    concat!($xor, " {a10}, {a10}, {a10}"),
+                    concat!($xor, " {a11}, {a11}, {a11}"),
+                    "2:",
+                    "vfmadd231ps {a0}, {x}, {y}",
+                    "vfmadd231ps {a1}, {x}, {y}",
+                    "vfmadd231ps {a2}, {x}, {y}",
+                    "vfmadd231ps {a3}, {x}, {y}",
+                    "vfmadd231ps {a4}, {x}, {y}",
+                    "vfmadd231ps {a5}, {x}, {y}",
+                    "vfmadd231ps {a6}, {x}, {y}",
+                    "vfmadd231ps {a7}, {x}, {y}",
+                    "vfmadd231ps {a8}, {x}, {y}",
+                    "vfmadd231ps {a9}, {x}, {y}",
+                    "vfmadd231ps {a10}, {x}, {y}",
+                    "vfmadd231ps {a11}, {x}, {y}",
+                    "dec {n}",
+                    "jnz 2b",
+                    n = inout(reg) iters => _,
+                    x = out($class) _,
+                    y = out($class) _,
+                    a0 = out($class) _,
+                    a1 = out($class) _,
+                    a2 = out($class) _,
+                    a3 = out($class) _,
+                    a4 = out($class) _,
+                    a5 = out($class) _,
+                    a6 = out($class) _,
+                    a7 = out($class) _,
+                    a8 = out($class) _,
+                    a9 = out($class) _,
+                    a10 = out($class) _,
+                    a11 = out($class) _,
+                    options(nomem, nostack),
+                );
+            }
+        }
+    };
+}
+
+fma_loop_fn!(fma_loop_avx2, "avx2,fma", ymm_reg, "vpxor");
+fma_loop_fn!(fma_loop_avx512, "avx512f", zmm_reg, "vpxord");
+
+/// Seconds of CPU time the hypervisor has taken from this machine since
+/// boot, all CPUs together (`steal` in `/proc/stat`), where Linux says.
+fn stolen_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: f64 = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()?;
+    // USER_HZ is 100 on every Linux architecture Forma builds for.
+    Some(ticks / 100.0)
+}
+
+/// The CPUs this process may run on.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn threads() -> usize {
@@ -337,24 +476,38 @@ fn main() {
 
     let mut table = Table::new(workloads(), only.as_deref());
     let torch = torch_available();
-    let (per_thread, machine) = peak_gflops_per_thread();
-    let peak = per_thread * threads as f64;
+    let (per_thread, machine) = nominal_gflops_per_thread();
+    let nominal = per_thread * threads as f64;
+    let measured = measured_gflops(threads);
+    let peak = measured.unwrap_or(nominal);
     println!(
-        "Forma {} vs PyTorch {}, {threads} threads each, {rounds} rounds; \
-         assumed f32 peak {peak:.1} GFLOP/s ({per_thread:.1} per thread: 2 FMA ports, {machine})",
+        "Forma {} vs PyTorch {}, {threads} threads each, {rounds} rounds\n\
+         f32 peak: {} GFLOP/s measured (an FMA loop on every thread); \
+         nominal {nominal:.1} ({per_thread:.1} per thread: 2 FMA ports, {machine})",
         env!("CARGO_PKG_VERSION"),
         torch
             .as_deref()
             .unwrap_or("(absent: python3 cannot import torch)"),
+        measured.map_or("(no FMA loop for this CPU)".to_string(), |g| format!(
+            "{g:.1}"
+        )),
     );
+    let (started, stolen) = (Instant::now(), stolen_secs());
     let mut rng = Rng::seed_from(0);
+    let mut server = torch.as_ref().and_then(|_| Torch::start(threads));
     for round in 1..=rounds {
-        eprintln!("round {round}/{rounds}: forma");
-        table.run_forma(&mut rng);
-        if torch.is_some() {
-            eprintln!("round {round}/{rounds}: pytorch");
-            table.run_torch(threads);
-        }
+        eprintln!("round {round}/{rounds}");
+        table.run_round(&mut rng, server.as_mut(), round % 2 == 0);
     }
+    drop(server);
     table.print(peak);
+    if let (Some(s0), Some(s1)) = (stolen, stolen_secs()) {
+        let wall = started.elapsed().as_secs_f64();
+        println!(
+            "\nCPU time the hypervisor took from this machine during the run: \
+             {:.0}% of {wall:.0} s x {} CPUs (steal in /proc/stat)",
+            100.0 * (s1 - s0) / (wall * cpus() as f64),
+            cpus()
+        );
+    }
 }

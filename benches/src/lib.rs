@@ -3,12 +3,13 @@
 //!
 //! The side-by-side suite (`benches/suite.rs`) describes each workload once
 //! ([`Workload`]), measures Forma in-process and PyTorch through
-//! `benches/suite.py`, and prints one [`Table`] with the ratio and target.
+//! `benches/suite.py` ([`Torch`]), one row at a time on both sides, and
+//! prints one [`Table`] with the ratio and target.
 
 use forma::Rng;
-use std::collections::BTreeMap;
-use std::process::Command;
-use std::time::Instant;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The least time a measurement spends in warm-up calls: a few calls of a
 /// product of microseconds are not enough for the caches, the clock and the
@@ -176,50 +177,22 @@ impl Table {
         Table { rows }
     }
 
-    /// Measures every row in Forma once.
-    pub fn run_forma(&mut self, rng: &mut Rng) {
+    /// Measures every row once on each side, back to back: Forma then
+    /// PyTorch, or the other way round when `torch_first` (alternate it
+    /// between rounds). On a shared machine whose speed drifts over tens
+    /// of seconds, both sides of a row are then measured under the same
+    /// conditions. A short pause before each measurement lets the other
+    /// side's worker threads stop spinning.
+    pub fn run_round(&mut self, rng: &mut Rng, mut torch: Option<&mut Torch>, torch_first: bool) {
         for w in &mut self.rows {
-            let s = (w.run)(rng);
-            w.forma.values.extend(s.values);
-        }
-    }
-
-    /// Measures every row in PyTorch once, through `suite.py`. Rows it does
-    /// not report stay empty and print as absent.
-    pub fn run_torch(&mut self, threads: usize) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/suite.py");
-        let keys: Vec<&str> = self.rows.iter().map(|w| w.key.as_str()).collect();
-        let out = Command::new("python3")
-            .arg(script)
-            .args(["--threads", &threads.to_string()])
-            .arg("--keys")
-            .arg(keys.join(","))
-            .output();
-        let out = match out {
-            Ok(o) if o.status.success() => o,
-            Ok(o) => {
-                eprintln!("suite.py failed: {}", String::from_utf8_lossy(&o.stderr));
-                return;
-            }
-            Err(e) => {
-                eprintln!("could not run suite.py: {e}");
-                return;
-            }
-        };
-        let mut got: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            // `key<TAB>v1,v2,...`
-            if let Some((key, vals)) = line.split_once('\t') {
-                let v = vals
-                    .split(',')
-                    .filter_map(|x| x.trim().parse().ok())
-                    .collect();
-                got.insert(key.to_string(), v);
-            }
-        }
-        for w in &mut self.rows {
-            if let Some(v) = got.remove(&w.key) {
-                w.torch.values.extend(v);
+            for side in [torch_first, !torch_first] {
+                std::thread::sleep(Duration::from_millis(100));
+                if !side {
+                    let s = (w.run)(rng);
+                    w.forma.values.extend(s.values);
+                } else if let Some(t) = torch.as_deref_mut() {
+                    w.torch.values.extend(t.measure(&w.key));
+                }
             }
         }
     }
@@ -274,6 +247,73 @@ impl Table {
                 target
             );
         }
+    }
+}
+
+/// PyTorch's side of the suite: `benches/suite.py --serve` in a child
+/// process, asked for one workload at a time (its key on a line) and
+/// answering `key<TAB>v1,v2,...` in the workload's unit.
+#[derive(Debug)]
+pub struct Torch {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Torch {
+    /// Starts the script with `threads` threads; `None` (and why, on
+    /// stderr) if it cannot run.
+    pub fn start(threads: usize) -> Option<Torch> {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/suite.py");
+        let child = Command::new("python3")
+            .arg(script)
+            .args(["--threads", &threads.to_string(), "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("could not run suite.py: {e}");
+                return None;
+            }
+        };
+        let stdin = child.stdin.take()?;
+        let stdout = BufReader::new(child.stdout.take()?);
+        Some(Torch {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// The values PyTorch measured for the workload `key` (none if the
+    /// script does not know it or has failed).
+    pub fn measure(&mut self, key: &str) -> Vec<f64> {
+        let mut line = String::new();
+        let asked = writeln!(self.stdin, "{key}").and_then(|()| self.stdin.flush());
+        if asked.is_err() || self.stdout.read_line(&mut line).unwrap_or(0) == 0 {
+            eprintln!("suite.py stopped answering (at {key:?})");
+            return Vec::new();
+        }
+        match line.trim_end().split_once('\t') {
+            Some((k, vals)) if k == key => vals
+                .split(',')
+                .filter_map(|x| x.trim().parse().ok())
+                .collect(),
+            _ => {
+                eprintln!("suite.py answered {line:?} for {key:?}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl Drop for Torch {
+    fn drop(&mut self) {
+        // The script waits on its stdin for the next key: end it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
