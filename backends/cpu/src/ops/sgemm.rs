@@ -104,6 +104,25 @@ pub(crate) trait Kernel {
         accumulate: bool,
         bias: TileBias,
     );
+
+    /// [`Kernel::run`] on `panels` consecutive column panels of a packed
+    /// right block with one packed left panel (`ars = 1`, `aks = MR`), in
+    /// one call: tile `p` reads its right panel from `b + p * kc * NR`,
+    /// writes `c + p * NR` and adds a column bias from `p * NR` on.
+    ///
+    /// # Safety
+    /// As for [`Kernel::run`] on each of the `panels` tiles.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_panels(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        panels: usize,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+        bias: TileBias,
+    );
 }
 
 /// A bias added to every element of a product after its last term: one
@@ -768,7 +787,40 @@ unsafe fn block<K: Kernel>(
                         let bpack = packed_b::<K>(bbuf, shared, b, nc_max, (jc, nc), (pc, kc));
                         let at = ((ic, mc), (jc, nc), (pc, kc));
                         for ir in (0..mc).step_by(K::MR) {
-                            for jr in (0..nc).step_by(K::NR) {
+                            // The row's whole tiles in one kernel call,
+                            // the rest (a partial panel) one by one.
+                            let whole = match K::MR <= mc - ir && out.cs == 1 {
+                                true => nc / K::NR,
+                                false => 0,
+                            };
+                            if whole > 0 {
+                                let (i, j) = (ic + ir, jc);
+                                let bias = match pc + kc == k {
+                                    true => bias.at(i, j).tile(),
+                                    false => TileBias::None,
+                                };
+                                // SAFETY: the packed left panel holds MR
+                                // rows of `kc`, the packed right block
+                                // `whole` panels of `kc x NR` (64-byte
+                                // aligned); rows `i..i + MR` and columns
+                                // `j..j + whole NR` lie in the output, row
+                                // stride `out.rs`, which this call owns; a
+                                // bias holds those rows' or columns' values.
+                                unsafe {
+                                    let c = out.ptr.add(i * out.rs + j);
+                                    K::run_panels(
+                                        kc,
+                                        apack[ir * kc..].as_ptr(),
+                                        bpack.as_ptr(),
+                                        whole,
+                                        c,
+                                        out.rs,
+                                        pc > 0,
+                                        bias,
+                                    );
+                                }
+                            }
+                            for jr in (whole * K::NR..nc).step_by(K::NR) {
                                 one(apack, bpack, at, ir, jr);
                             }
                         }
@@ -1158,16 +1210,34 @@ macro_rules! microkernel {
                 // SAFETY: the caller's guarantees (`Kernel::run`).
                 unsafe {
                     if ars == 1 && aks == Self::MR {
-                        $name::<true>(kc, a, ars, aks, b, c, ldc, accumulate, bias);
+                        $name::<true>(kc, a, ars, aks, b, 1, c, ldc, accumulate, bias);
                     } else {
-                        $name::<false>(kc, a, ars, aks, b, c, ldc, accumulate, bias);
+                        $name::<false>(kc, a, ars, aks, b, 1, c, ldc, accumulate, bias);
                     }
                 }
             }
+
+            unsafe fn run_panels(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                panels: usize,
+                c: *mut f32,
+                ldc: usize,
+                accumulate: bool,
+                bias: TileBias,
+            ) {
+                // SAFETY: the caller's guarantees (`Kernel::run_panels`).
+                unsafe { $name::<true>(kc, a, 1, $mr, b, panels, c, ldc, accumulate, bias) }
+            }
         }
 
+        /// [`Kernel::run`] on `panels` tiles side by side (see
+        /// [`Kernel::run_panels`]; 1 for `run`).
+        ///
         /// # Safety
-        /// As for [`Kernel::run`], with the ISA this kernel is compiled for.
+        /// As for [`Kernel::run_panels`] (for [`Kernel::run`] when `panels`
+        /// is 1), with the ISA this kernel is compiled for.
         #[target_feature(enable = $feature)]
         #[allow(clippy::too_many_arguments)]
         unsafe fn $name<const PACKED: bool>(
@@ -1176,6 +1246,7 @@ macro_rules! microkernel {
             ars: usize,
             aks: usize,
             b: *const f32,
+            panels: usize,
             c: *mut f32,
             ldc: usize,
             accumulate: bool,
@@ -1192,89 +1263,99 @@ macro_rules! microkernel {
             // with L-wide unaligned accesses ending below `i * ldc + NV L`;
             // a bias at its `MR` or `NV L` values.
             unsafe {
-                let mut acc: [[$isa::V; NV]; MR] = [[$isa::zero(); NV]; MR];
-                // One base per row and one offset for the depth: every
-                // address is `base + offset` (a single x86 addressing mode)
-                // when the strides are not constants.
-                let rows: [*const f32; MR] = std::array::from_fn(|i| a.add(i * ars));
-                let mut off = 0usize;
-                let mut bp = b;
-                macro_rules! step {
-                    () => {
-                        let mut bv = [$isa::zero(); NV];
-                        for (v, x) in bv.iter_mut().enumerate() {
-                            *x = $isa::load(bp.add(v * L));
-                        }
-                        for (r, row) in acc.iter_mut().zip(rows) {
-                            let x = $isa::set1(*row.add(off));
-                            for (r, &b) in r.iter_mut().zip(&bv) {
-                                *r = $isa::fma(x, b, *r);
-                            }
-                        }
-                        off += aks;
-                        bp = bp.add(NV * L);
+                for panel in 0..panels {
+                    // Tile `panel`: the next right panel, output columns
+                    // and column bias values.
+                    let b = b.add(panel * kc * NV * L);
+                    let c = c.add(panel * NV * L);
+                    let bias = match bias {
+                        TileBias::Cols(p) => TileBias::Cols(p.add(panel * NV * L)),
+                        other => other,
                     };
-                }
-                // A panel read in place from the caller's rows (`aks == 1`;
-                // a weight matrix times a few rows of activations) is used
-                // once, so memory bounds the product: while this panel is
-                // computed, fetch the next one (the next `MR` rows, where the
-                // caller's next tile reads), two cache lines per four steps.
-                let stream = !PACKED && aks == 1;
-                // The output tile is read (when accumulating) and written
-                // only after the loop: start fetching its lines now, so a
-                // tile of a large output (past L2) does not stall there.
-                for i in 0..MR {
-                    let ci = c.add(i * ldc);
-                    _mm_prefetch::<_MM_HINT_T0>(ci.cast::<i8>());
-                    _mm_prefetch::<_MM_HINT_T0>(ci.add(NV * L - 1).cast::<i8>());
-                }
-                let (mut pr, mut pc) = (0usize, 0usize);
-                for _ in 0..kc / 4 {
-                    if stream && pr < MR {
-                        for _ in 0..2 {
-                            // `wrapping_add`: past the last panel the address
-                            // lies outside the operand (a prefetch never
-                            // faults, and nothing is read).
-                            let line = a.wrapping_add((MR + pr) * ars + pc);
-                            _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>());
-                            pc += 16;
-                            if pc >= kc {
-                                pc = 0;
-                                pr += 1;
+                    let mut acc: [[$isa::V; NV]; MR] = [[$isa::zero(); NV]; MR];
+                    // One base per row and one offset for the depth: every
+                    // address is `base + offset` (a single x86 addressing mode)
+                    // when the strides are not constants.
+                    let rows: [*const f32; MR] = std::array::from_fn(|i| a.add(i * ars));
+                    let mut off = 0usize;
+                    let mut bp = b;
+                    macro_rules! step {
+                        () => {
+                            let mut bv = [$isa::zero(); NV];
+                            for (v, x) in bv.iter_mut().enumerate() {
+                                *x = $isa::load(bp.add(v * L));
+                            }
+                            for (r, row) in acc.iter_mut().zip(rows) {
+                                let x = $isa::set1(*row.add(off));
+                                for (r, &b) in r.iter_mut().zip(&bv) {
+                                    *r = $isa::fma(x, b, *r);
+                                }
+                            }
+                            off += aks;
+                            bp = bp.add(NV * L);
+                        };
+                    }
+                    // A panel read in place from the caller's rows (`aks == 1`;
+                    // a weight matrix times a few rows of activations) is used
+                    // once, so memory bounds the product: while this panel is
+                    // computed, fetch the next one (the next `MR` rows, where the
+                    // caller's next tile reads), two cache lines per four steps.
+                    let stream = !PACKED && aks == 1;
+                    // The output tile is read (when accumulating) and written
+                    // only after the loop: start fetching its lines now, so a
+                    // tile of a large output (past L2) does not stall there.
+                    for i in 0..MR {
+                        let ci = c.add(i * ldc);
+                        _mm_prefetch::<_MM_HINT_T0>(ci.cast::<i8>());
+                        _mm_prefetch::<_MM_HINT_T0>(ci.add(NV * L - 1).cast::<i8>());
+                    }
+                    let (mut pr, mut pc) = (0usize, 0usize);
+                    for _ in 0..kc / 4 {
+                        if stream && pr < MR {
+                            for _ in 0..2 {
+                                // `wrapping_add`: past the last panel the address
+                                // lies outside the operand (a prefetch never
+                                // faults, and nothing is read).
+                                let line = a.wrapping_add((MR + pr) * ars + pc);
+                                _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>());
+                                pc += 16;
+                                if pc >= kc {
+                                    pc = 0;
+                                    pr += 1;
+                                }
                             }
                         }
-                    }
-                    if PACKED && !$a_outer {
-                        // A packed panel is read once per tile, and the
-                        // next tile's follows it: keep the lines some 128
-                        // steps ahead on their way to L1 (as many as four
-                        // steps consume). Not in a kernel whose left panel
-                        // is outer: its next tile reads the same panel.
-                        let line = a.wrapping_add(off + A_AHEAD);
-                        for l in (0..4 * MR).step_by(16) {
-                            _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(l).cast::<i8>());
+                        if PACKED && !$a_outer {
+                            // A packed panel is read once per tile, and the
+                            // next tile's follows it: keep the lines some 128
+                            // steps ahead on their way to L1 (as many as four
+                            // steps consume). Not in a kernel whose left panel
+                            // is outer: its next tile reads the same panel.
+                            let line = a.wrapping_add(off + A_AHEAD);
+                            for l in (0..4 * MR).step_by(16) {
+                                _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(l).cast::<i8>());
+                            }
                         }
+                        step!();
+                        step!();
+                        step!();
+                        step!();
                     }
-                    step!();
-                    step!();
-                    step!();
-                    step!();
-                }
-                for _ in 0..kc % 4 {
-                    step!();
-                }
-                for (i, r) in acc.iter().enumerate() {
-                    for (v, &x) in r.iter().enumerate() {
-                        let cv = c.add(i * ldc + v * L);
-                        let x = if accumulate { $isa::add(x, $isa::loadu(cv)) } else { x };
-                        // The bias after every term (and the old `c`).
-                        let x = match bias {
-                            TileBias::None => x,
-                            TileBias::Rows(p) => $isa::add(x, $isa::set1(*p.add(i))),
-                            TileBias::Cols(p) => $isa::add(x, $isa::loadu(p.add(v * L))),
-                        };
-                        $isa::storeu(cv, x);
+                    for _ in 0..kc % 4 {
+                        step!();
+                    }
+                    for (i, r) in acc.iter().enumerate() {
+                        for (v, &x) in r.iter().enumerate() {
+                            let cv = c.add(i * ldc + v * L);
+                            let x = if accumulate { $isa::add(x, $isa::loadu(cv)) } else { x };
+                            // The bias after every term (and the old `c`).
+                            let x = match bias {
+                                TileBias::None => x,
+                                TileBias::Rows(p) => $isa::add(x, $isa::set1(*p.add(i))),
+                                TileBias::Cols(p) => $isa::add(x, $isa::loadu(p.add(v * L))),
+                            };
+                            $isa::storeu(cv, x);
+                        }
                     }
                 }
             }
