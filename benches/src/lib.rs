@@ -296,7 +296,8 @@ impl Torch {
             eprintln!("suite.py stopped answering (at {key:?})");
             return Vec::new();
         }
-        match line.trim_end().split_once('\t') {
+        // Only the line break goes: a key with no values ends in its tab.
+        match line.trim_end_matches(['\r', '\n']).split_once('\t') {
             Some((k, vals)) if k == key => vals
                 .split(',')
                 .filter_map(|x| x.trim().parse().ok())
