@@ -29,9 +29,9 @@ use std::process::Command;
 use std::time::Instant;
 
 /// The nominal f32 peak of one core in GFLOP/s: two FMA ports x the vector
-/// lanes (16 with AVX-512, 8 with AVX2+FMA) x 2 flops x the clock
-/// `/proc/cpuinfo` gives (2.3 GHz when it gives none); and the ISA and
-/// clock, in words.
+/// lanes (16 with AVX-512, 8 with AVX2+FMA or with AVX-512 on AMD's Zen 4,
+/// whose FMA units are 256 bits wide) x 2 flops x the clock `/proc/cpuinfo`
+/// gives (2.3 GHz when it gives none); and the ISA and clock, in words.
 fn nominal_gflops_per_thread() -> (f64, String) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let ghz = cpuinfo
@@ -40,7 +40,20 @@ fn nominal_gflops_per_thread() -> (f64, String) {
         .and_then(|l| l.split(':').nth(1))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or(2.3, |mhz| mhz / 1e3);
-    let (lanes, isa) = lanes();
+    let field = |name: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|v| v.trim().to_string())
+    };
+    // AMD before Zen 5 (family 26) runs a 512-bit FMA as two 256-bit halves.
+    let amd_256 = field("vendor_id").as_deref() == Some("AuthenticAMD")
+        && field("cpu family").and_then(|f| f.parse::<u32>().ok()) < Some(26);
+    let (lanes, isa) = match lanes() {
+        (l, _) if l > 8.0 && amd_256 => (8.0, "AVX-512 on 256-bit FMA units"),
+        other => other,
+    };
     (2.0 * lanes * 2.0 * ghz, format!("{isa}, {ghz:.2} GHz"))
 }
 

@@ -22,7 +22,8 @@
 //! microkernel walks along a `kc x nc` block of the right operand, in L2:
 //! L1 is left for the streamed panel and the output's lines; the depth
 //! blocks are then the outer loop, so each block of the left operand (up
-//! to 1024 or 2040 rows) is packed once for all the column blocks. In the
+//! to 1024 or 2040 rows) is packed once for all the column blocks (or, on
+//! the AVX-512 kernel, read in place when its rows are contiguous). In the
 //! other order (the narrow kernel's, and any product whose left operand
 //! is read in place), a `kc x NR` panel of the right operand stays in L1
 //! while the microkernel walks down the rows of an `mc x kc` block of the
@@ -78,6 +79,10 @@ pub(crate) trait Kernel {
     /// stays in L1 while the tiles walk down the rows of the `MC x KC` left
     /// block, streamed from L2.
     const A_OUTER: bool;
+    /// Whether, in the [`Kernel::A_OUTER`] order, a left operand whose
+    /// rows are contiguous is read in place rather than packed (see
+    /// `block`).
+    const A_IN_PLACE: bool;
 
     /// Whether this CPU runs the kernel (detected at run time).
     fn supported() -> bool;
@@ -106,9 +111,9 @@ pub(crate) trait Kernel {
     );
 
     /// [`Kernel::run`] on `panels` consecutive column panels of a packed
-    /// right block with one packed left panel (`ars = 1`, `aks = MR`), in
-    /// one call: tile `p` reads its right panel from `b + p * kc * NR`,
-    /// writes `c + p * NR` and adds a column bias from `p * NR` on.
+    /// right block with one left panel (packed, or read in place), in one
+    /// call: tile `p` reads its right panel from `b + p * kc * NR`, writes
+    /// `c + p * NR` and adds a column bias from `p * NR` on.
     ///
     /// # Safety
     /// As for [`Kernel::run`] on each of the `panels` tiles.
@@ -116,6 +121,8 @@ pub(crate) trait Kernel {
     unsafe fn run_panels(
         kc: usize,
         a: *const f32,
+        ars: usize,
+        aks: usize,
         b: *const f32,
         panels: usize,
         c: *mut f32,
@@ -732,6 +739,20 @@ unsafe fn block<K: Kernel>(
     // once for every column block.
     let a_outer = K::A_OUTER && pack_a && nc_max <= K::NC;
     let mc_max = balanced(m, if a_outer { K::MC_OUTER } else { K::MC }, K::MR);
+    // In that order a left panel is read from L1 across a whole right
+    // block once it is there, so rows that are contiguous may as well be
+    // read in place (prefetched a panel ahead) and not be copied at all:
+    // measured on 2 Zen 4 cores, alternating in one process, 128^3 6%
+    // faster, 256^3 4.5%, 512^3 1.7%, 64x784x512 3.7%, the encoder's
+    // projections 4-5% (the whole encoder, batch 8, 4%). Not when the row
+    // stride is a multiple of 4 KiB: the panel's rows then share L1 sets,
+    // and 2048^3 read in place was 2-3% slower.
+    let pack_a = pack_a
+        && !(a_outer
+            && K::A_IN_PLACE
+            && a.cs == 1
+            && !a.rs.is_multiple_of(1024)
+            && !matches!(shared, Shared::A(_)));
     with_bufs(|bbuf, abuf, ebuf| {
         let own_a = pack_a && !matches!(shared, Shared::A(_));
         let bbuf = bbuf.get(match shared {
@@ -799,9 +820,19 @@ unsafe fn block<K: Kernel>(
                                     true => bias.at(i, j).tile(),
                                     false => TileBias::None,
                                 };
-                                // SAFETY: the packed left panel holds MR
-                                // rows of `kc`, the packed right block
-                                // `whole` panels of `kc x NR` (64-byte
+                                // (pointer, row stride, depth stride) of
+                                // the left panel: packed, or MR whole rows
+                                // of `a` in place.
+                                let (ap, ars, aks) = match pack_a {
+                                    true => (apack[ir * kc..].as_ptr(), 1, K::MR),
+                                    false => {
+                                        let v = a.at(i, pc);
+                                        (v.data[v.off..].as_ptr(), v.rs, 1)
+                                    }
+                                };
+                                // SAFETY: the left panel holds MR rows of
+                                // `kc` at those strides, the packed right
+                                // block `whole` panels of `kc x NR` (64-byte
                                 // aligned); rows `i..i + MR` and columns
                                 // `j..j + whole NR` lie in the output, row
                                 // stride `out.rs`, which this call owns; a
@@ -810,7 +841,9 @@ unsafe fn block<K: Kernel>(
                                     let c = out.ptr.add(i * out.rs + j);
                                     K::run_panels(
                                         kc,
-                                        apack[ir * kc..].as_ptr(),
+                                        ap,
+                                        ars,
+                                        aks,
                                         bpack.as_ptr(),
                                         whole,
                                         c,
@@ -1179,7 +1212,7 @@ mod isa512 {
 /// them into the addressing.
 macro_rules! microkernel {
     ($(#[$doc:meta])* $kernel:ident, $supported:ident, $kc:literal, $mc:literal,
-     $mc_outer:literal, $nc:literal, $a_outer:literal, $name:ident, $isa:ident, $feature:literal, $mr:literal, $nv:literal) => {
+     $mc_outer:literal, $nc:literal, $a_outer:literal, $a_in_place:literal, $name:ident, $isa:ident, $feature:literal, $mr:literal, $nv:literal) => {
         $(#[$doc])*
         pub(crate) struct $kernel;
 
@@ -1191,6 +1224,7 @@ macro_rules! microkernel {
             const MC_OUTER: usize = $mc_outer;
             const NC: usize = $nc;
             const A_OUTER: bool = $a_outer;
+            const A_IN_PLACE: bool = $a_in_place;
 
             fn supported() -> bool {
                 $supported()
@@ -1208,18 +1242,14 @@ macro_rules! microkernel {
                 bias: TileBias,
             ) {
                 // SAFETY: the caller's guarantees (`Kernel::run`).
-                unsafe {
-                    if ars == 1 && aks == Self::MR {
-                        $name::<true>(kc, a, ars, aks, b, 1, c, ldc, accumulate, bias);
-                    } else {
-                        $name::<false>(kc, a, ars, aks, b, 1, c, ldc, accumulate, bias);
-                    }
-                }
+                unsafe { Self::run_panels(kc, a, ars, aks, b, 1, c, ldc, accumulate, bias) }
             }
 
             unsafe fn run_panels(
                 kc: usize,
                 a: *const f32,
+                ars: usize,
+                aks: usize,
                 b: *const f32,
                 panels: usize,
                 c: *mut f32,
@@ -1228,7 +1258,13 @@ macro_rules! microkernel {
                 bias: TileBias,
             ) {
                 // SAFETY: the caller's guarantees (`Kernel::run_panels`).
-                unsafe { $name::<true>(kc, a, 1, $mr, b, panels, c, ldc, accumulate, bias) }
+                unsafe {
+                    if ars == 1 && aks == Self::MR {
+                        $name::<true>(kc, a, ars, aks, b, panels, c, ldc, accumulate, bias);
+                    } else {
+                        $name::<false>(kc, a, ars, aks, b, panels, c, ldc, accumulate, bias);
+                    }
+                }
             }
         }
 
@@ -1296,11 +1332,12 @@ macro_rules! microkernel {
                         };
                     }
                     // A panel read in place from the caller's rows (`aks == 1`;
-                    // a weight matrix times a few rows of activations) is used
-                    // once, so memory bounds the product: while this panel is
-                    // computed, fetch the next one (the next `MR` rows, where the
-                    // caller's next tile reads), two cache lines per four steps.
-                    let stream = !PACKED && aks == 1;
+                    // a weight matrix times a few rows of activations, or any
+                    // left operand in the left-panel-outer order) may come
+                    // from memory: while the first tile is computed, fetch
+                    // the next panel (the next `MR` rows, where the caller's
+                    // next call reads), two cache lines per four steps.
+                    let stream = !PACKED && aks == 1 && panel == 0;
                     // The output tile is read (when accumulating) and written
                     // only after the loop: start fetching its lines now, so a
                     // tile of a large output (past L2) does not stall there.
@@ -1372,7 +1409,10 @@ microkernel!(
     /// Measured on 2 Zen 3 cores, alternating with the other order (a
     /// `512 x 16` right panel in L1, the tiles walking down 144 rows):
     /// 128^3 6-10% faster, 256^3 6-13%, 1024^3 2-7%, the encoder's
-    /// projections even.
+    /// projections even. Its left operand is always packed: reading the
+    /// 6-row panels in place (see `block`) was mixed on 2 Zen 4 cores
+    /// running this kernel (256^3 1% and 64x784x512 3.5% slower, 128^3 and
+    /// the encoder's projections 3% faster).
     Avx2,
     has_avx2,
     512,
@@ -1380,6 +1420,7 @@ microkernel!(
     2040,
     128,
     true,
+    false,
     kernel_avx2,
     isa256,
     "avx2,fma",
@@ -1397,13 +1438,15 @@ microkernel!(
     /// (1024 rows of depth 384 or 1536), even below. Up to 1024 rows of
     /// the left operand are packed at once (1.5 MiB), once for every column
     /// block rather than once per column block: 2048^3 a further 3-10%
-    /// faster, 1024^3 0-5%.
+    /// faster, 1024^3 0-5%. A left operand with contiguous rows is read in
+    /// place instead (see `block`).
     Avx512,
     has_avx512,
     384,
     192,
     1024,
     768,
+    true,
     true,
     kernel_avx512,
     isa512,
@@ -1423,6 +1466,7 @@ microkernel!(
     192,
     192,
     4080,
+    false,
     false,
     kernel_avx512_narrow,
     isa512,
