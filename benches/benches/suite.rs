@@ -34,12 +34,7 @@ use std::time::Instant;
 /// gives (2.3 GHz when it gives none); and the ISA and clock, in words.
 fn nominal_gflops_per_thread() -> (f64, String) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let ghz = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("cpu MHz"))
-        .and_then(|l| l.split(':').nth(1))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(2.3, |mhz| mhz / 1e3);
+    // The first value of a field (the first CPU's).
     let field = |name: &str| {
         cpuinfo
             .lines()
@@ -47,6 +42,9 @@ fn nominal_gflops_per_thread() -> (f64, String) {
             .and_then(|l| l.split(':').nth(1))
             .map(|v| v.trim().to_string())
     };
+    let ghz = field("cpu MHz")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(2.3, |mhz| mhz / 1e3);
     // AMD before Zen 5 (family 26) runs a 512-bit FMA as two 256-bit halves.
     let amd_256 = field("vendor_id").as_deref() == Some("AuthenticAMD")
         && field("cpu family").and_then(|f| f.parse::<u32>().ok()) < Some(26);
