@@ -761,6 +761,17 @@ unsafe fn block<K: Kernel>(
         });
         let abuf = abuf.get(if own_a { kc_max * mc_max } else { 0 });
         let edge = ebuf.get(kc_max * K::MR);
+        // (pointer, row stride, depth stride) of the left panel of `MR`
+        // whole rows at row `ic + ir` and depth `pc`: packed in `apack`
+        // (when `pack_a`), or read in place.
+        let whole_panel = |apack: &[f32], ic: usize, ir: usize, (pc, kc): (usize, usize)| {
+            if pack_a {
+                (apack[ir * kc..].as_ptr(), 1, K::MR)
+            } else {
+                let v = a.at(ic + ir, pc);
+                (v.data[v.off..].as_ptr(), v.rs, 1)
+            }
+        };
         // The tile at rows `ir..` and columns `jr..` of the blocks at `at`
         // (the (start, length) of their rows, columns and depth), whose
         // packed copies are `apack` (when `pack_a`) and `bpack`.
@@ -770,11 +781,8 @@ unsafe fn block<K: Kernel>(
             let (mr, nr) = (K::MR.min(mc - ir), K::NR.min(nc - jr));
             let bp = bpack[jr * kc..].as_ptr();
             // (pointer, row stride, depth stride) of the A panel.
-            let (ap, ars, aks) = if pack_a {
-                (apack[ir * kc..].as_ptr(), 1, K::MR)
-            } else if mr == K::MR {
-                let v = a.at(ic + ir, pc);
-                (v.data[v.off..].as_ptr(), v.rs, 1)
+            let (ap, ars, aks) = if pack_a || mr == K::MR {
+                whole_panel(apack, ic, ir, (pc, kc))
             } else {
                 pack_a_block::<K>(&mut edge[..kc * K::MR], a.at(ic + ir, pc), mr, kc);
                 (edge.as_ptr(), 1, K::MR)
@@ -820,16 +828,7 @@ unsafe fn block<K: Kernel>(
                                     true => bias.at(i, j).tile(),
                                     false => TileBias::None,
                                 };
-                                // (pointer, row stride, depth stride) of
-                                // the left panel: packed, or MR whole rows
-                                // of `a` in place.
-                                let (ap, ars, aks) = match pack_a {
-                                    true => (apack[ir * kc..].as_ptr(), 1, K::MR),
-                                    false => {
-                                        let v = a.at(i, pc);
-                                        (v.data[v.off..].as_ptr(), v.rs, 1)
-                                    }
-                                };
+                                let (ap, ars, aks) = whole_panel(apack, ic, ir, (pc, kc));
                                 // SAFETY: the left panel holds MR rows of
                                 // `kc` at those strides, the packed right
                                 // block `whole` panels of `kc x NR` (64-byte
