@@ -2,7 +2,7 @@
 //! node and no saved activation is left alive. (Its own test binary: the
 //! counters are process-wide.)
 
-use forma::core::tape::{live_nodes, live_saved};
+use forma::core::tape::{live_nodes, live_saved, no_grad};
 use forma::prelude::*;
 
 #[test]
@@ -27,11 +27,9 @@ fn ten_thousand_steps_leave_no_nodes_behind() {
             (&w1.clone().into_dyn(), 0.01),
             (&w2.clone().into_dyn(), 0.01),
         ] {
-            let g = p.grad().unwrap().to_vec();
-            let mut s = p.storage_mut();
-            for (v, g) in s.iter_mut().zip(g) {
-                *v -= lr * g;
-            }
+            let _no_grad = no_grad();
+            let g = p.grad().unwrap();
+            p.assign(&(p - &g.mul_scalar(lr)));
         }
         drop((h, y, loss));
         assert_eq!(live_nodes(), 0, "step {step}: tape nodes left alive");

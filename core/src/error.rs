@@ -69,6 +69,22 @@ pub enum Error {
         /// The shape.
         shape: String,
     },
+    /// A tensor an op saved for its backward was written in place before the
+    /// backward ran (PyTorch's "one of the variables needed for gradient
+    /// computation has been modified by an inplace operation").
+    #[error("backward of `{op}`: a tensor it saved for the gradient ({tensor}, saved tensor {index}) was modified by an in-place operation: it is at version {actual}, expected version {expected}; modify a clone instead, or modify it after backward")]
+    ModifiedInPlace {
+        /// The op whose backward needed the tensor.
+        op: &'static str,
+        /// Which of the op's saved tensors it is.
+        index: usize,
+        /// Its sizes and dtype, e.g. `[3] f32`.
+        tensor: String,
+        /// The version it was saved at.
+        expected: u64,
+        /// Its version now.
+        actual: u64,
+    },
     /// A backend failure (device missing, out of memory, kernel failure).
     #[error("{backend}: {msg}")]
     Backend {

@@ -42,10 +42,11 @@ fn main() {
     );
 }
 
-/// Plain gradient descent in place: `p -= lr * p.grad`.
+/// Plain gradient descent in place, outside the graph: `p -= lr * p.grad`.
+/// `assign` is the checked way to write in place: it moves the tensor's
+/// version counter, so a backward that still needs the old values refuses.
 fn sgd_step<S: Shape>(p: &Tensor<S>, lr: f32) {
     let g = p.grad().expect("backward ran").to_vec();
-    for (v, g) in p.storage_mut().iter_mut().zip(g) {
-        *v -= lr * g;
-    }
+    let stepped: Vec<f32> = p.to_vec().iter().zip(g).map(|(v, g)| v - lr * g).collect();
+    p.assign(&Tensor::from_vec(stepped, p.shape()).expect("the same sizes"));
 }

@@ -52,7 +52,7 @@ pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     let lens: Vec<usize> = tensors.iter().map(|t| t.layout.dims[AX]).collect();
     let vars: Vec<_> = tensors.iter().map(|t| t.var.clone()).collect();
     Ok(
-        Tensor::from_storage(out, &dims, dev.clone()).record("cat", &vars, move |g| {
+        Tensor::from_storage(out, &dims, dev.clone()).record("cat", &vars, vec![], move |g| {
             let mut start = 0;
             Ok(lens
                 .iter()

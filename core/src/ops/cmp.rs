@@ -167,6 +167,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         Ok(Self::from_storage(s, &dims, self.device.clone()).record(
             "masked_fill",
             std::slice::from_ref(&self.var),
+            vec![m.saved()],
             move |g| {
                 let (zero, lz) = zeros_like_view(g)?;
                 let gx = g.device.where_cond(
@@ -237,6 +238,7 @@ where
     Ok(Tensor::from_storage(s, &out, a.device.clone()).record(
         "where",
         &[a.var.clone(), b.var.clone()],
+        vec![c.saved()],
         move |g| {
             let (zero, lz) = zeros_like_view(g)?;
             let ga = g.device.where_cond(

@@ -144,6 +144,10 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
             "conv2d",
             &[self.var.clone(), weight.var.clone()],
+            [need[1].then(|| xr.saved()), need[0].then(|| wr.saved())]
+                .into_iter()
+                .flatten()
+                .collect(),
             move |g| {
                 let (gx, gw) = g.device.conv2d_backward(
                     &xr.storage(),
@@ -249,6 +253,7 @@ pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>
     Tensor::from_storage(s, &x.layout.dims, x.device.clone()).record(
         "add_channel_bias",
         &[x.var.clone(), bias.var.clone()],
+        vec![],
         move |g| {
             let mut keep = vec![1; g.layout.rank()];
             keep[1] = bdims[0];
@@ -447,9 +452,15 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         let s = s.expect("the input gradient was asked for");
         let wr = weight.raw();
         let (need_x, need_w) = (self.var.is_some(), weight.var.is_some());
+        // `xr` may be a padded copy: the version to check is `self`'s.
+        let saved = [need_x.then(|| wr.saved()), need_w.then(|| self.saved())]
+            .into_iter()
+            .flatten()
+            .collect();
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
             "conv_transpose2d",
             &[self.var.clone(), weight.var.clone()],
+            saved,
             move |g| {
                 let dev = &g.device;
                 let gx = match need_x {

@@ -72,6 +72,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         Ok(Tensor::from_storage(s, &dims, self.device.clone()).record(
             "index_select",
             std::slice::from_ref(&self.var),
+            vec![ir.saved()],
             move |g| {
                 // index_add: every row of g goes back to the row it was taken from.
                 let mut strides = crate::shape::Dims::from_slice(&vec![0; g.layout.rank()]);
@@ -135,6 +136,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             Tensor::from_storage(s, &idx.layout.dims, self.device.clone()).record(
                 "gather",
                 std::slice::from_ref(&self.var),
+                vec![ir.saved()],
                 move |g| {
                     Ok(vec![Some(scatter_into_zeros(
                         g, &xdims, AX, &ir, &ir.layout,
@@ -199,6 +201,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
                 "scatter_add",
                 &[self.var.clone(), src.var.clone()],
+                vec![ir.saved()],
                 move |g| {
                     let gs =
                         g.device

@@ -125,6 +125,10 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
             "matmul",
             &[self.var.clone(), rhs.var.clone()],
+            [need_a.then(|| br.saved()), need_b.then(|| ar.saved())]
+                .into_iter()
+                .flatten()
+                .collect(),
             move |g| {
                 let g = reshape(g, &gfull)?;
                 let r = g.layout.rank();

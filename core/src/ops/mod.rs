@@ -3,6 +3,18 @@
 //! public methods and docs; backends implement the kernel traits in their own
 //! `ops/` folders. See `README.md` in this folder for how to add an op.
 
+/// Whether a table row's derivative reads an operand: `_` in its `d|..|`
+/// parameters says it does not (and the compiler holds the row to it).
+macro_rules! reads {
+    (_) => {
+        false
+    };
+    ($name:ident) => {
+        true
+    };
+}
+pub(crate) use reads;
+
 pub mod attention;
 pub mod binary;
 pub mod cat;

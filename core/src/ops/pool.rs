@@ -161,16 +161,21 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
             &[self.layout.dims[0], self.layout.dims[1], oh, ow],
             self.device.clone(),
         )
-        .record("max_pool2d", std::slice::from_ref(&self.var), move |g| {
-            let gx = g.device.max_pool2d_backward(
-                &xr.storage(),
-                &xr.layout,
-                &g.storage(),
-                &g.layout,
-                &p,
-            )?;
-            Ok(vec![Some(Raw::new(gx, &xr.layout.dims, g.device.clone()))])
-        }))
+        .record(
+            "max_pool2d",
+            std::slice::from_ref(&self.var),
+            vec![xr.saved()],
+            move |g| {
+                let gx = g.device.max_pool2d_backward(
+                    &xr.storage(),
+                    &xr.layout,
+                    &g.storage(),
+                    &g.layout,
+                    &p,
+                )?;
+                Ok(vec![Some(Raw::new(gx, &xr.layout.dims, g.device.clone()))])
+            },
+        ))
     }
 
     /// Average pooling, like `F.avg_pool2d`.
@@ -188,12 +193,17 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
             &[self.layout.dims[0], self.layout.dims[1], oh, ow],
             self.device.clone(),
         )
-        .record("avg_pool2d", std::slice::from_ref(&self.var), move |g| {
-            let gx = g
-                .device
-                .avg_pool2d_backward(&lx, &g.storage(), &g.layout, &p)?;
-            Ok(vec![Some(Raw::new(gx, &lx.dims, g.device.clone()))])
-        }))
+        .record(
+            "avg_pool2d",
+            std::slice::from_ref(&self.var),
+            vec![],
+            move |g| {
+                let gx = g
+                    .device
+                    .avg_pool2d_backward(&lx, &g.storage(), &g.layout, &p)?;
+                Ok(vec![Some(Raw::new(gx, &lx.dims, g.device.clone()))])
+            },
+        ))
     }
 
     /// [`Tensor::try_max_pool2d`] that panics when the window does not fit.

@@ -186,12 +186,22 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let s = self.device.reduce(op, &x.storage(), &x.layout, ax)?;
         let y = Tensor::<S2, E, D>::from_storage(s, out_dims, self.device.clone());
         let (yr, in_dims) = (y.raw(), self.layout.dims);
-        Ok(
-            y.record(op.name(), std::slice::from_ref(&self.var), move |g| {
+        // Sum and mean need neither value; the others read the input, and
+        // max, min, prod and logsumexp the output too.
+        let saved = match op {
+            ReduceOp::Sum | ReduceOp::Mean => vec![],
+            ReduceOp::Var { .. } => vec![x.saved()],
+            _ => vec![x.saved(), yr.saved()],
+        };
+        Ok(y.record(
+            op.name(),
+            std::slice::from_ref(&self.var),
+            saved,
+            move |g| {
                 let gx = reduce_backward(op, &x, &yr, ax, g)?;
                 Ok(vec![Some(reshape(&gx, &in_dims)?)])
-            }),
-        )
+            },
+        ))
     }
 
     /// Reduces axis `AX` (dropping it) with `op`: the entry point of the named reductions.

@@ -32,6 +32,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         y.record(
             if log { "log_softmax" } else { "softmax" },
             std::slice::from_ref(&self.var),
+            vec![yr.saved()],
             move |g| {
                 let y3 = around_axis(&yr, axis)?;
                 let g3 = around_axis(g, axis)?;

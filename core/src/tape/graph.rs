@@ -2,9 +2,11 @@
 
 use super::{BackwardFn, Raw};
 use crate::device::Backend;
-use crate::dtype::{Dtype, Float};
+use crate::dtype::{DType, Dtype, Float};
 use crate::error::{Error, Result};
 use crate::ops::binary::Add;
+use crate::shape::Dims;
+use crate::tensor::Versioned;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -74,18 +76,70 @@ pub(crate) fn note_forward_anomaly(name: &'static str) {
     });
 }
 
-/// A recorded op: its inputs' variables and its backward closure.
+/// A tensor a backward closure reads, as it was when the op ran: its
+/// storage's version counter and the version then, like PyTorch's
+/// `SavedVariable`. Made by [`crate::Tensor::saved`] or [`Raw::saved`].
+#[derive(Clone)]
+pub struct Saved {
+    counter: Arc<dyn Versioned>,
+    at: u64,
+    dims: Dims,
+    dtype: DType,
+}
+
+impl Saved {
+    pub(crate) fn new(counter: Arc<dyn Versioned>, dims: &[usize], dtype: DType) -> Self {
+        Saved {
+            at: counter.version(),
+            counter,
+            dims: Dims::from_slice(dims),
+            dtype,
+        }
+    }
+
+    /// The error when the tensor was written in place since it was saved.
+    fn check(&self, op: &'static str, index: usize) -> Result<()> {
+        let now = self.counter.version();
+        if now == self.at {
+            return Ok(());
+        }
+        Err(Error::ModifiedInPlace {
+            op,
+            index,
+            tensor: format!("{} {}", crate::error::fmt_dims(&self.dims), self.dtype),
+            expected: self.at,
+            actual: now,
+        })
+    }
+}
+
+impl std::fmt::Debug for Saved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Saved({:?} {} at version {})",
+            &self.dims[..],
+            self.dtype,
+            self.at
+        )
+    }
+}
+
+/// A recorded op: its inputs' variables, the tensors its backward reads and
+/// its backward closure.
 pub struct Node<E: Dtype, D: Backend> {
     name: &'static str,
     inputs: Vec<Option<Arc<Var<E, D>>>>,
+    saved: Vec<Saved>,
     backward: Mutex<Option<BackwardFn<E, D>>>,
 }
 
 impl<E: Dtype, D: Backend> Node<E, D> {
-    /// A node for op `name`.
+    /// A node for op `name`, whose backward reads the tensors `saved`.
     pub fn new(
         name: &'static str,
         inputs: Vec<Option<Arc<Var<E, D>>>>,
+        saved: Vec<Saved>,
         backward: BackwardFn<E, D>,
     ) -> Self {
         LIVE_NODES.fetch_add(1, Ordering::SeqCst);
@@ -93,8 +147,17 @@ impl<E: Dtype, D: Backend> Node<E, D> {
         Node {
             name,
             inputs,
+            saved,
             backward: Mutex::new(Some(backward)),
         }
+    }
+
+    /// Fails when a tensor this node saved was written in place since.
+    fn check_saved(&self) -> Result<()> {
+        for (i, s) in self.saved.iter().enumerate() {
+            s.check(self.name, i)?;
+        }
+        Ok(())
     }
 
     /// The op's name.
@@ -131,6 +194,19 @@ impl<E: Dtype, D: Backend> Drop for Node<E, D> {
             .unwrap_or(false)
         {
             LIVE_SAVED.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Dropping the inputs one by one would recurse once per op of a chain
+        // (`Var` -> `Node` -> inputs -> `Var` ...) and overflow the stack on a
+        // long graph. Instead, each input this node held the last reference
+        // to gives up its own inputs to a local stack before it is dropped,
+        // so every node drops with no inputs left: no recursion at all.
+        let mut stack: Vec<Arc<Var<E, D>>> = self.inputs.drain(..).flatten().collect();
+        while let Some(v) = stack.pop() {
+            if let Some(mut var) = Arc::into_inner(v) {
+                if let Some(node) = var.node.as_mut() {
+                    stack.extend(node.inputs.drain(..).flatten());
+                }
+            }
         }
     }
 }
@@ -311,6 +387,7 @@ pub fn backward_raw<E: Dtype, D: Backend>(
         let freed = || {
             Error::invalid("backward", format!("the graph through `{}` was already freed by an earlier backward; use `backward_retain` to keep it", node.name))
         };
+        node.check_saved()?;
         let input_grads = if retain_graph {
             let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
             let f = slot.as_ref().ok_or_else(freed)?;

@@ -27,7 +27,7 @@ pub mod util;
 pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use graph::{
     anomaly_detection, backward_raw, is_grad_enabled, live_nodes, live_saved, no_grad,
-    set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Var,
+    set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Saved, Var,
 };
 pub use raw::Raw;
 
@@ -160,10 +160,15 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// is on and an input needs a gradient; `backward` maps the output's
     /// gradient to the inputs' (in the order of `inputs`). The closure runs
     /// only when a backward pass reaches it.
+    ///
+    /// `saved` lists every tensor the closure reads ([`Tensor::saved`], an
+    /// input or the output itself): backward checks that none was written in
+    /// place since, and fails naming this op otherwise, as PyTorch does.
     pub fn record(
         mut self,
         name: &'static str,
         inputs: &[Option<Arc<Var<E, D>>>],
+        saved: Vec<Saved>,
         backward: impl Fn(&Raw<E, D>) -> Result<Vec<Option<Raw<E, D>>>> + Send + 'static,
     ) -> Self {
         if !is_grad_enabled() {
@@ -176,7 +181,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             graph::note_forward_anomaly(name);
         }
         self.var = Some(Arc::new(Var::from_node(
-            Node::new(name, inputs.to_vec(), Box::new(backward)),
+            Node::new(name, inputs.to_vec(), saved, Box::new(backward)),
             ops,
         )));
         self

@@ -4,12 +4,13 @@
 use crate::device::Backend;
 use crate::dtype::Dtype;
 use crate::layout::Layout;
-use std::sync::{Arc, RwLock};
+use crate::tensor::{StorageCell, Versioned};
+use std::sync::Arc;
 
 /// A tensor without its shape type: storage, layout and device.
 pub struct Raw<E: Dtype, D: Backend> {
     /// The shared storage.
-    pub storage: Arc<RwLock<D::Storage<E>>>,
+    pub storage: Arc<StorageCell<D::Storage<E>>>,
     /// The view.
     pub layout: Layout,
     /// The device.
@@ -42,7 +43,7 @@ impl<E: Dtype, D: Backend> Raw<E, D> {
     /// A new row-major raw tensor over `storage`.
     pub fn new(storage: D::Storage<E>, dims: &[usize], device: D) -> Self {
         Raw {
-            storage: Arc::new(RwLock::new(storage)),
+            storage: Arc::new(StorageCell::new(storage)),
             layout: Layout::contiguous(dims),
             device,
         }
@@ -50,6 +51,15 @@ impl<E: Dtype, D: Backend> Raw<E, D> {
 
     /// Read access to the storage.
     pub fn storage(&self) -> std::sync::RwLockReadGuard<'_, D::Storage<E>> {
-        self.storage.read().unwrap_or_else(|e| e.into_inner())
+        self.storage.read()
+    }
+
+    /// This tensor as a backward saves it (see [`crate::Tensor::saved`]).
+    pub fn saved(&self) -> super::Saved {
+        super::Saved::new(
+            Arc::clone(&self.storage) as Arc<dyn Versioned>,
+            &self.layout.dims,
+            E::DTYPE,
+        )
     }
 }

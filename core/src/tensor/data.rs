@@ -200,6 +200,32 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             .copy_strided(&from, &src.layout, &mut dst, &self.layout)
     }
 
+    /// Sets every element to `value` in place, like `tensor.fill_(value)`
+    /// under no-grad (every view and clone sees it; the version counter
+    /// moves on, so a backward that saved this tensor refuses to run).
+    ///
+    /// # Errors
+    /// A backend failure.
+    pub fn try_fill(&self, value: f64) -> Result<()> {
+        let src = self.device.full(1, E::from_f64(value))?;
+        let from = Layout::contiguous(&[]).broadcast_to(&self.layout.dims);
+        let mut dst = self.storage_mut();
+        self.device
+            .copy_strided(&src, &from, &mut dst, &self.layout)
+    }
+
+    /// [`Tensor::try_fill`] that panics on a backend failure.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<3>,)>::zeros();
+    /// x.fill(2.5);
+    /// assert_eq!(x.to_vec(), [2.5; 3]);
+    /// ```
+    pub fn fill(&self, value: f64) {
+        ok(self.try_fill(value))
+    }
+
     /// [`Tensor::try_assign`] for sizes the types already guarantee equal
     /// (`Dyn` sizes are checked at run time).
     ///

@@ -5,9 +5,11 @@ mod convert;
 mod create;
 mod data;
 mod fmt;
+mod storage;
 mod view;
 
 pub use data::{dtype_size, TensorData};
+pub use storage::{StorageCell, Versioned};
 
 use crate::device::Backend;
 use crate::dtype::{DType, Dtype};
@@ -15,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shape::{Dims, Shape};
 use std::marker::PhantomData;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
 /// An n-dimensional array whose shape `S`, element type `E` and device `D` are
 /// part of its type.
@@ -24,7 +26,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// storage. The facade crate `forma` re-exports it with defaults, so a plain
 /// `Tensor<(Dyn, C<10>)>` is f32 on the CPU.
 pub struct Tensor<S: Shape, E: Dtype, D: Backend> {
-    pub(crate) storage: Arc<RwLock<D::Storage<E>>>,
+    pub(crate) storage: Arc<StorageCell<D::Storage<E>>>,
     pub(crate) layout: Layout,
     pub(crate) device: D,
     /// Autograd state; `None` for a tensor that needs no gradient.
@@ -59,7 +61,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     pub(crate) fn from_storage(storage: D::Storage<E>, dims: &[usize], device: D) -> Self {
         debug_assert_eq!(dims.len(), S::RANK);
         Tensor {
-            storage: Arc::new(RwLock::new(storage)),
+            storage: Arc::new(StorageCell::new(storage)),
             layout: Layout::contiguous(dims),
             device,
             var: None,
@@ -100,19 +102,47 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         back: impl Fn(&crate::tape::Raw<E, D>) -> Result<crate::tape::Raw<E, D>> + Send + 'static,
     ) -> Tensor<S2, E, D> {
         self.view_as::<S2>(layout)
-            .record(name, std::slice::from_ref(&self.var), move |g| {
+            .record(name, std::slice::from_ref(&self.var), vec![], move |g| {
                 Ok(vec![Some(back(g)?)])
             })
     }
 
     /// Read access to the storage (for kernels).
     pub fn storage(&self) -> RwLockReadGuard<'_, D::Storage<E>> {
-        self.storage.read().unwrap_or_else(|e| e.into_inner())
+        self.storage.read()
     }
 
-    /// Write access to the storage (for in-place updates).
-    pub fn storage_mut(&self) -> RwLockWriteGuard<'_, D::Storage<E>> {
-        self.storage.write().unwrap_or_else(|e| e.into_inner())
+    /// Write access to the storage for an in-place update; bumps the version
+    /// counter. Crate-private: users write in place through the checked
+    /// methods ([`Tensor::assign`], [`Tensor::fill`], the optimizers), so a
+    /// tensor saved for a backward cannot change behind the tape's back.
+    pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, D::Storage<E>> {
+        self.storage.write()
+    }
+
+    /// How many in-place writes this tensor's storage has seen, like
+    /// PyTorch's `tensor._version` (views and clones share the counter).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<2>,)>::zeros();
+    /// assert_eq!(x.version(), 0);
+    /// x.fill(1.0);
+    /// assert_eq!(x.version(), 1);
+    /// ```
+    pub fn version(&self) -> u64 {
+        self.storage.version()
+    }
+
+    /// This tensor as the tape saves it for a backward: its storage's version
+    /// counter and the version now. Pass it to [`Tensor::record`] for every
+    /// tensor the backward closure reads.
+    pub fn saved(&self) -> crate::tape::Saved {
+        crate::tape::Saved::new(
+            Arc::clone(&self.storage) as Arc<dyn Versioned>,
+            &self.layout.dims,
+            E::DTYPE,
+        )
     }
 
     /// The typed shape (static dims and the runtime sizes of `Dyn` dims).
@@ -203,6 +233,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
             "contiguous",
             std::slice::from_ref(&self.var),
+            vec![],
             |g| Ok(vec![Some(g.clone())]),
         )
     }

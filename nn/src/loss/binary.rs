@@ -75,6 +75,14 @@ fn bce<E: Float, D: Device<E>>(
     value.record(
         "binary_cross_entropy",
         &[x.tape_var(), y.tape_var()],
+        [
+            Some(xd.saved()),
+            Some(yd.saved()),
+            w.as_ref().map(Tensor::saved),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         move |g| {
             let g = Flat::<E, D>::from_raw(g.clone())?;
             let gx = need_x.then(|| {
@@ -116,6 +124,15 @@ fn bce_logits<E: Float, D: Device<E>>(
     value.record(
         "binary_cross_entropy_with_logits",
         &[x.tape_var(), y.tape_var()],
+        [
+            Some(xd.saved()),
+            Some(yd.saved()),
+            w.as_ref().map(Tensor::saved),
+            pw.as_ref().map(Tensor::saved),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         move |g| {
             let g = Flat::<E, D>::from_raw(g.clone())?;
             let gx = need_x.then(|| {

@@ -22,6 +22,10 @@ pub trait BinaryOp: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// The function, evaluated in the accumulation type.
     fn f<R: Real>(&self, a: R, b: R) -> R;
+    /// Whether [`BinaryOp::df`] reads `a`: the backward saves it only then.
+    const READS_LHS: bool = true;
+    /// Whether [`BinaryOp::df`] reads `b`: the backward saves it only then.
+    const READS_RHS: bool = true;
     /// The partial derivatives `(df/da, df/db)` at `(a, b)`.
     fn df<R: Real>(&self, a: R, b: R) -> (R, R);
 }
@@ -105,6 +109,13 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         Ok(y.record(
             Op::NAME,
             &[self.var.clone(), rhs.var.clone()],
+            [
+                Op::READS_LHS.then(|| a.saved()),
+                Op::READS_RHS.then(|| b.saved()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             move |g: &Raw<E, D>| {
                 let (ga, gb) = raw_binary_backward(op, &a, &b, g)?;
                 Ok(vec![Some(sum_to(&ga, &da)?), Some(sum_to(&gb, &db)?)])

@@ -12,7 +12,7 @@ use crate::tensor::{ok, Tensor};
 macro_rules! binary_table {
     ($(
         $(#[$doc:meta])*
-        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr, d|$da:ident, $db:ident| $dbody:expr;
+        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr, d|$da:tt, $db:tt| $dbody:expr;
     )*) => {
         /// The binary table's ops as methods of fused expressions
         /// ([`crate::fused`]): `a.maximum(b)` on expressions is the same op
@@ -37,8 +37,9 @@ macro_rules! binary_table {
             fn f<R: Real>(&self, $a: R, $b: R) -> R {
                 $body
             }
+            const READS_LHS: bool = crate::ops::reads!($da);
+            const READS_RHS: bool = crate::ops::reads!($db);
             #[inline(always)]
-            #[allow(unused_variables)] // constant derivatives ignore the operands
             fn df<R: Real>(&self, $da: R, $db: R) -> (R, R) {
                 $dbody
             }
@@ -72,9 +73,9 @@ macro_rules! binary_table {
 
 binary_table! {
     /// Elementwise `a + b` with broadcasting.
-    add, try_add => Add : |a, b| a + b, d|a, b| (R::one(), R::one());
+    add, try_add => Add : |a, b| a + b, d|_, _| (R::one(), R::one());
     /// Elementwise `a - b` with broadcasting.
-    sub, try_sub => Sub : |a, b| a - b, d|a, b| (R::one(), -R::one());
+    sub, try_sub => Sub : |a, b| a - b, d|_, _| (R::one(), -R::one());
     /// Elementwise `a * b` with broadcasting.
     mul, try_mul => Mul : |a, b| a * b, d|a, b| (b, a);
     /// Elementwise `a / b` with broadcasting.

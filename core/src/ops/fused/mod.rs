@@ -231,7 +231,8 @@ fn run<S: Shape, X: Expr, E: Float, D: Device<E>, const N: usize>(
         None => Tensor::from_raw(expr.compose(&stretched)?)?,
     };
     let need = vars.each_ref().map(Option::is_some);
-    Ok(y.record(NAME, &vars, move |g: &Raw<E, D>| {
+    let saved = stretched.iter().map(Raw::saved).collect();
+    Ok(y.record(NAME, &vars, saved, move |g: &Raw<E, D>| {
         let grads = backward(expr, &stretched, g, need, composed)?;
         grads
             .into_iter()

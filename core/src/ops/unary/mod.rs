@@ -21,6 +21,10 @@ pub trait UnaryOp: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// The function, evaluated in the accumulation type.
     fn f<R: Real>(&self, x: R) -> R;
+    /// Whether [`UnaryOp::df`] reads `x`: the backward saves the input only then.
+    const READS_INPUT: bool = true;
+    /// Whether [`UnaryOp::df`] reads `y`: the backward saves the output only then.
+    const READS_OUTPUT: bool = true;
     /// Its derivative at `x`, given also `y = f(x)` (whichever is cheaper).
     fn df<R: Real>(&self, x: R, y: R) -> R;
 }
@@ -58,6 +62,13 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         y.record(
             Op::NAME,
             std::slice::from_ref(&self.var),
+            [
+                Op::READS_INPUT.then(|| xs.saved()),
+                Op::READS_OUTPUT.then(|| ys.saved()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             move |g: &Raw<E, D>| {
                 let s = g.device.unary_backward(
                     op,

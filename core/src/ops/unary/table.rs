@@ -1,6 +1,8 @@
 //! The unary op table: one row per op. A row names the method, the op type,
-//! its parameters (if any) and its scalar function. NaN propagates through
-//! every row, as in PyTorch.
+//! its parameters (if any), its scalar function and its derivative in terms of
+//! the input `x` and the output `y`, writing `_` for the one it does not read
+//! (the compiler holds a row to it): the backward saves only what it reads.
+//! NaN propagates through every row, as in PyTorch.
 
 use super::UnaryOp;
 use crate::dtype::{Float, Real};
@@ -11,7 +13,7 @@ use crate::tensor::Tensor;
 macro_rules! unary_table {
     ($(
         $(#[$doc:meta])*
-        $method:ident => $op:ident { $($field:ident),* } : |$x:ident, $s:ident| $body:expr, d|$dx:ident, $dy:ident| $dbody:expr;
+        $method:ident => $op:ident { $($field:ident),* } : |$x:ident, $s:ident| $body:expr, d|$dx:tt, $dy:tt| $dbody:expr;
     )*) => {
         /// The unary table's ops as methods of fused expressions
         /// ([`crate::fused`]): `x.gelu()` on an expression is the same op
@@ -36,6 +38,8 @@ macro_rules! unary_table {
 
         impl UnaryOp for $op {
             const NAME: &'static str = stringify!($method);
+            const READS_INPUT: bool = crate::ops::reads!($dx);
+            const READS_OUTPUT: bool = crate::ops::reads!($dy);
             #[inline(always)]
             #[allow(unused_variables)] // parameterless rows ignore `self`
             fn f<R: Real>(&self, $x: R) -> R {
@@ -43,9 +47,11 @@ macro_rules! unary_table {
                 $body
             }
             #[inline(always)]
-            #[allow(unused_variables)] // most derivatives use only one of x and y
             fn df<R: Real>(&self, $dx: R, $dy: R) -> R {
+                // No `allow(unused_variables)` here: a row that names a value
+                // it does not read must write `_` (and then saves less).
                 let $s = self;
+                let _ = &$s; // parameterless rows ignore `self`
                 $dbody
             }
         }
@@ -65,55 +71,55 @@ fn sigmoid<R: Real>(x: R) -> R {
 
 unary_table! {
     /// `-x`.
-    neg => Neg {} : |x, s| -x, d|x, y| -R::one();
+    neg => Neg {} : |x, s| -x, d|_, _| -R::one();
     /// `e^x`.
-    exp => Exp {} : |x, s| x.exp(), d|x, y| y;
+    exp => Exp {} : |x, s| x.exp(), d|_, y| y;
     /// Natural logarithm (`-inf` at 0, NaN below).
-    log => Log {} : |x, s| x.ln(), d|x, y| x.recip();
+    log => Log {} : |x, s| x.ln(), d|x, _| x.recip();
     /// `ln(1 + x)`, accurate near 0.
-    log1p => Log1p {} : |x, s| x.ln_1p(), d|x, y| (R::one() + x).recip();
+    log1p => Log1p {} : |x, s| x.ln_1p(), d|x, _| (R::one() + x).recip();
     /// Square root.
-    sqrt => Sqrt {} : |x, s| x.sqrt(), d|x, y| R::c(0.5) / y;
+    sqrt => Sqrt {} : |x, s| x.sqrt(), d|_, y| R::c(0.5) / y;
     /// `1 / sqrt(x)`.
-    rsqrt => Rsqrt {} : |x, s| x.sqrt().recip(), d|x, y| R::c(-0.5) * y * y * y;
+    rsqrt => Rsqrt {} : |x, s| x.sqrt().recip(), d|_, y| R::c(-0.5) * y * y * y;
     /// `1 / x`.
-    recip => Recip {} : |x, s| x.recip(), d|x, y| -(y * y);
+    recip => Recip {} : |x, s| x.recip(), d|_, y| -(y * y);
     /// `x * x`.
-    square => Square {} : |x, s| x * x, d|x, y| R::c(2.0) * x;
+    square => Square {} : |x, s| x * x, d|x, _| R::c(2.0) * x;
     /// `|x|`.
-    abs => Abs {} : |x, s| x.abs(), d|x, y| if x > R::zero() { R::one() } else if x < R::zero() { -R::one() } else { R::zero() };
+    abs => Abs {} : |x, s| x.abs(), d|x, _| if x > R::zero() { R::one() } else if x < R::zero() { -R::one() } else { R::zero() };
     /// Sine.
-    sin => Sin {} : |x, s| x.sin(), d|x, y| x.cos();
+    sin => Sin {} : |x, s| x.sin(), d|x, _| x.cos();
     /// Cosine.
-    cos => Cos {} : |x, s| x.cos(), d|x, y| -x.sin();
+    cos => Cos {} : |x, s| x.cos(), d|x, _| -x.sin();
     /// Hyperbolic tangent.
-    tanh => Tanh {} : |x, s| x.tanh(), d|x, y| R::one() - y * y;
+    tanh => Tanh {} : |x, s| x.tanh(), d|_, y| R::one() - y * y;
     /// Logistic sigmoid `1 / (1 + e^-x)`.
-    sigmoid => Sigmoid {} : |x, s| sigmoid(x), d|x, y| y * (R::one() - y);
+    sigmoid => Sigmoid {} : |x, s| sigmoid(x), d|_, y| y * (R::one() - y);
     /// `max(x, 0)`.
-    relu => Relu {} : |x, s| if x > R::zero() || x.is_nan() { x } else { R::zero() }, d|x, y| if y > R::zero() { R::one() } else { R::zero() };
+    relu => Relu {} : |x, s| if x > R::zero() || x.is_nan() { x } else { R::zero() }, d|_, y| if y > R::zero() { R::one() } else { R::zero() };
     /// GELU with the exact `erf` form, like `F.gelu(x)`.
     // `1 + erf` needs erf's absolute error only: `erf_abs` is cheaper.
-    gelu => Gelu {} : |x, s| R::c(0.5) * x * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf_abs()), d|x, y| R::c(0.5) * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf_abs()) + x * (R::c(-0.5) * x * x).exp_fast() * R::c(0.398_942_280_401_432_7);
+    gelu => Gelu {} : |x, s| R::c(0.5) * x * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf_abs()), d|x, _| R::c(0.5) * (R::one() + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf_abs()) + x * (R::c(-0.5) * x * x).exp_fast() * R::c(0.398_942_280_401_432_7);
     /// GELU with the tanh approximation, like `F.gelu(x, approximate="tanh")`.
     gelu_tanh => GeluTanh {} : |x, s| {
         let k = R::c((2.0 / std::f64::consts::PI).sqrt());
         R::c(0.5) * x * (R::one() + (k * (x + R::c(0.044715) * x * x * x)).tanh())
-    }, d|x, y| { let k = R::c((2.0 / std::f64::consts::PI).sqrt()); let c = R::c(0.044715); let t = (k * (x + c * x * x * x)).tanh(); R::c(0.5) * (R::one() + t) + R::c(0.5) * x * (R::one() - t * t) * k * (R::one() + R::c(3.0) * c * x * x) };
+    }, d|x, _| { let k = R::c((2.0 / std::f64::consts::PI).sqrt()); let c = R::c(0.044715); let t = (k * (x + c * x * x * x)).tanh(); R::c(0.5) * (R::one() + t) + R::c(0.5) * x * (R::one() - t * t) * k * (R::one() + R::c(3.0) * c * x * x) };
     /// SiLU (swish) `x * sigmoid(x)`.
-    silu => Silu {} : |x, s| x * sigmoid(x), d|x, y| { let sg = sigmoid(x); sg * (R::one() + x * (R::one() - sg)) };
+    silu => Silu {} : |x, s| x * sigmoid(x), d|x, _| { let sg = sigmoid(x); sg * (R::one() + x * (R::one() - sg)) };
     /// Leaky ReLU with `negative_slope` (PyTorch's default is 0.01).
-    leaky_relu => LeakyRelu { negative_slope } : |x, s| if x > R::zero() || x.is_nan() { x } else { x * R::c(s.negative_slope) }, d|x, y| if x > R::zero() { R::one() } else { R::c(s.negative_slope) };
+    leaky_relu => LeakyRelu { negative_slope } : |x, s| if x > R::zero() || x.is_nan() { x } else { x * R::c(s.negative_slope) }, d|x, _| if x > R::zero() { R::one() } else { R::c(s.negative_slope) };
     /// `x ^ exponent` for a scalar exponent, like `x.pow(2.5)`.
-    pow_scalar => PowScalar { exponent } : |x, s| x.powf(R::c(s.exponent)), d|x, y| if s.exponent == 0.0 { R::zero() } else { R::c(s.exponent) * x.powf(R::c(s.exponent - 1.0)) };
+    pow_scalar => PowScalar { exponent } : |x, s| x.powf(R::c(s.exponent)), d|x, _| if s.exponent == 0.0 { R::zero() } else { R::c(s.exponent) * x.powf(R::c(s.exponent - 1.0)) };
     /// `x + value`.
-    add_scalar => AddScalar { value } : |x, s| x + R::c(s.value), d|x, y| R::one();
+    add_scalar => AddScalar { value } : |x, s| x + R::c(s.value), d|_, _| R::one();
     /// `x * value`.
-    mul_scalar => MulScalar { value } : |x, s| x * R::c(s.value), d|x, y| R::c(s.value);
+    mul_scalar => MulScalar { value } : |x, s| x * R::c(s.value), d|_, _| R::c(s.value);
     /// `x / value` (a true division, as PyTorch does it, not a multiply by the reciprocal).
-    div_scalar => DivScalar { value } : |x, s| x / R::c(s.value), d|x, y| R::c(1.0 / s.value);
+    div_scalar => DivScalar { value } : |x, s| x / R::c(s.value), d|_, _| R::c(1.0 / s.value);
     /// Clamps into `[min, max]`, like `x.clamp(min, max)`; NaN stays NaN.
     clamp => Clamp { min, max } : |x, s| {
         if x.is_nan() { x } else { x.max(R::c(s.min)).min(R::c(s.max)) }
-    }, d|x, y| if x > R::c(s.min) && x < R::c(s.max) { R::one() } else { R::zero() };
+    }, d|x, _| if x > R::c(s.min) && x < R::c(s.max) { R::one() } else { R::zero() };
 }
