@@ -10,10 +10,34 @@ Writes:
       `FORMA_WRITE_ZOO=1 cargo test -p forma-ui-tests --test checkpoint_zoo` first),
       the file is loaded into the PyTorch twin with `load_state_dict(strict=True)`
       and `<model>.output` records PyTorch's forward on `<model>.input` from zoo_io.
+  tools/fixtures/bn_no_num_batches_tracked.safetensors
+      a `BatchNorm2d(3)`'s state_dict without `num_batches_tracked`:
+      `weight`, `bias`, `running_mean`, `running_var`, f32 [3]
+  tools/fixtures/bn_no_num_batches_tracked_seq.safetensors
+      the same for `Sequential(Conv2d(1, 3, 3), BatchNorm2d(3))`: `0.weight`
+      [3, 1, 3, 3], `0.bias` [3], `1.weight`, `1.bias`, `1.running_mean`,
+      `1.running_var` [3] (no `1.num_batches_tracked`)
+  tools/fixtures/bn_no_num_batches_tracked_io.safetensors
+      `bn.input` f32 [2, 3, 4, 4], `bn.output` [2, 3, 4, 4], `seq.input`
+      [2, 1, 6, 6], `seq.output` [2, 3, 4, 4]: the eval-mode forward of a fresh
+      model after `load_state_dict(load_file(<file>), strict=True)`;
+      `bn.num_batches_tracked`, `seq.num_batches_tracked` int64 []: that
+      buffer after the load (0). Its metadata records the torch version, that
+      the strict load succeeded, and PyTorch's behaviour (checked by asserts
+      in `bn_without_num_batches_tracked`): a missing `num_batches_tracked` is
+      filled in only when the module's state_dict version metadata is absent
+      (as for any dict read from a safetensors file) or below 2, and then with
+      the module's *current* value (0 for a fresh module, not reset to 0 if it
+      had counted batches); with version 2 metadata (the `_metadata` that
+      `state_dict()` attaches) the strict load fails with the key missing.
 
-Rerun: python3 tools/gen_checkpoint_fixtures.py   (byte-identical on rerun)
+Rerun: python3 tools/gen_checkpoint_fixtures.py [zoo] [bn_no_num_batches_tracked]
+(no argument: both). Byte-identical on rerun on one machine; the float outputs
+of the zoo may move by an ulp on another CPU, so regenerate only the part you
+change.
 """
 import math
+import sys
 from pathlib import Path
 
 import torch
@@ -182,7 +206,7 @@ def save_sd(model, path):
     canonical_header(path)
 
 
-def main():
+def zoo_files():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1234)
     io = FixtureFile("zoo_io", 99)
@@ -216,6 +240,101 @@ def main():
         back.save()
     else:
         print("no Forma-saved files yet: run the Rust zoo test with FORMA_WRITE_ZOO=1, then rerun")
+
+
+BN = "bn_no_num_batches_tracked"
+
+
+def bn_without_num_batches_tracked():
+    """BatchNorm checkpoints that lack `num_batches_tracked` (as written by
+    exporters that skip integer buffers, or by PyTorch before the buffer
+    existed), with what PyTorch does when loading them."""
+    g = torch.Generator().manual_seed(5150)
+    cases = {
+        # name -> (constructor, input shape, checkpoint file, the BatchNorm's key prefix)
+        "bn": (lambda: nn.BatchNorm2d(3), (2, 3, 4, 4), BN, ""),
+        "seq": (lambda: nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3)), (2, 1, 6, 6), f"{BN}_seq", "1."),
+    }
+    io = {}
+    for name, (ctor, shape, file, prefix) in cases.items():
+        nbt = prefix + "num_batches_tracked"
+        src = ctor().eval()
+        randomise(src, g)  # its num_batches_tracked is 7
+        sd = {k: v.detach().clone().contiguous() for k, v in src.state_dict().items() if k != nbt}
+        assert len(sd) == len(src.state_dict()) - 1
+        path = OUT / f"{file}.safetensors"
+        save_file(sd, str(path), metadata={"format": "pt", "torch": torch.__version__, "generator": GEN})
+        canonical_header(path)
+
+        # The file as any reader gives it back: a plain dict, no `_metadata`.
+        loaded = load_file(str(path))
+        assert not hasattr(loaded, "_metadata") and nbt not in loaded
+        model = ctor().eval()
+        result = model.load_state_dict(loaded, strict=True)
+        assert not result.missing_keys and not result.unexpected_keys, result
+        buffers = dict(model.named_buffers())
+        assert buffers[nbt].dtype == torch.int64 and buffers[nbt].shape == () and buffers[nbt].item() == 0
+        for k, v in sd.items():
+            assert torch.equal(model.state_dict()[k], v), k
+        x = torch.randn(shape, generator=g)
+        with torch.no_grad():
+            y = model(x)
+            assert torch.equal(y, src(x)), "eval mode does not read num_batches_tracked"
+        io[f"{name}.input"] = x
+        io[f"{name}.output"] = y
+        io[f"{name}.num_batches_tracked"] = buffers[nbt].clone()
+
+        # The fill is the module's current value, not a reset to 0.
+        counted = ctor().eval()
+        dict(counted.named_buffers())[nbt].fill_(5)
+        assert not any(counted.load_state_dict(load_file(str(path)), strict=True))
+        assert dict(counted.named_buffers())[nbt].item() == 5
+
+        # With `state_dict()`'s version metadata (BatchNorm's is 2) the key is required.
+        versioned = ctor().state_dict()
+        del versioned[nbt]
+        assert versioned._metadata[prefix.rstrip(".")]["version"] == 2
+        try:
+            ctor().load_state_dict(versioned, strict=True)
+            raise AssertionError("a version-2 state_dict without num_batches_tracked loaded strictly")
+        except RuntimeError as e:
+            assert f'Missing key(s) in state_dict: "{nbt}"' in str(e), e
+        result = ctor().load_state_dict(versioned, strict=False)
+        assert result.missing_keys == [nbt] and not result.unexpected_keys, result
+        # Version 1 (older PyTorch) is filled in like no version at all.
+        versioned._metadata[prefix.rstrip(".")]["version"] = 1
+        old = ctor()
+        assert not any(old.load_state_dict(versioned, strict=True))
+        assert dict(old.named_buffers())[nbt].item() == 0
+        print(f"{file}.safetensors: loads strictly, num_batches_tracked = 0 afterwards")
+
+    path = OUT / f"{BN}_io.safetensors"
+    meta = {
+        "torch": torch.__version__,
+        "generator": GEN,
+        "load_state_dict": "strict=True succeeds: missing_keys=[] unexpected_keys=[]",
+        "num_batches_tracked_after_load": "0",
+        "pytorch_behaviour": (
+            "BatchNorm (_version 2) fills a missing num_batches_tracked only when the state_dict's version "
+            "metadata for the module is absent (a plain dict, e.g. read from safetensors) or < 2, and then "
+            "with the module's current value (a fresh module: 0; one that had counted 5 batches keeps 5); "
+            "with version 2 metadata (state_dict()'s _metadata) strict=True raises 'Missing key(s) in "
+            "state_dict' and strict=False lists it in missing_keys"
+        ),
+    }
+    save_file(io, str(path), metadata=meta)
+    canonical_header(path)
+
+
+PARTS = {"zoo": zoo_files, BN: bn_without_num_batches_tracked}
+
+
+def main():
+    parts = sys.argv[1:] or list(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
+    assert not unknown, f"unknown part(s) {unknown}; choose from {list(PARTS)}"
+    for part in parts:
+        PARTS[part]()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ mod common;
 mod autograd;
 mod autograd_inplace;
 mod checkpoint_hostile;
+mod checkpoint_lenient;
 mod checkpoint_resume;
 mod display;
 mod grad_composite;

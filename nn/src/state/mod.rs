@@ -287,6 +287,16 @@ fn closest<'a>(key: &str, candidates: &'a [String]) -> Option<&'a String> {
         .map(|(_, c)| c)
 }
 
+/// Whether a key the state dict lacks is filled in rather than missing, as
+/// PyTorch does: BatchNorm's `num_batches_tracked` (absent from checkpoints
+/// written before PyTorch 0.4.1, and from many converted ones) keeps the
+/// module's own counter, which `_NormBase._load_from_state_dict` does for
+/// every state dict without version metadata (every safetensors file).
+fn filled_in_when_missing(key: &str, info: &TensorInfo) -> bool {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    last == "num_batches_tracked" && info.dims.is_empty() && info.dtype == DType::I64
+}
+
 /// The persistent tensors of a module, in order.
 fn expected<M: Module>(m: &M) -> Vec<(String, TensorInfo)> {
     struct Spec(Vec<(String, TensorInfo)>);
@@ -332,6 +342,7 @@ pub(crate) fn load<M: Module>(
     let mut err = LoadError::default();
     for (key, info) in &want {
         match sd.get(key) {
+            None if filled_in_when_missing(key, info) => {}
             None => err.missing_keys.push(key.clone()),
             Some(d) if d.dims() != info.dims || !convertible(d.dtype(), info.dtype) => {
                 err.mismatched.push(Mismatch {
