@@ -10,6 +10,7 @@
 mod common;
 
 mod autograd;
+mod autograd_hooks;
 mod autograd_inplace;
 mod checkpoint_hostile;
 mod checkpoint_lenient;

@@ -1,5 +1,6 @@
 //! Graph nodes, the backward pass, grad mode and anomaly mode.
 
+use super::hooks::VarHooks;
 use super::{BackwardFn, Raw};
 use crate::device::Backend;
 use crate::dtype::{DType, Dtype, Float};
@@ -261,6 +262,9 @@ pub struct Var<E: Dtype, D: Backend> {
     grad: Mutex<Option<Raw<E, D>>>,
     retain: AtomicBool,
     ops: &'static dyn GradOps<E, D>,
+    /// Set once a hook is registered, so a backward without hooks never locks `hooks`.
+    hooked: AtomicBool,
+    hooks: Mutex<VarHooks<E, D>>,
 }
 
 impl<E: Dtype, D: Backend> std::fmt::Debug for Var<E, D> {
@@ -280,6 +284,8 @@ impl<E: Dtype, D: Backend> Var<E, D> {
             grad: Mutex::new(None),
             retain: AtomicBool::new(false),
             ops,
+            hooked: AtomicBool::new(false),
+            hooks: Mutex::new(VarHooks::default()),
         }
     }
 
@@ -290,6 +296,8 @@ impl<E: Dtype, D: Backend> Var<E, D> {
             grad: Mutex::new(None),
             retain: AtomicBool::new(false),
             ops,
+            hooked: AtomicBool::new(false),
+            hooks: Mutex::new(VarHooks::default()),
         }
     }
 
@@ -320,6 +328,39 @@ impl<E: Dtype, D: Backend> Var<E, D> {
         *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// The hook lists, for registering or removing (marks the var hooked).
+    pub(super) fn hooks(&self) -> std::sync::MutexGuard<'_, VarHooks<E, D>> {
+        self.hooked.store(true, Ordering::SeqCst);
+        self.hooks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `g` through this var's gradient hooks, in registration order. The
+    /// list is copied out first, so a hook may register or remove hooks.
+    fn run_grad_hooks(&self, mut g: Raw<E, D>) -> Result<Raw<E, D>> {
+        if !self.hooked.load(Ordering::SeqCst) {
+            return Ok(g);
+        }
+        let hooks: Vec<_> = self.hooks().grad.iter().map(|(_, h)| h.clone()).collect();
+        for h in hooks {
+            if let Some(new) = h(&g)? {
+                g = new;
+            }
+        }
+        Ok(g)
+    }
+
+    /// Runs the post-accumulate-grad hooks of this leaf.
+    fn run_post_hooks(self: &Arc<Self>) -> Result<()> {
+        if !self.hooked.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let hooks: Vec<_> = self.hooks().post.iter().map(|(_, h)| h.clone()).collect();
+        for h in hooks {
+            h(self)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn set_retain(&self) {
         self.retain.store(true, Ordering::Relaxed);
     }
@@ -345,74 +386,98 @@ pub fn backward_raw<E: Dtype, D: Backend>(
     }
     let _guard = no_grad();
     let ops = root.ops;
-    // Topological order by iterative depth-first search (post-order).
     let key = |v: &Arc<Var<E, D>>| Arc::as_ptr(v) as usize;
-    let mut order: Vec<Arc<Var<E, D>>> = Vec::new();
-    let mut seen: HashMap<usize, ()> = HashMap::new();
-    let mut stack: Vec<(Arc<Var<E, D>>, bool)> = vec![(Arc::clone(root), false)];
-    while let Some((v, expanded)) = stack.pop() {
-        if expanded {
-            order.push(v);
-            continue;
-        }
-        if seen.insert(key(&v), ()).is_some() {
-            continue;
-        }
-        stack.push((Arc::clone(&v), true));
-        if let Some(n) = &v.node {
-            for p in n.inputs.iter().flatten() {
-                if !seen.contains_key(&key(p)) {
-                    stack.push((Arc::clone(p), false));
-                }
+    // How many edges of the graph lead into each var (one per use by an op),
+    // by an iterative walk: a var's gradient is complete once every op that
+    // used it has run its backward.
+    let mut uses: HashMap<usize, usize> = HashMap::new();
+    let mut stack: Vec<&Arc<Var<E, D>>> = vec![root];
+    uses.insert(key(root), 0);
+    while let Some(v) = stack.pop() {
+        for p in v.node.iter().flat_map(|n| n.inputs.iter().flatten()) {
+            let n = uses.entry(key(p)).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                stack.push(p);
             }
         }
     }
+    // Vars whose gradient is complete. Leaves go first, so a parameter's
+    // hooks (and a data-parallel reduction) see its gradient as early as
+    // possible; ops depth-first after that.
+    let mut ready_leaves: Vec<&Arc<Var<E, D>>> = Vec::new();
+    let mut ready: Vec<&Arc<Var<E, D>>> = vec![root];
     let mut grads: HashMap<usize, Raw<E, D>> = HashMap::new();
     grads.insert(key(root), grad);
-    for v in order.iter().rev() {
-        let Some(g) = grads.remove(&key(v)) else {
-            continue;
-        };
+    while let Some(v) = ready_leaves.pop().or_else(|| ready.pop()) {
+        let g = grads.remove(&key(v));
         let Some(node) = &v.node else {
-            let mut slot = v.grad.lock().unwrap_or_else(|e| e.into_inner());
-            *slot = Some(match slot.take() {
-                Some(old) => ops.add(&old, &g)?,
-                None => g,
-            });
+            let Some(g) = g else { continue };
+            // Every contribution to `g` is in: the tensor's hooks see the total.
+            let g = v.run_grad_hooks(g)?;
+            {
+                let mut slot = v.grad.lock().unwrap_or_else(|e| e.into_inner());
+                *slot = Some(match slot.take() {
+                    Some(old) => ops.add(&old, &g)?,
+                    None => g,
+                });
+            }
+            v.run_post_hooks()?;
             continue;
         };
-        if v.retain.load(Ordering::Relaxed) {
-            *v.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
-        }
-        let freed = || {
-            Error::invalid("backward", format!("the graph through `{}` was already freed by an earlier backward; use `backward_retain` to keep it", node.name))
+        let input_grads = match g {
+            Some(g) => {
+                let g = v.run_grad_hooks(g)?;
+                if v.retain.load(Ordering::Relaxed) {
+                    *v.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
+                }
+                let freed = || {
+                    Error::invalid("backward", format!("the graph through `{}` was already freed by an earlier backward; use `backward_retain` to keep it", node.name))
+                };
+                node.check_saved()?;
+                if retain_graph {
+                    let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+                    let f = slot.as_ref().ok_or_else(freed)?;
+                    f(&g)?
+                } else {
+                    // Dropping the closure right after it runs frees the activations it saved.
+                    let f = node.take_backward().ok_or_else(freed)?;
+                    f(&g)?
+                }
+            }
+            // No gradient reached this op: its inputs get nothing from it,
+            // but they still count it as done.
+            None => Vec::new(),
         };
-        node.check_saved()?;
-        let input_grads = if retain_graph {
-            let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
-            let f = slot.as_ref().ok_or_else(freed)?;
-            f(&g)?
-        } else {
-            // Dropping the closure right after it runs frees the activations it saved.
-            let f = node.take_backward().ok_or_else(freed)?;
-            f(&g)?
-        };
-        for (input, ig) in node.inputs.iter().zip(input_grads) {
-            let (Some(input), Some(ig)) = (input, ig) else {
+        let mut input_grads = input_grads.into_iter();
+        for input in &node.inputs {
+            let ig = input_grads.next().flatten();
+            let Some(input) = input else {
                 continue;
             };
-            if anomaly_detection() && !ops.all_finite(&ig)? {
-                return Err(Error::invalid(
-                    "anomaly",
-                    format!("the backward of `{}` produced NaN or Inf", node.name),
-                ));
+            if let Some(ig) = ig {
+                if anomaly_detection() && !ops.all_finite(&ig)? {
+                    return Err(Error::invalid(
+                        "anomaly",
+                        format!("the backward of `{}` produced NaN or Inf", node.name),
+                    ));
+                }
+                let k = key(input);
+                let acc = match grads.remove(&k) {
+                    Some(old) => ops.add(&old, &ig)?,
+                    None => ig,
+                };
+                grads.insert(k, acc);
             }
-            let k = key(input);
-            let acc = match grads.remove(&k) {
-                Some(old) => ops.add(&old, &ig)?,
-                None => ig,
-            };
-            grads.insert(k, acc);
+            let n = uses.get_mut(&key(input)).expect("counted in the walk");
+            *n -= 1;
+            if *n == 0 {
+                if input.is_leaf() {
+                    ready_leaves.push(input);
+                } else {
+                    ready.push(input);
+                }
+            }
         }
     }
     Ok(())

@@ -21,6 +21,7 @@
 
 mod gradcheck;
 mod graph;
+pub mod hooks;
 mod raw;
 pub mod util;
 
@@ -29,6 +30,7 @@ pub use graph::{
     anomaly_detection, backward_raw, is_grad_enabled, live_nodes, live_saved, no_grad,
     set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Saved, Var,
 };
+pub use hooks::HookHandle;
 pub use raw::Raw;
 
 use crate::device::Backend;
