@@ -14,11 +14,13 @@ Forma's BERT and GPT-2 against:
 
 Run from the repository root:
 
-    python3 tools/gen_model_fixtures.py
+    python3 tools/gen_model_fixtures.py            # keeps io.safetensors' values
+    python3 tools/gen_model_fixtures.py --fresh    # rewrites them from this run
 
-Needs `torch`, `safetensors` and `transformers` (written against 5.24). The
-models run in float32 on the CPU with the eager attention, in eval mode;
-parameters come from a fixed seed, so reruns write identical files.
+Needs `torch`, `safetensors` and `transformers` (written against torch 2.15.0,
+transformers 5.24.0). The models run in float32 on the CPU with the eager
+attention, in eval mode; parameters come from a fixed seed, so the weight
+files are identical on every rerun (for io.safetensors see below).
 
 Conventions of `io.safetensors` (mirrored by the Rust tests; change both
 together):
@@ -34,9 +36,45 @@ together):
   followed by `generate(do_sample=False, max_new_tokens=12)`; the generator
   checks that every greedy choice wins by a margin far above float error, so
   the Rust test may demand the exact tokens.
+
+Intermediate outputs, as Hugging Face returns them for
+`output_hidden_states=True, output_attentions=True` (eager attention, eval
+mode) on the inputs above (BERT: `bert.input_ids`, `bert.token_type_ids`,
+`bert.attention_mask`; GPT-2: `gpt2.input_ids`, no attention mask), computed
+from the committed `bert_tiny` / `gpt2_tiny` weight files:
+
+- `bert.hidden_states.{i}` f32 `[2, 7, 32]` for `i` in `0..=2`: 0 is the
+  embedding output (word + position + token type embeddings, then the
+  embeddings' LayerNorm), `i >= 1` the output of encoder layer `i - 1`, so
+  `bert.hidden_states.2` is `bert.last_hidden_state` (recomputed: equal
+  within float error, not necessarily bit for bit);
+- `bert.attentions.{i}` f32 `[2, 4, 7, 7]` (`[batch, heads, query, key]`)
+  for `i` in `0..2`: layer `i`'s attention probabilities after the softmax,
+  with the padding mask applied as Hugging Face does (the dtype's minimum
+  added to the scores of masked keys): the two padded key positions of
+  sequence 1 get exactly 0 in every row, the padded query rows included,
+  which are ordinary rows over the five real keys (not zeroed);
+- `gpt2.hidden_states.{i}` f32 `[2, 6, 32]` for `i` in `0..=2`: 0 is
+  `wte[ids] + wpe[positions]`, 1 the output of block 0, and the last one
+  (2) is NOT the raw output of the last block but `ln_f` applied to it,
+  i.e. the model's `last_hidden_state`, the input of `lm_head`
+  (transformers replaces the last captured entry with `last_hidden_state`);
+  the raw output of the last block is not recorded;
+- `gpt2.attentions.{i}` f32 `[2, 4, 6, 6]` for `i` in `0..2`: block `i`'s
+  causal attention probabilities (exact zeros above the diagonal).
+
+Existing entries are kept: float results move by an ulp or so between CPUs
+(kernel dispatch), even with the same torch and transformers, so when
+`io.safetensors` exists the generator recomputes every entry, checks that the
+stored ones agree (integers exactly, floats within `KEEP_ATOL`), keeps the
+stored values and only adds the keys the file lacks; reruns are thus
+byte-identical on any machine. The weight files must come out bit for bit as
+committed. `--fresh` drops both checks and rewrites io.safetensors from this
+run's values.
 """
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -80,11 +118,42 @@ TINY_GPT2 = dict(
 GREEDY_NEW_TOKENS = 12
 
 
+# How far a recomputed float entry may stray from the stored one for the
+# generator to keep the stored value (the Rust tests compare at 1e-4).
+KEEP_ATOL = 1e-5
+FRESH = "--fresh" in sys.argv[1:]
+
+
 class Io(FixtureFile):
     GENERATOR = "tools/gen_model_fixtures.py"
 
     def __init__(self):
         super().__init__("models/io", seed=20261130)
+
+    def save(self):
+        """Writes the file, keeping the values of the entries it already has
+        (unless `--fresh`) once they agree with this run's."""
+        path = OUT / f"{self.name}.safetensors"
+        if path.exists() and not FRESH:
+            old = load_file(str(path))
+            stale = sorted(set(old) - set(self.tensors))
+            assert not stale, f"{path} has keys this generator no longer writes: {stale} (rerun with --fresh)"
+            moved = []
+            for key, kept in old.items():
+                new = self.tensors[key]
+                assert (new.dtype, new.shape) == (kept.dtype, kept.shape), (key, new.dtype, new.shape, kept.dtype, kept.shape)
+                if kept.is_floating_point():
+                    diff = (new - kept).abs().max().item() if new.numel() else 0.0
+                    assert diff <= KEEP_ATOL, f"{key} moved by {diff:e} (> {KEEP_ATOL:e}); rerun with --fresh if meant"
+                    if diff:
+                        moved.append(f"{key} ({diff:.1e})")
+                else:
+                    assert torch.equal(new, kept), f"{key} changed; rerun with --fresh if meant"
+                self.tensors[key] = kept
+            added = sorted(set(self.tensors) - set(old))
+            print(f"{path.name}: kept {len(old)} stored entries ({len(moved)} off this run by float error: {', '.join(moved) or 'none'})")
+            print(f"{path.name}: added {len(added)}: {', '.join(added) or 'none'}")
+        return super().save()
 
 
 def randomize(model, g):
@@ -106,9 +175,15 @@ def randomize(model, g):
 def save_hf(model, name):
     """Saves the model as `save_pretrained` writes it and copies its
     `model.safetensors` to `fixtures/models/<name>.safetensors`."""
+    dst = MODELS / f"{name}.safetensors"
+    committed = load_file(str(dst)) if dst.exists() and not FRESH else None
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(d, safe_serialization=True)
-        dst = MODELS / f"{name}.safetensors"
+        if committed is not None:
+            new = load_file(str(Path(d) / "model.safetensors"))
+            assert set(new) == set(committed) and all(
+                new[k].dtype == committed[k].dtype and torch.equal(new[k], committed[k]) for k in new
+            ), f"{dst}: this run's weights differ from the committed ones"
         shutil.copyfile(Path(d) / "model.safetensors", dst)
     stamp(dst)
     canonical_header(dst)
@@ -195,6 +270,75 @@ def gpt2(io):
     io.put("gpt2.greedy", out.sequences)
 
 
+def loaded_bert():
+    """A fresh eager `BertModel` holding the committed `bert_tiny` weights."""
+    model = BertModel(BertConfig(**TINY_BERT, attn_implementation="eager")).eval()
+    model.load_state_dict(load_file(str(MODELS / "bert_tiny.safetensors")), strict=True)
+    return model
+
+
+def loaded_gpt2():
+    """A fresh eager `GPT2LMHeadModel` holding the committed `gpt2_tiny`
+    weights (the file leaves out the tied `lm_head.weight`)."""
+    model = GPT2LMHeadModel(GPT2Config(**TINY_GPT2, attn_implementation="eager")).eval()
+    missing, unexpected = model.load_state_dict(load_file(str(MODELS / "gpt2_tiny.safetensors")), strict=False)
+    assert missing == ["lm_head.weight"] and not unexpected, (missing, unexpected)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    return model
+
+
+def put_intermediates(io, prefix, out, layers):
+    hidden, attn = out.hidden_states, out.attentions
+    assert len(hidden) == layers + 1 and len(attn) == layers, (len(hidden), len(attn))
+    for i, h in enumerate(hidden):
+        io.put(f"{prefix}.hidden_states.{i}", h)
+    for i, a in enumerate(attn):
+        assert torch.allclose(a.sum(-1), torch.ones(()), atol=1e-5), f"{prefix}.attentions.{i}: rows sum to 1"
+        io.put(f"{prefix}.attentions.{i}", a)
+
+
+def intermediates(io):
+    """`output_hidden_states` / `output_attentions` of both models on the
+    inputs already in `io`, run on the committed weight files."""
+    bert = loaded_bert()
+    ids, types, mask = (io.tensors[f"bert.{k}"] for k in ("input_ids", "token_type_ids", "attention_mask"))
+    with torch.no_grad():
+        out = bert(
+            input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True, output_attentions=True
+        )
+        embedded = bert.embeddings(input_ids=ids, token_type_ids=types)
+    assert torch.equal(out.hidden_states[0], embedded)
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    assert torch.allclose(out.last_hidden_state, io.tensors["bert.last_hidden_state"], rtol=0, atol=KEEP_ATOL)
+    for a in out.attentions:
+        masked_key = (mask == 0)[:, None, None, :].expand_as(a)
+        assert torch.all(a[masked_key] == 0) and torch.all(a[~masked_key] > 0), "padded keys get exactly 0"
+    put_intermediates(io, "bert", out, TINY_BERT["num_hidden_layers"])
+
+    gpt2 = loaded_gpt2()
+    ids = io.tensors["gpt2.input_ids"]
+    t = gpt2.transformer
+    seen = []  # the last block's raw output, caught on its way out
+    hook = t.h[-1].register_forward_hook(lambda m, args, y: seen.append(y[0] if isinstance(y, tuple) else y))
+    with torch.no_grad():
+        out = gpt2(input_ids=ids, output_hidden_states=True, output_attentions=True)
+        hook.remove()
+        (raw_last,) = seen
+        embedded = t.wte(ids) + t.wpe(torch.arange(ids.shape[1]))[None]
+        final = t.ln_f(raw_last)
+        logits = gpt2.lm_head(out.hidden_states[-1])
+    assert torch.equal(out.hidden_states[0], embedded)
+    # The last entry is ln_f of the last block's output: the lm_head input.
+    assert torch.equal(out.hidden_states[-1], final)
+    assert not torch.allclose(raw_last, final)
+    assert torch.equal(logits, out.logits)
+    assert torch.allclose(out.logits, io.tensors["gpt2.logits"], rtol=0, atol=KEEP_ATOL)
+    causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).triu(1)
+    for a in out.attentions:
+        assert torch.all(a[..., causal] == 0) and torch.all(a[..., ~causal] > 0), "causal"
+    put_intermediates(io, "gpt2", out, TINY_GPT2["n_layer"])
+
+
 def layout(model):
     return [[k, list(v.shape)] for k, v in model.state_dict().items()]
 
@@ -231,6 +375,7 @@ def main():
     io = Io()
     bert(io)
     gpt2(io)
+    intermediates(io)
     io.save()
     layouts()
 

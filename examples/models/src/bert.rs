@@ -15,11 +15,17 @@
 //! Numerics follow `transformers`: exact (erf) GELU, LayerNorm eps 1e-12,
 //! scores scaled by `1/sqrt(head_dim)`, padding hidden with the most negative
 //! f32. [`Bert::sentence_embeddings`] adds sentence-transformers' pooling.
+//!
+//! [`Bert::run_with`] also returns every layer's hidden states and attention
+//! probabilities on request ([`Outputs`]), like `output_hidden_states=True`
+//! and `output_attentions=True`; the layers' own forward passes
+//! ([`BertEmbeddings::run`], [`BertLayer::run`]) are public too.
 
 use crate::util::{
-    count_layers, host_ids, layout_of, merge_heads, restore, split_heads, Init, HIDDEN,
+    attend, count_layers, host_ids, layout_of, merge_heads, restore, split_heads, Dyn4, Init,
+    HIDDEN,
 };
-use crate::{HfLoadReport, ModelError};
+use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
 use forma::nn::{LoadReport, Module, StateDict};
@@ -193,6 +199,12 @@ pub struct BertPooler<const H: usize, E: Float = f32, D: Device<E> = Cpu> {
 /// let out = bert.run(&ids, None, None).unwrap();
 /// assert_eq!(out.last_hidden_state.dims()[..], [1, 4, 16]);
 /// assert_eq!(out.pooler_output.dims()[..], [1, 16]);
+/// assert!(out.hidden_states.is_none() && out.attentions.is_none());
+///
+/// // Like `output_hidden_states=True, output_attentions=True`.
+/// let out = bert.run_with(&ids, None, None, forma_models::Outputs::ALL).unwrap();
+/// assert_eq!(out.hidden_states.unwrap().len(), 1 + 1); // the embeddings', then each layer's
+/// assert_eq!(out.attentions.unwrap()[0].dims()[..], [1, 2, 4, 4]); // [batch, heads, query, key]
 /// assert_eq!(bert.state_dict().keys().nth(5), Some("encoder.layer.0.attention.self.query.weight"));
 /// ```
 #[derive(Module, Debug)]
@@ -215,13 +227,24 @@ pub struct Bert<
     pub pooler: BertPooler<H, E, D>,
 }
 
-/// What [`Bert::run`] returns, like `BaseModelOutputWithPooling`.
+/// What [`Bert::run`] and [`Bert::run_with`] return, like
+/// `BaseModelOutputWithPooling`.
 #[derive(Debug)]
 pub struct BertOutputs<const H: usize, E: Float = f32, D: Device<E> = Cpu> {
     /// `[batch, len, H]`.
     pub last_hidden_state: Tensor<(Dyn, Dyn, C<H>), E, D>,
     /// `[batch, H]`: `tanh(dense(last_hidden_state[:, 0]))`.
     pub pooler_output: Tensor<(Dyn, C<H>), E, D>,
+    /// With [`Outputs::output_hidden_states`]: `1 + layers` tensors
+    /// `[batch, len, H]`, the embeddings' output (after their LayerNorm and
+    /// dropout) and then each layer's, so the last is `last_hidden_state`.
+    /// `None` otherwise.
+    pub hidden_states: Option<Vec<Tensor<(Dyn, Dyn, C<H>), E, D>>>,
+    /// With [`Outputs::output_attentions`]: each layer's attention
+    /// probabilities `[batch, HEADS, len, len]` (`[.., query, key]`, after
+    /// the softmax and the attention dropout); padded keys get exactly 0.
+    /// `None` otherwise.
+    pub attentions: Option<Vec<Dyn4<E, D>>>,
 }
 
 impl<
@@ -311,17 +334,21 @@ impl<
     /// `BertModel`, or of a `BertFor*` model whose encoder sits under
     /// `bert.`), in eval mode, with the layer count read from the file and
     /// the other settings from [`BertConfig::with_layers`]. See
-    /// [`Bert::load_hf_state_dict`] for what is set aside.
+    /// [`Bert::load_hf_state_dict`] for what is set aside; the returned
+    /// [`Loaded::report`] lists it.
     ///
     /// # Errors
     /// [`ModelError::Checkpoint`] when the file cannot be read,
     /// [`ModelError::NoLayers`] when it holds no encoder layer, and
     /// [`ModelError::Load`] listing every missing, unexpected and mismatched
     /// key.
-    pub fn from_safetensors(path: impl AsRef<Path>, device: &D) -> Result<Self, ModelError> {
+    pub fn from_safetensors(
+        path: impl AsRef<Path>,
+        device: &D,
+    ) -> Result<Loaded<Self>, ModelError> {
         let path = path.as_ref();
         let sd = forma::nn::state::load_file(path)?.tensors;
-        let (sd, _) = normalize_hf_bert(sd);
+        let (sd, report) = normalize_hf_bert(sd);
         let layers = count_layers(&sd, "encoder.layer.");
         if layers == 0 {
             return Err(ModelError::NoLayers("encoder"));
@@ -342,7 +369,7 @@ impl<
                 source: Box::new(source),
             })?;
         model.eval();
-        Ok(model)
+        Ok(Loaded { model, report })
     }
 
     /// Loads a Hugging Face BERT state dict strictly, after the explicit
@@ -367,7 +394,8 @@ impl<
     /// The encoder's output for token ids `[batch, len]`, with optional
     /// token types (default all 0) and attention mask (1 keeps a position, 0
     /// hides it; default all 1), like `model(input_ids, token_type_ids,
-    /// attention_mask)`.
+    /// attention_mask)`. No hidden states or attentions are kept
+    /// ([`Bert::run_with`] returns them).
     ///
     /// # Errors
     /// [`ModelError::SequenceTooLong`] past `P` positions,
@@ -379,7 +407,27 @@ impl<
         token_type_ids: Option<&Tensor<(Dyn, Dyn), i64, D>>,
         attention_mask: Option<&Tensor<(Dyn, Dyn), i64, D>>,
     ) -> Result<BertOutputs<H, E, D>, ModelError> {
-        let (b, t) = (input_ids.size(0), input_ids.size(1));
+        self.run_with(input_ids, token_type_ids, attention_mask, Outputs::NONE)
+    }
+
+    /// [`Bert::run`] that also returns the intermediate results `outputs`
+    /// asks for, like `model(input_ids, token_type_ids, attention_mask,
+    /// output_hidden_states=.., output_attentions=..)`: see
+    /// [`BertOutputs::hidden_states`] and [`BertOutputs::attentions`]. The
+    /// other outputs do not depend on `outputs` (beyond float error: without
+    /// attentions the attention may run fused).
+    ///
+    /// # Errors
+    /// As [`Bert::run`].
+    pub fn run_with(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+        token_type_ids: Option<&Tensor<(Dyn, Dyn), i64, D>>,
+        attention_mask: Option<&Tensor<(Dyn, Dyn), i64, D>>,
+        outputs: Outputs,
+    ) -> Result<BertOutputs<H, E, D>, ModelError> {
+        let b = input_ids.size(0);
+        let t = input_ids.size(1);
         if t > P {
             return Err(ModelError::SequenceTooLong {
                 model: "Bert",
@@ -404,54 +452,34 @@ impl<
                 }
             }
         }
-        let x = self.embed(input_ids, token_type_ids)?;
-        // `[batch, 1, 1, len]`: true where a key position is padding.
-        let hide = match attention_mask {
-            Some(m) => {
-                let hide: Vec<bool> = host_ids(m).iter().map(|&v| v == 0).collect();
-                Some(Tensor::<(Dyn, Dyn, Dyn, Dyn), bool, D>::from_vec_on(
-                    hide,
-                    (Dyn(b), Dyn(1), Dyn(1), Dyn(t)),
-                    input_ids.device(),
-                )?)
-            }
+        let mut x = self.embeddings.run(input_ids, token_type_ids)?;
+        let mask = match attention_mask {
+            Some(m) => Some(extended_attention_mask::<E, D>(m)?),
             None => None,
         };
-        let mut x: Tensor<(Dyn, Dyn, C<H>), E, D> = x;
+        let mut hidden_states = outputs.output_hidden_states.then(Vec::new);
+        let mut attentions = outputs.output_attentions.then(Vec::new);
         for layer in &self.encoder.layer {
-            x = layer.run(x, hide.as_ref())?;
+            if let Some(all) = &mut hidden_states {
+                all.push(x.clone());
+            }
+            let (y, probs) = layer.run(x, mask.as_ref(), outputs.output_attentions)?;
+            if let (Some(all), Some(p)) = (&mut attentions, probs) {
+                all.push(p);
+            }
+            x = y;
+        }
+        if let Some(all) = &mut hidden_states {
+            all.push(x.clone());
         }
         let first = x.narrow::<1>(0, 1).try_reshape_to((Dyn(b), C::<H>))?;
         let pooler_output = self.pooler.dense.forward(first).tanh();
         Ok(BertOutputs {
             last_hidden_state: x,
             pooler_output,
+            hidden_states,
+            attentions,
         })
-    }
-
-    fn embed(
-        &self,
-        ids: &Tensor<(Dyn, Dyn), i64, D>,
-        types: Option<&Tensor<(Dyn, Dyn), i64, D>>,
-    ) -> Result<Tensor<(Dyn, Dyn, C<H>), E, D>, ModelError> {
-        let e = &self.embeddings;
-        let t = ids.size(1);
-        let words = e.word_embeddings.try_forward(ids)?.into_dyn();
-        let types = match types {
-            Some(ty) => e.token_type_embeddings.try_forward(ty)?.into_dyn(),
-            None => {
-                let zeros = Tensor::<(Dyn, Dyn), i64, D>::zeros_on(ids.shape(), ids.device());
-                e.token_type_embeddings.try_forward(&zeros)?.into_dyn()
-            }
-        };
-        let pos = Tensor::<(Dyn,), i64, D>::arange_on(0.0, t as f64, 1.0, ids.device())?;
-        let pos = e
-            .position_embeddings
-            .try_forward(&pos)?
-            .into_dyn()
-            .unsqueeze::<0>();
-        let x: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(&(&words + &types) + &pos);
-        Ok(e.dropout.forward(e.layer_norm.forward(x)))
     }
 
     /// Sentence embeddings as sentence-transformers computes them for
@@ -502,12 +530,39 @@ pub fn mean_pool_normalize<const H: usize, E: Float, D: Device<E>>(
     Ok(restore(&mean / &norm))
 }
 
+/// Hugging Face's `get_extended_attention_mask` for an encoder: the
+/// additive mask `[batch, 1, 1, len]` of an `attention_mask` `[batch, len]`
+/// (1 keeps a key position, 0 hides it), 0 where kept and the most negative
+/// f32 where hidden, which broadcasts to the attention scores
+/// `[batch, heads, query, key]` ([`BertLayer::run`] takes it).
+///
+/// # Errors
+/// When the device cannot hold it.
+pub fn extended_attention_mask<E: Float, D: Device<E>>(
+    attention_mask: &Tensor<(Dyn, Dyn), i64, D>,
+) -> forma::Result<Dyn4<E, D>> {
+    let (b, t) = (attention_mask.size(0), attention_mask.size(1));
+    let add: Vec<E> = host_ids(attention_mask)
+        .iter()
+        .map(|&v| E::from_f64(if v == 0 { HIDDEN } else { 0.0 }))
+        .collect();
+    Tensor::from_vec_on(
+        add,
+        (Dyn(b), Dyn(1), Dyn(1), Dyn(t)),
+        attention_mask.device(),
+    )
+}
+
 /// Strips `bert.` and drops what is not a `BertModel` weight.
 fn normalize_hf_bert(sd: StateDict) -> (StateDict, HfLoadReport) {
     let mut report = HfLoadReport::default();
     let prefixed = sd.keys().any(|k| k.starts_with("bert."));
     let sd = if prefixed {
         report.prefix = Some("bert.".into());
+        report.renamed = sd
+            .keys()
+            .filter_map(|k| Some((k.to_string(), k.strip_prefix("bert.")?.to_string())))
+            .collect();
         sd.rename_prefixes(&[("bert.", "")])
     } else {
         sd
@@ -521,47 +576,104 @@ fn normalize_hf_bert(sd: StateDict) -> (StateDict, HfLoadReport) {
             Some(k.to_string())
         }
     });
+    report.dropped.sort_unstable();
+    report.renamed.sort_unstable();
     (sd, report)
+}
+
+impl<const V: usize, const H: usize, const P: usize, const TV: usize, E: Float, D: Device<E>>
+    BertEmbeddings<V, H, P, TV, E, D>
+{
+    /// `dropout(LayerNorm(word + position + token type embeddings))`
+    /// `[batch, len, H]` for token ids `[batch, len]` and optional token
+    /// types (default all 0), like `BertEmbeddings(input_ids,
+    /// token_type_ids)`: the first of [`BertOutputs::hidden_states`].
+    ///
+    /// # Errors
+    /// For an id outside the vocabulary or types, types of another shape
+    /// than the ids, or more than `P` positions.
+    pub fn run(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+        token_type_ids: Option<&Tensor<(Dyn, Dyn), i64, D>>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        let t = input_ids.size(1);
+        let words = self.word_embeddings.try_forward(input_ids)?.into_dyn();
+        let types = match token_type_ids {
+            Some(ty) => self.token_type_embeddings.try_forward(ty)?.into_dyn(),
+            None => {
+                let zeros =
+                    Tensor::<(Dyn, Dyn), i64, D>::zeros_on(input_ids.shape(), input_ids.device());
+                self.token_type_embeddings.try_forward(&zeros)?.into_dyn()
+            }
+        };
+        let pos = Tensor::<(Dyn,), i64, D>::arange_on(0.0, t as f64, 1.0, input_ids.device())?;
+        let pos = self
+            .position_embeddings
+            .try_forward(&pos)?
+            .into_dyn()
+            .unsqueeze::<0>();
+        let x: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(&(&words + &types) + &pos);
+        Ok(self.dropout.forward(self.layer_norm.forward(x)))
+    }
 }
 
 impl<const H: usize, const HEADS: usize, const FFN: usize, E: Float, D: Device<E>>
     BertLayer<H, HEADS, FFN, E, D>
 {
-    fn run(
+    /// One encoder layer on hidden states `[batch, len, H]`, like
+    /// `BertLayer(hidden_states, attention_mask, output_attentions=..)`:
+    /// self-attention with residual and LayerNorm, then the feed-forward
+    /// block with residual and LayerNorm. `mask` is additive and broadcasts
+    /// to the scores `[batch, HEADS, len, len]` (see
+    /// [`extended_attention_mask`]). Returns the layer's output and, when
+    /// `output_attentions`, its attention probabilities `[batch, HEADS, len,
+    /// len]` (see [`BertSelfAttention::run`]).
+    ///
+    /// # Errors
+    /// When the mask does not broadcast to the scores.
+    pub fn run(
         &self,
         x: Tensor<(Dyn, Dyn, C<H>), E, D>,
-        hide: Option<&Tensor<(Dyn, Dyn, Dyn, Dyn), bool, D>>,
-    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        mask: Option<&Dyn4<E, D>>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
         let att = &self.attention;
-        let ctx = att.self_.run(&x, hide)?;
+        let (ctx, probs) = att.self_.run(&x, mask, output_attentions)?;
         let x = att.output.run(ctx, &x);
         let inter = self.intermediate.dense.forward(x.clone()).gelu();
-        Ok(self.output.run(inter, &x))
+        Ok((self.output.run(inter, &x), probs))
     }
 }
 
 impl<const H: usize, const HEADS: usize, E: Float, D: Device<E>> BertSelfAttention<H, HEADS, E, D> {
-    fn run(
+    /// The heads' context `[batch, len, H]` (before `BertSelfOutput`) for
+    /// hidden states `[batch, len, H]` and an additive `mask` that
+    /// broadcasts to the scores `[batch, HEADS, len, len]`:
+    /// `softmax(q k^T / sqrt(H / HEADS) + mask) v` with dropout on the
+    /// probabilities. When `output_attentions`, the probabilities (after
+    /// dropout) come back too; otherwise they are never materialised where
+    /// the attention can run fused.
+    ///
+    /// # Errors
+    /// When the mask does not broadcast to the scores.
+    pub fn run(
         &self,
         x: &Tensor<(Dyn, Dyn, C<H>), E, D>,
-        hide: Option<&Tensor<(Dyn, Dyn, Dyn, Dyn), bool, D>>,
-    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        mask: Option<&Dyn4<E, D>>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
         let heads = |l: &Linear<H, H, E, D>| split_heads(&l.forward(x.clone()).into_dyn(), HEADS);
         let (q, k, v) = (heads(&self.query)?, heads(&self.key)?, heads(&self.value)?);
-        let scale = 1.0 / ((H / HEADS) as f64).sqrt();
-        let mut scores = q.matmul(&k.transpose::<2, 3>()).mul_scalar(scale);
-        if let Some(m) = hide {
-            scores = scores.try_masked_fill(m, HIDDEN)?;
-        }
-        let weights = self.dropout.forward(scores.softmax::<3>());
-        let ctx = merge_heads(&weights.matmul(&v))?;
-        Ok(restore(ctx))
+        let (ctx, probs) = attend(&q, &k, &v, mask, &self.dropout, output_attentions)?;
+        Ok((restore(merge_heads(&ctx)?), probs))
     }
 }
 
 impl<const I: usize, const H: usize, E: Float, D: Device<E>> BertOutput<I, H, E, D> {
-    /// `LayerNorm(dropout(dense(x)) + residual)`.
-    fn run(
+    /// `LayerNorm(dropout(dense(x)) + residual)`, like `BertSelfOutput`
+    /// and `BertOutput`.
+    pub fn run(
         &self,
         x: Tensor<(Dyn, Dyn, C<I>), E, D>,
         residual: &Tensor<(Dyn, Dyn, C<H>), E, D>,

@@ -17,23 +17,30 @@
 //! layout of the hub's `gpt2/model.safetensors` (a `GPT2Model` without the
 //! `transformer.` prefix, with the causal-mask buffers `h.N.attn.bias` and
 //! `h.N.attn.masked_bias` that older `transformers` saved): the prefix is
-//! added and those constant buffers dropped; see [`HfLoadReport`](crate::HfLoadReport).
+//! added and those constant buffers dropped; see [`HfLoadReport`].
 //!
 //! **Generation.** [`Gpt2LMHeadModel::logits_cached`] runs new positions
 //! against a [`KvCache`] of every layer's past keys and values, so each new
 //! token costs one position; [`Gpt2LMHeadModel::generate`] samples greedily
 //! or from the top k ([`Sampling`]) with a seeded [`Rng`].
 //!
+//! **Intermediate results.** [`Gpt2LMHeadModel::run_with`] also returns the
+//! hidden states and attention probabilities on request ([`Outputs`]), like
+//! `output_hidden_states=True, output_attentions=True`; each block's forward
+//! pass ([`Gpt2Block::run`]) is public too.
+//!
 //! Sizes are const generics: vocabulary `V`, context `CTX`, hidden `H`,
 //! `QKV = 3 * H` (the fused query/key/value projection's width: stable Rust
 //! cannot write `3 * H` in a type, so it is a parameter checked when the
 //! model is built), `HEADS`, and the MLP's inner size `FF`. [`Gpt2Small`] is
 //! GPT-2 small. Numerics follow `transformers`: `gelu_new` (the tanh GELU),
-//! LayerNorm eps 1e-5, scores divided by `sqrt(head_dim)`, hidden positions
+//! LayerNorm eps 1e-5, scores scaled by `1/sqrt(head_dim)`, hidden positions
 //! at the most negative f32.
 
-use crate::util::{count_layers, layout_of, merge_heads, restore, split_heads, Init, HIDDEN};
-use crate::{HfLoadReport, ModelError};
+use crate::util::{
+    attend, count_layers, layout_of, merge_heads, restore, split_heads, Dyn4, Init, HIDDEN,
+};
+use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm};
 use forma::nn::{Module, StateDict};
@@ -233,6 +240,26 @@ pub struct Gpt2LMHeadModel<
     pub transformer: Gpt2Model<V, CTX, H, QKV, HEADS, FF, E, D>,
 }
 
+/// What [`Gpt2LMHeadModel::run_with`] returns, like
+/// `CausalLMOutputWithCrossAttentions` (the cache is passed in instead).
+#[derive(Debug)]
+pub struct Gpt2Outputs<const V: usize, const H: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// `[batch, len, V]`.
+    pub logits: Tensor<(Dyn, Dyn, C<V>), E, D>,
+    /// With [`Outputs::output_hidden_states`]: `1 + n_layer` tensors
+    /// `[batch, len, H]` of the new positions, as `transformers` returns
+    /// them: the input of each block (the first is
+    /// `dropout(wte[ids] + wpe[positions])`), then, last, `ln_f` of the last
+    /// block's output (the input of the head, not the raw block output).
+    /// `None` otherwise.
+    pub hidden_states: Option<Vec<Tensor<(Dyn, Dyn, C<H>), E, D>>>,
+    /// With [`Outputs::output_attentions`]: each block's causal attention
+    /// probabilities `[batch, heads, len, past + len]` (`[.., query, key]`,
+    /// after the softmax and the attention dropout); later keys get exactly
+    /// 0. `None` otherwise.
+    pub attentions: Option<Vec<Dyn4<E, D>>>,
+}
+
 /// Every layer's past keys and values (`[batch, heads, positions, head_dim]`
 /// each), like `past_key_values`: with it, [`Gpt2LMHeadModel::logits_cached`]
 /// runs only the new positions.
@@ -373,7 +400,7 @@ impl<
     /// `GPT2LMHeadModel` or `GPT2Model`), in eval mode, with the block count
     /// read from the file and the other settings from
     /// [`Gpt2Config::with_layers`]. See [`Gpt2LMHeadModel::load_hf_state_dict`]
-    /// for what is set aside.
+    /// for what is set aside; the returned [`Loaded::report`] lists it.
     ///
     /// # Errors
     /// [`ModelError::Checkpoint`] when the file cannot be read,
@@ -381,7 +408,10 @@ impl<
     /// [`ModelError::UntiedHead`] for a head that differs from the
     /// embedding, and [`ModelError::Load`] listing every missing, unexpected
     /// and mismatched key.
-    pub fn from_safetensors(path: impl AsRef<Path>, device: &D) -> Result<Self, ModelError> {
+    pub fn from_safetensors(
+        path: impl AsRef<Path>,
+        device: &D,
+    ) -> Result<Loaded<Self>, ModelError> {
         let path = path.as_ref();
         let sd = forma::nn::state::load_file(path)?.tensors;
         // A bare `GPT2Model` file names its blocks `h.<n>`.
@@ -391,7 +421,7 @@ impl<
         }
         let mut rng = Rng::seed_from(0);
         let mut model = Self::new(&Gpt2Config::with_layers(layers), device, &mut rng);
-        model.load_hf_state_dict(sd).map_err(|e| match e {
+        let report = model.load_hf_state_dict(sd).map_err(|e| match e {
             ModelError::Load { source, .. } => ModelError::Load {
                 path: path.display().to_string(),
                 source,
@@ -399,7 +429,7 @@ impl<
             e => e,
         })?;
         model.eval();
-        Ok(model)
+        Ok(Loaded { model, report })
     }
 
     /// Loads a Hugging Face GPT-2 state dict strictly, after the explicit
@@ -432,7 +462,7 @@ impl<
         &self,
         input_ids: &Tensor<(Dyn, Dyn), i64, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
-        self.run(input_ids, None)
+        Ok(self.run_with(input_ids, None, Outputs::NONE)?.logits)
     }
 
     /// Logits for `input_ids` as the positions that follow those in
@@ -449,6 +479,42 @@ impl<
         input_ids: &Tensor<(Dyn, Dyn), i64, D>,
         cache: &mut KvCache<E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        Ok(self.run_with(input_ids, Some(cache), Outputs::NONE)?.logits)
+    }
+
+    /// The logits and the intermediate results `outputs` asks for, like
+    /// `model(input_ids, past_key_values=cache, output_hidden_states=..,
+    /// output_attentions=..)`: see [`Gpt2Outputs`]. Without a cache this is
+    /// [`Gpt2LMHeadModel::logits`], with one
+    /// [`Gpt2LMHeadModel::logits_cached`] (the cache is extended the same
+    /// way); the logits do not depend on `outputs` (beyond float error:
+    /// without attentions the attention may run fused).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma_models::gpt2::Gpt2LMHeadModel;
+    /// use forma_models::Outputs;
+    ///
+    /// type Tiny = Gpt2LMHeadModel<20, 16, 8, 24, 2, 32>;
+    /// let mut gpt = Tiny::new(&forma_models::gpt2::Gpt2Config::with_layers(3), &Cpu, &mut Rng::seed_from(0));
+    /// gpt.eval();
+    /// let ids = Tensor::<(Dyn, Dyn), i64>::from_vec(vec![1, 2, 3], (Dyn(1), Dyn(3))).unwrap();
+    /// let out = gpt.run_with(&ids, None, Outputs::ALL).unwrap();
+    /// assert_eq!(out.hidden_states.unwrap().len(), 3 + 1);
+    /// assert_eq!(out.attentions.unwrap()[2].dims()[..], [1, 2, 3, 3]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Gpt2LMHeadModel::logits_cached`].
+    pub fn run_with(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+        cache: Option<&mut KvCache<E, D>>,
+        outputs: Outputs,
+    ) -> Result<Gpt2Outputs<V, H, E, D>, ModelError> {
+        let Some(cache) = cache else {
+            return self.run(input_ids, None, outputs);
+        };
         if let Some(Some((k, _))) = cache.layers.first() {
             if k.size(0) != input_ids.size(0) {
                 return Err(ModelError::Input {
@@ -466,7 +532,7 @@ impl<
             layers: cache.layers.clone(),
         };
         next.layers.resize(self.transformer.h.len(), None);
-        let y = self.run(input_ids, Some(&mut next))?;
+        let y = self.run(input_ids, Some(&mut next), outputs)?;
         *cache = next;
         Ok(y)
     }
@@ -475,7 +541,8 @@ impl<
         &self,
         ids: &Tensor<(Dyn, Dyn), i64, D>,
         mut cache: Option<&mut KvCache<E, D>>,
-    ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        outputs: Outputs,
+    ) -> Result<Gpt2Outputs<V, H, E, D>, ModelError> {
         let tr = &self.transformer;
         let past = cache.as_ref().map_or(0, |c| c.len());
         let t = ids.size(1);
@@ -491,15 +558,29 @@ impl<
         let pos = tr.wpe.try_forward(&pos)?.into_dyn().unsqueeze::<0>();
         let tok = tr.wte.try_forward(ids)?.into_dyn();
         let mut x: Tensor<(Dyn, Dyn, C<H>), E, D> = tr.drop.forward(restore(&tok + &pos));
+        let mask = causal_mask::<E, D>(t, past, ids.device())?;
+        let mut hidden_states = outputs.output_hidden_states.then(Vec::new);
+        let mut attentions = outputs.output_attentions.then(Vec::new);
         for (i, block) in tr.h.iter().enumerate() {
+            if let Some(all) = &mut hidden_states {
+                all.push(x.clone());
+            }
             let slot = cache.as_mut().map(|c| &mut c.layers[i]);
-            let a = block.attn.run(block.ln_1.forward(x.clone()), slot)?;
-            x = &x + &a;
-            let m = block.mlp.run(block.ln_2.forward(x.clone()));
-            x = &x + &m;
+            let (y, probs) = block.step(x, slot, &mask, outputs.output_attentions)?;
+            if let (Some(all), Some(p)) = (&mut attentions, probs) {
+                all.push(p);
+            }
+            x = y;
         }
         let x = tr.ln_f.forward(x);
-        Ok(x.matmul(&tr.wte.weight.t()))
+        if let Some(all) = &mut hidden_states {
+            all.push(x.clone());
+        }
+        Ok(Gpt2Outputs {
+            logits: x.matmul(&tr.wte.weight.t()),
+            hidden_states,
+            attentions,
+        })
     }
 
     /// The prompt followed by `max_new_tokens` generated tokens, each
@@ -614,6 +695,22 @@ fn conv1d<const NX: usize, const NF: usize, E: Float, D: Device<E>>(
     }
 }
 
+/// The additive causal mask `[1, 1, len, past + len]` of `len` new
+/// positions after `past` cached ones: query `i` sits at position `past + i`
+/// and sees the keys up to it (0), not the later ones (the most negative
+/// f32).
+fn causal_mask<E: Float, D: Device<E>>(
+    len: usize,
+    past: usize,
+    device: &D,
+) -> forma::Result<Dyn4<E, D>> {
+    let s = past + len;
+    let add: Vec<E> = (0..len)
+        .flat_map(|i| (0..s).map(move |j| E::from_f64(if j > past + i { HIDDEN } else { 0.0 })))
+        .collect();
+    Tensor::from_vec_on(add, (Dyn(1), Dyn(1), Dyn(len), Dyn(s)), device)
+}
+
 /// Adds `transformer.` to a bare `GPT2Model` file, and drops the causal-mask
 /// buffers and a tied head.
 fn normalize_hf_gpt2(sd: StateDict) -> Result<(StateDict, HfLoadReport), ModelError> {
@@ -621,11 +718,14 @@ fn normalize_hf_gpt2(sd: StateDict) -> Result<(StateDict, HfLoadReport), ModelEr
     let bare = !sd.keys().any(|k| k.starts_with("transformer."));
     let mut sd = if bare {
         report.prefix = Some("transformer.".into());
+        let renamed = &mut report.renamed;
         sd.remap(|k| {
             Some(if k.starts_with("lm_head.") {
                 k.to_string()
             } else {
-                format!("transformer.{k}")
+                let to = format!("transformer.{k}");
+                renamed.push((k.to_string(), to.clone()));
+                to
             })
         })
     } else {
@@ -655,24 +755,71 @@ fn normalize_hf_gpt2(sd: StateDict) -> Result<(StateDict, HfLoadReport), ModelEr
             Some(k.to_string())
         }
     });
+    report.dropped.sort_unstable();
+    report.renamed.sort_unstable();
     Ok((sd, report))
 }
 
-type Kv<E, D> = (
-    Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
-    Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
-);
+type Kv<E, D> = (Dyn4<E, D>, Dyn4<E, D>);
+
+impl<
+        const H: usize,
+        const QKV: usize,
+        const HEADS: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > Gpt2Block<H, QKV, HEADS, FF, E, D>
+{
+    /// One block on hidden states `[batch, len, H]` (positions `0..len`,
+    /// no cache), like `GPT2Block(hidden_states, output_attentions=..)`:
+    /// `x + attn(ln_1(x))`, then `+ mlp(ln_2(..))`. Returns the block's
+    /// output and, when `output_attentions`, its causal attention
+    /// probabilities `[batch, HEADS, len, len]` (after dropout; otherwise
+    /// they are never materialised where the attention can run fused).
+    ///
+    /// # Errors
+    /// When the device cannot hold the causal mask.
+    pub fn run(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
+        let mask = causal_mask::<E, D>(x.size(1), 0, x.device())?;
+        self.step(x, None, &mask, output_attentions)
+    }
+
+    /// [`Gpt2Block::run`] over `slot`'s cached positions too (which it
+    /// extends), with the causal `mask` of those positions.
+    fn step(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+        slot: Option<&mut Option<Kv<E, D>>>,
+        mask: &Dyn4<E, D>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
+        let (a, probs) =
+            self.attn
+                .step(self.ln_1.forward(x.clone()), slot, mask, output_attentions)?;
+        let x = &x + &a;
+        let m = self.mlp.run(self.ln_2.forward(x.clone()));
+        Ok((&x + &m, probs))
+    }
+}
 
 impl<const H: usize, const QKV: usize, const HEADS: usize, E: Float, D: Device<E>>
     Gpt2Attention<H, QKV, HEADS, E, D>
 {
-    /// Attention of `x`'s positions over the cached ones and themselves;
-    /// `slot` (this layer's cache entry) is extended with `x`'s keys and values.
-    fn run(
+    /// Attention of `x`'s positions over the cached ones and themselves,
+    /// with `mask` (additive, `[1, 1, len, past + len]`); `slot` (this
+    /// layer's cache entry) is extended with `x`'s keys and values.
+    fn step(
         &self,
         x: Tensor<(Dyn, Dyn, C<H>), E, D>,
         slot: Option<&mut Option<Kv<E, D>>>,
-    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        mask: &Dyn4<E, D>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
         let qkv = self.c_attn.forward(x).into_dyn();
         let q = split_heads(&qkv.narrow::<2>(0, H), HEADS)?;
         let mut k = split_heads(&qkv.narrow::<2>(H, H), HEADS)?;
@@ -684,26 +831,22 @@ impl<const H: usize, const QKV: usize, const HEADS: usize, E: Float, D: Device<E
             }
             *slot = Some((k.clone(), v.clone()));
         }
-        let (t, s) = (q.size(2), k.size(2));
-        let past = s - t;
-        let scores = q
-            .matmul(&k.transpose::<2, 3>())
-            .div_scalar(((H / HEADS) as f64).sqrt());
-        // Query i sits at position past + i and sees keys up to it.
-        let hide: Vec<bool> = (0..t)
-            .flat_map(|i| (0..s).map(move |j| j > past + i))
-            .collect();
-        let hide = Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(hide, (Dyn(t), Dyn(s)), q.device())?;
-        let weights = self
-            .attn_dropout
-            .forward(scores.try_masked_fill(&hide, HIDDEN)?.softmax::<3>());
-        let ctx: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(merge_heads(&weights.matmul(&v))?);
-        Ok(self.resid_dropout.forward(self.c_proj.forward(ctx)))
+        let (ctx, probs) = attend(
+            &q,
+            &k,
+            &v,
+            Some(mask),
+            &self.attn_dropout,
+            output_attentions,
+        )?;
+        let ctx: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(merge_heads(&ctx)?);
+        Ok((self.resid_dropout.forward(self.c_proj.forward(ctx)), probs))
     }
 }
 
 impl<const H: usize, const FF: usize, E: Float, D: Device<E>> Gpt2Mlp<H, FF, E, D> {
-    fn run(&self, x: Tensor<(Dyn, Dyn, C<H>), E, D>) -> Tensor<(Dyn, Dyn, C<H>), E, D> {
+    /// `dropout(c_proj(gelu_new(c_fc(x))))`, like `GPT2MLP`.
+    pub fn run(&self, x: Tensor<(Dyn, Dyn, C<H>), E, D>) -> Tensor<(Dyn, Dyn, C<H>), E, D> {
         let h = self.c_fc.forward(x).gelu_tanh();
         self.dropout.forward(self.c_proj.forward(h))
     }

@@ -16,17 +16,23 @@
 //! use forma_models::gpt2::{Gpt2Small, Sampling};
 //!
 //! # fn main() -> Result<(), forma_models::ModelError> {
-//! let minilm = MiniLmL6::from_safetensors("all-MiniLM-L6-v2/model.safetensors", &Cpu)?;
+//! let minilm = MiniLmL6::from_safetensors("all-MiniLM-L6-v2/model.safetensors", &Cpu)?.model;
 //! let ids = Tensor::<(Dyn, Dyn), i64>::from_vec(vec![101, 7592, 2088, 102], (Dyn(1), Dyn(4)))?;
 //! let mask = Tensor::<(Dyn, Dyn), i64>::ones_with((Dyn(1), Dyn(4)));
 //! let embedding = minilm.sentence_embeddings(&ids, &mask)?; // [1, 384], unit length
 //!
-//! let gpt2 = Gpt2Small::from_safetensors("gpt2/model.safetensors", &Cpu)?;
+//! let gpt2 = Gpt2Small::from_safetensors("gpt2/model.safetensors", &Cpu)?.model;
 //! let tokens = gpt2.generate(&[15496, 11, 616, 1438, 318], 20, Sampling::Greedy, &mut Rng::seed_from(0))?;
 //! # let _ = (embedding, tokens);
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Both models return their intermediate results on request, like
+//! `output_hidden_states=True, output_attentions=True` ([`Outputs`],
+//! [`bert::Bert::run_with`], [`gpt2::Gpt2LMHeadModel::run_with`]), and the
+//! one-call loaders return what they set aside next to the model
+//! ([`Loaded`]).
 //!
 //! Tokenisation is not part of this crate: the models take token ids.
 
@@ -39,15 +45,80 @@ pub use error::ModelError;
 
 /// What loading a Hugging Face checkpoint set aside, beyond a strict load's
 /// checks ([`bert::Bert::load_hf_state_dict`],
-/// [`gpt2::Gpt2LMHeadModel::load_hf_state_dict`]).
+/// [`gpt2::Gpt2LMHeadModel::load_hf_state_dict`], and the one-call loaders'
+/// [`Loaded::report`]), like the `loading_info` of
+/// `from_pretrained(output_loading_info=True)`. The load itself is strict,
+/// so nothing is missing: every weight of the model comes from the file (a
+/// file that lacks one, or has a key left over after the adjustments below,
+/// is refused with [`ModelError::Load`] naming every such key).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HfLoadReport {
     /// Keys of the file that are not weights of `BertModel`/`GPT2Model` and
     /// were dropped: buffers older `transformers` saved
     /// (`embeddings.position_ids`, GPT-2's `attn.bias`/`attn.masked_bias`),
     /// pre-training heads (`cls.*`), a tied `lm_head.weight` equal to the
-    /// embedding.
+    /// embedding. Sorted.
     pub dropped: Vec<String>,
     /// The prefix that was stripped (`bert.`) or added (`transformer.`), if any.
     pub prefix: Option<String>,
+    /// Every key whose name that prefix changed, as (the file's name, the
+    /// name it was loaded or dropped under), sorted. The names in
+    /// [`HfLoadReport::dropped`] are the second ones.
+    pub renamed: Vec<(String, String)>,
+}
+
+/// A model a one-call loader read from a file, with what the loader set
+/// aside (`BertModel.from_pretrained(path, output_loading_info=True)`'s pair).
+///
+/// ```no_run
+/// use forma::prelude::*;
+/// use forma_models::bert::MiniLmL6;
+///
+/// # fn main() -> Result<(), forma_models::ModelError> {
+/// let loaded = MiniLmL6::from_safetensors("all-MiniLM-L6-v2/model.safetensors", &Cpu)?;
+/// println!("dropped {:?}", loaded.report.dropped);
+/// let model = loaded.model;
+/// # let _ = model;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Loaded<M> {
+    /// The model, in eval mode.
+    pub model: M,
+    /// What was dropped or renamed on the way.
+    pub report: HfLoadReport,
+}
+
+/// Which intermediate results a forward pass returns beside its output, like
+/// Hugging Face's `output_hidden_states` and `output_attentions` arguments
+/// (both off by default: then nothing extra is kept, and attention may run
+/// fused, without materialising its probabilities).
+///
+/// ```
+/// use forma_models::Outputs;
+/// let only_attn = Outputs { output_attentions: true, ..Outputs::NONE };
+/// assert_eq!(Outputs::default(), Outputs::NONE);
+/// assert!(Outputs::ALL.output_hidden_states && only_attn.output_attentions);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Outputs {
+    /// Return the hidden states: the embedding output, then each layer's
+    /// (for GPT-2 the last one after the final norm, as `transformers` does).
+    pub output_hidden_states: bool,
+    /// Return each layer's attention probabilities `[batch, heads, query, key]`.
+    pub output_attentions: bool,
+}
+
+impl Outputs {
+    /// Nothing beside the output (the default).
+    pub const NONE: Outputs = Outputs {
+        output_hidden_states: false,
+        output_attentions: false,
+    };
+    /// Hidden states and attentions.
+    pub const ALL: Outputs = Outputs {
+        output_hidden_states: true,
+        output_attentions: true,
+    };
 }

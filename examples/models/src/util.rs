@@ -178,6 +178,54 @@ pub(crate) fn merge_heads<E: Float, D: Device<E>>(
         .try_reshape_to((Dyn(b), Dyn(t), Dyn(heads * hd)))
 }
 
+/// Erased `[batch, heads, len, head_dim]` tensors (and attention scores).
+pub(crate) type Dyn4<E, D> = Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>;
+
+/// Attention of the queries `q` over the keys `k` and values `v` (all
+/// `[batch, heads, len, head_dim]`): `softmax(q @ k^T / sqrt(head_dim) +
+/// mask) @ v` with `dropout` on the probabilities, like `transformers`' eager
+/// attention; `mask` is additive (0 keeps a key, [`HIDDEN`] hides it) and
+/// broadcasts to the scores `[batch, heads, queries, keys]`.
+///
+/// Returns the heads' context and, when `output_attentions`, the
+/// probabilities (after dropout, as `transformers` returns them). Without
+/// them and without active dropout it runs as one
+/// [`Tensor::scaled_dot_product_attention`] (fused where the backend has a
+/// kernel and nothing needs a gradient), which gives the same context within
+/// float error but never materialises the probabilities.
+pub(crate) fn attend<E: Float, D: Device<E>>(
+    q: &Dyn4<E, D>,
+    k: &Dyn4<E, D>,
+    v: &Dyn4<E, D>,
+    mask: Option<&Dyn4<E, D>>,
+    dropout: &Dropout,
+    output_attentions: bool,
+) -> forma::Result<(Dyn4<E, D>, Option<Dyn4<E, D>>)> {
+    let scale = 1.0 / (q.size(3) as f64).sqrt();
+    let scores = (
+        Dyn(q.size(0)),
+        Dyn(q.size(1)),
+        Dyn(q.size(2)),
+        Dyn(k.size(2)),
+    );
+    let mask = match mask {
+        Some(m) => Some(m.try_expand(scores)?),
+        None => None,
+    };
+    let dropping = dropout.training.is_on() && dropout.p > 0.0;
+    if !output_attentions && !dropping {
+        let ctx = q.try_scaled_dot_product_attention(k, v, mask.as_ref(), false, Some(scale))?;
+        return Ok((ctx, None));
+    }
+    let mut scores = q.try_matmul(&k.transpose::<2, 3>())?.mul_scalar(scale);
+    if let Some(m) = &mask {
+        scores = &scores + m;
+    }
+    let probs = dropout.forward(scores.softmax::<3>());
+    let ctx = probs.try_matmul(v)?;
+    Ok((ctx, output_attentions.then_some(probs)))
+}
+
 /// The score PyTorch models give a hidden position: the most negative f32,
 /// so that a row with every position hidden stays finite (as Hugging Face's
 /// `torch.finfo(dtype).min` masks do) rather than turning into NaN.

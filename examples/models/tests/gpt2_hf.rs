@@ -2,8 +2,10 @@
 //! `tools/gen_model_fixtures.py`): the `save_pretrained` file (tied head left
 //! out) loads with one call and gives the same logits within 1e-4 (f32);
 //! greedy generation gives HF's tokens exactly; the KV cache gives the logits
-//! of a full recomputation within 1e-5; the hub's bare `GPT2Model` layout with
-//! its causal-mask buffers loads; an untied head is refused.
+//! of a full recomputation within 1e-5; hidden states and attention
+//! probabilities come back on request as `transformers` returns them; the
+//! hub's bare `GPT2Model` layout with its causal-mask buffers loads, with a
+//! report of what was dropped and renamed; an untied head is refused.
 
 mod common;
 
@@ -12,10 +14,12 @@ use forma::nn::{Module, StateDict};
 use forma::prelude::*;
 use forma::TensorData;
 use forma_models::gpt2::{Gpt2Config, KvCache, Sampling};
-use forma_models::ModelError;
+use forma_models::{ModelError, Outputs};
 
 fn hf_model() -> TinyGpt2 {
-    TinyGpt2::from_safetensors(fixture("gpt2_tiny.safetensors"), &Cpu).expect("load gpt2_tiny")
+    TinyGpt2::from_safetensors(fixture("gpt2_tiny.safetensors"), &Cpu)
+        .expect("load gpt2_tiny")
+        .model
 }
 
 fn hf_file() -> StateDict {
@@ -204,10 +208,8 @@ fn hub_layout_with_mask_buffers_and_tied_head_loads() {
     let mut gpt = TinyGpt2::new(&Gpt2Config::with_layers(2), &Cpu, &mut Rng::seed_from(3));
     let report = gpt.load_hf_state_dict(sd.clone()).unwrap();
     assert_eq!(report.prefix.as_deref(), Some("transformer."));
-    let mut dropped = report.dropped.clone();
-    dropped.sort();
     assert_eq!(
-        dropped,
+        report.dropped,
         [
             "lm_head.weight",
             "transformer.h.0.attn.bias",
@@ -216,13 +218,250 @@ fn hub_layout_with_mask_buffers_and_tied_head_loads() {
             "transformer.h.1.attn.masked_bias"
         ]
     );
+    // Every key but the head gained `transformer.`.
+    assert_eq!(report.renamed.len(), sd.len() - 1);
+    for (from, to) in &report.renamed {
+        assert_eq!(to, &format!("transformer.{from}"));
+    }
+    assert!(report
+        .renamed
+        .iter()
+        .any(|(f, _)| f == "h.1.attn.masked_bias"));
+    assert!(report.renamed.iter().all(|(f, _)| f != "lm_head.weight"));
+    // The one-call loader returns the same report beside the model.
     let loaded = with_file("hub_gpt2", &sd, |p| TinyGpt2::from_safetensors(p, &Cpu)).unwrap();
+    assert_eq!(loaded.report, report);
     let io = io();
     let x = ids(&io, "gpt2.input_ids");
     assert_eq!(
-        loaded.logits(&x).unwrap().to_vec(),
+        loaded.model.logits(&x).unwrap().to_vec(),
         hf_model().logits(&x).unwrap().to_vec()
     );
+}
+
+#[test]
+fn a_save_pretrained_file_reports_nothing_set_aside() {
+    let loaded = TinyGpt2::from_safetensors(fixture("gpt2_tiny.safetensors"), &Cpu).unwrap();
+    assert_eq!(loaded.report, forma_models::HfLoadReport::default());
+}
+
+#[test]
+fn hidden_states_and_attentions_match_transformers() {
+    let gpt = hf_model();
+    let io = io();
+    let out = gpt
+        .run_with(&ids(&io, "gpt2.input_ids"), None, Outputs::ALL)
+        .unwrap();
+    assert_close(
+        "logits",
+        &out.logits.to_vec(),
+        &entry(&io, "gpt2.logits").to_vec::<f32>(),
+        1e-4,
+    );
+    let hidden = out.hidden_states.as_ref().expect("requested hidden states");
+    assert_eq!(hidden.len(), 3, "each block's input, then ln_f's output");
+    for (i, h) in hidden.iter().enumerate() {
+        assert_eq!(h.dims()[..], [2, 6, 32]);
+        let key = format!("gpt2.hidden_states.{i}");
+        assert_close(&key, &h.to_vec(), &entry(&io, &key).to_vec::<f32>(), 1e-4);
+    }
+    let attentions = out.attentions.as_ref().expect("requested attentions");
+    assert_eq!(attentions.len(), 2);
+    for (i, a) in attentions.iter().enumerate() {
+        assert_eq!(a.dims()[..], [2, 4, 6, 6]);
+        let key = format!("gpt2.attentions.{i}");
+        assert_close(&key, &a.to_vec(), &entry(&io, &key).to_vec::<f32>(), 1e-4);
+        for (r, row) in a.to_vec().chunks(6).enumerate() {
+            let q = r % 6;
+            let sum: f32 = row.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "row {r} sums to {sum}");
+            for (k, &p) in row.iter().enumerate() {
+                if k > q {
+                    assert_eq!(p, 0.0, "query {q} sees the later key {k}");
+                } else {
+                    assert!(p > 0.0, "query {q}, key {k}: {p}");
+                }
+            }
+        }
+    }
+}
+
+/// `transformers`' last hidden state is `ln_f` of the last block's output
+/// (the head's input), not the raw block output; the others are the
+/// blocks' inputs. The public block forward reproduces them.
+#[test]
+fn the_last_hidden_state_is_the_final_norms_output() {
+    let gpt = hf_model();
+    let io = io();
+    let out = gpt
+        .run_with(&ids(&io, "gpt2.input_ids"), None, Outputs::ALL)
+        .unwrap();
+    let hidden = out.hidden_states.unwrap();
+    let tr = &gpt.transformer;
+    // Without attentions the block may take the fused path: equal within
+    // float error.
+    let (after_0, none) = tr.h[0].run(hidden[0].clone(), false).unwrap();
+    assert!(none.is_none());
+    assert_close("block 0", &after_0.to_vec(), &hidden[1].to_vec(), 1e-5);
+    let (raw_last, probs) = tr.h[1].run(hidden[1].clone(), true).unwrap();
+    assert_eq!(
+        probs.unwrap().to_vec(),
+        out.attentions.as_ref().unwrap()[1].to_vec()
+    );
+    let final_norm = tr.ln_f.forward(raw_last.clone());
+    assert_eq!(final_norm.to_vec(), hidden[2].to_vec());
+    let moved = raw_last
+        .to_vec()
+        .iter()
+        .zip(hidden[2].to_vec())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        moved > 0.1,
+        "ln_f changes the last block's output ({moved})"
+    );
+    // The head reads it: logits = hidden[2] @ wte^T.
+    let logits = hidden[2].matmul(&tr.wte.weight.t());
+    assert_eq!(logits.to_vec(), out.logits.to_vec());
+}
+
+#[test]
+fn intermediates_are_none_unless_requested() {
+    let gpt = hf_model();
+    let io = io();
+    let x = ids(&io, "gpt2.input_ids");
+    let plain = gpt.run_with(&x, None, Outputs::NONE).unwrap();
+    assert!(plain.hidden_states.is_none() && plain.attentions.is_none());
+    assert_eq!(plain.logits.to_vec(), gpt.logits(&x).unwrap().to_vec());
+    let hidden = gpt
+        .run_with(
+            &x,
+            None,
+            Outputs {
+                output_hidden_states: true,
+                ..Outputs::NONE
+            },
+        )
+        .unwrap();
+    assert_eq!(hidden.hidden_states.map(|h| h.len()), Some(3));
+    assert!(hidden.attentions.is_none());
+    let attn = gpt
+        .run_with(
+            &x,
+            None,
+            Outputs {
+                output_attentions: true,
+                ..Outputs::NONE
+            },
+        )
+        .unwrap();
+    assert!(attn.hidden_states.is_none());
+    assert_eq!(attn.attentions.map(|a| a.len()), Some(2));
+    assert_close(
+        "with attentions",
+        &attn.logits.to_vec(),
+        &plain.logits.to_vec(),
+        1e-5,
+    );
+}
+
+/// Without a graph the plain path may run the attention fused (no
+/// probabilities materialised); with attentions it runs the explicit
+/// softmax. Both give Hugging Face's logits.
+#[test]
+fn fused_and_explicit_attention_agree() {
+    let gpt = hf_model();
+    let io = io();
+    let x = ids(&io, "gpt2.input_ids");
+    let _guard = forma::core::tape::no_grad();
+    let fused = gpt.logits(&x).unwrap().to_vec();
+    let explicit = gpt
+        .run_with(&x, None, Outputs::ALL)
+        .unwrap()
+        .logits
+        .to_vec();
+    assert_close("fused vs explicit", &fused, &explicit, 1e-5);
+    assert_close(
+        "fused logits",
+        &fused,
+        &entry(&io, "gpt2.logits").to_vec::<f32>(),
+        1e-4,
+    );
+    // And one cached step at a time, fused, gives the same logits.
+    let mut cache = KvCache::new();
+    let mut parts = Vec::new();
+    for t in 0..6 {
+        let step = x.narrow::<1>(t, 1).contiguous();
+        parts.push(gpt.logits_cached(&step, &mut cache).unwrap());
+    }
+    let stepped = forma::cat::<1, _, _, _>(&parts).to_vec();
+    assert_close("fused cached logits", &stepped, &fused, 1e-5);
+}
+
+/// With a cache, the new positions' attentions span the cached keys too:
+/// each step's rows are those of the full run.
+#[test]
+fn cached_attentions_are_the_rows_of_the_full_run() {
+    let gpt = hf_model();
+    let io = io();
+    let x = ids(&io, "gpt2.input_ids");
+    let full = gpt.run_with(&x, None, Outputs::ALL).unwrap();
+    let full_attn: Vec<Vec<f32>> = full
+        .attentions
+        .unwrap()
+        .iter()
+        .map(|a| a.to_vec())
+        .collect();
+    let full_hidden: Vec<Vec<f32>> = full
+        .hidden_states
+        .unwrap()
+        .iter()
+        .map(|h| h.to_vec())
+        .collect();
+    let mut cache = KvCache::new();
+    let first = gpt
+        .run_with(
+            &x.narrow::<1>(0, 4).contiguous(),
+            Some(&mut cache),
+            Outputs::ALL,
+        )
+        .unwrap();
+    assert_eq!(
+        first.attentions.as_ref().unwrap()[0].dims()[..],
+        [2, 4, 4, 4]
+    );
+    assert_eq!(cache.len(), 4);
+    let step = gpt
+        .run_with(
+            &x.narrow::<1>(4, 2).contiguous(),
+            Some(&mut cache),
+            Outputs::ALL,
+        )
+        .unwrap();
+    assert_eq!(cache.len(), 6);
+    for (layer, a) in step.attentions.unwrap().iter().enumerate() {
+        assert_eq!(a.dims()[..], [2, 4, 2, 6]);
+        let got = a.to_vec();
+        // [batch, head, query 4 + i, key]
+        let want: Vec<f32> = (0..2 * 4)
+            .flat_map(|bh| (4..6).flat_map(move |q| (0..6).map(move |k| (bh * 6 + q) * 6 + k)))
+            .map(|i| full_attn[layer][i])
+            .collect();
+        assert_close(&format!("cached attentions.{layer}"), &got, &want, 1e-5);
+    }
+    for (i, h) in step.hidden_states.unwrap().iter().enumerate() {
+        assert_eq!(h.dims()[..], [2, 2, 32]);
+        let want: Vec<f32> = (0..2)
+            .flat_map(|b| (4..6).flat_map(move |t| (0..32).map(move |c| (b * 6 + t) * 32 + c)))
+            .map(|j| full_hidden[i][j])
+            .collect();
+        assert_close(
+            &format!("cached hidden_states.{i}"),
+            &h.to_vec(),
+            &want,
+            1e-5,
+        );
+    }
 }
 
 #[test]
