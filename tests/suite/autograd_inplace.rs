@@ -183,3 +183,22 @@ fn a_million_op_chain_drops_without_backward_on_a_small_stack() {
         drop(y);
     });
 }
+
+/// A saved activation is freed when its backward has run, while the graph
+/// (held by the loss) still lives: the version check holds its counter
+/// weakly, not the storage.
+#[test]
+fn backward_frees_saved_activations_before_the_graph_drops() {
+    let x = Tensor::<(C<4>,)>::from_vec(vec![1., 2., 3., 4.], (C,))
+        .unwrap()
+        .requires_grad();
+    let h = x.mul_scalar(2.0);
+    let activation = std::sync::Arc::downgrade(&h.raw().storage);
+    let loss = h.square().sum_all(); // square saves h
+    drop(h);
+    assert!(activation.upgrade().is_some(), "saved until backward");
+    loss.backward();
+    assert!(activation.upgrade().is_none(), "freed by backward");
+    assert_eq!(x.grad().unwrap().to_vec(), [8., 16., 24., 32.]);
+    drop(loss);
+}

@@ -11,7 +11,7 @@ use crate::tensor::Versioned;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
 static LIVE_SAVED: AtomicUsize = AtomicUsize::new(0);
@@ -80,19 +80,23 @@ pub(crate) fn note_forward_anomaly(name: &'static str) {
 /// A tensor a backward closure reads, as it was when the op ran: its
 /// storage's version counter and the version then, like PyTorch's
 /// `SavedVariable`. Made by [`crate::Tensor::saved`] or [`Raw::saved`].
+///
+/// It holds the counter weakly: the closure that reads the tensor keeps its
+/// storage alive, and once backward has run and dropped the closure, the
+/// activation is freed even while the node itself lives on.
 #[derive(Clone)]
 pub struct Saved {
-    counter: Arc<dyn Versioned>,
+    counter: Weak<dyn Versioned>,
     at: u64,
     dims: Dims,
     dtype: DType,
 }
 
 impl Saved {
-    pub(crate) fn new(counter: Arc<dyn Versioned>, dims: &[usize], dtype: DType) -> Self {
+    pub(crate) fn new(counter: &Arc<dyn Versioned>, dims: &[usize], dtype: DType) -> Self {
         Saved {
             at: counter.version(),
-            counter,
+            counter: Arc::downgrade(counter),
             dims: Dims::from_slice(dims),
             dtype,
         }
@@ -100,7 +104,11 @@ impl Saved {
 
     /// The error when the tensor was written in place since it was saved.
     fn check(&self, op: &'static str, index: usize) -> Result<()> {
-        let now = self.counter.version();
+        // A storage that is gone was not held by the closure: it reads nothing.
+        let Some(counter) = self.counter.upgrade() else {
+            return Ok(());
+        };
+        let now = counter.version();
         if now == self.at {
             return Ok(());
         }

@@ -57,7 +57,7 @@ impl<E: Dtype, D: Backend> Raw<E, D> {
     /// This tensor as a backward saves it (see [`crate::Tensor::saved`]).
     pub fn saved(&self) -> super::Saved {
         super::Saved::new(
-            Arc::clone(&self.storage) as Arc<dyn Versioned>,
+            &(Arc::clone(&self.storage) as Arc<dyn Versioned>),
             &self.layout.dims,
             E::DTYPE,
         )

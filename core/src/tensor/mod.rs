@@ -139,7 +139,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// tensor the backward closure reads.
     pub fn saved(&self) -> crate::tape::Saved {
         crate::tape::Saved::new(
-            Arc::clone(&self.storage) as Arc<dyn Versioned>,
+            &(Arc::clone(&self.storage) as Arc<dyn Versioned>),
             &self.layout.dims,
             E::DTYPE,
         )
