@@ -7,7 +7,7 @@ use crate::dtype::{DType, Dtype, Float};
 use crate::error::{Error, Result};
 use crate::ops::binary::Add;
 use crate::shape::Dims;
-use crate::tensor::Versioned;
+use crate::tensor::{StorageCell, Versioned};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -93,10 +93,15 @@ pub struct Saved {
 }
 
 impl Saved {
-    pub(crate) fn new(counter: &Arc<dyn Versioned>, dims: &[usize], dtype: DType) -> Self {
+    pub(crate) fn new<T: Send + Sync + 'static>(
+        cell: &Arc<StorageCell<T>>,
+        dims: &[usize],
+        dtype: DType,
+    ) -> Self {
+        let counter: Weak<StorageCell<T>> = Arc::downgrade(cell);
         Saved {
-            at: counter.version(),
-            counter: Arc::downgrade(counter),
+            at: cell.version(),
+            counter: counter as Weak<dyn Versioned>,
             dims: Dims::from_slice(dims),
             dtype,
         }

@@ -4,7 +4,7 @@
 use crate::device::Backend;
 use crate::dtype::Dtype;
 use crate::layout::Layout;
-use crate::tensor::{StorageCell, Versioned};
+use crate::tensor::StorageCell;
 use std::sync::Arc;
 
 /// A tensor without its shape type: storage, layout and device.
@@ -56,10 +56,6 @@ impl<E: Dtype, D: Backend> Raw<E, D> {
 
     /// This tensor as a backward saves it (see [`crate::Tensor::saved`]).
     pub fn saved(&self) -> super::Saved {
-        super::Saved::new(
-            &(Arc::clone(&self.storage) as Arc<dyn Versioned>),
-            &self.layout.dims,
-            E::DTYPE,
-        )
+        super::Saved::new(&self.storage, &self.layout.dims, E::DTYPE)
     }
 }

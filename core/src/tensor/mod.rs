@@ -138,11 +138,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// counter and the version now. Pass it to [`Tensor::record`] for every
     /// tensor the backward closure reads.
     pub fn saved(&self) -> crate::tape::Saved {
-        crate::tape::Saved::new(
-            &(Arc::clone(&self.storage) as Arc<dyn Versioned>),
-            &self.layout.dims,
-            E::DTYPE,
-        )
+        crate::tape::Saved::new(&self.storage, &self.layout.dims, E::DTYPE)
     }
 
     /// The typed shape (static dims and the runtime sizes of `Dyn` dims).
