@@ -93,6 +93,15 @@ pub enum Error {
         /// What failed.
         msg: String,
     },
+    /// An error raised inside a module's forward, with the dotted path of
+    /// that module (its `state_dict` prefix, e.g. `encoder.layer.3.attention`).
+    #[error("{path}: {source}")]
+    InModule {
+        /// The module's dotted path.
+        path: String,
+        /// The error the module raised.
+        source: Box<Error>,
+    },
 }
 
 /// `Result` with the core [`Error`].
@@ -114,5 +123,34 @@ impl Error {
             expected: expected.into(),
             actual: fmt_dims(actual),
         })
+    }
+
+    /// The error with the path of the module it was raised in; an error
+    /// that already carries a path (raised deeper) keeps it.
+    pub fn in_module(self, path: impl FnOnce() -> String) -> Self {
+        match self {
+            e @ Error::InModule { .. } => e,
+            e => Error::InModule {
+                path: path(),
+                source: Box::new(e),
+            },
+        }
+    }
+
+    /// The dotted path of the module that raised this error, if it was raised
+    /// inside a module's forward.
+    pub fn module_path(&self) -> Option<&str> {
+        match self {
+            Error::InModule { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The error without the module path around it.
+    pub fn innermost(&self) -> &Error {
+        match self {
+            Error::InModule { source, .. } => source.innermost(),
+            e => e,
+        }
     }
 }

@@ -93,6 +93,14 @@ impl HookHandle {
         (self.remove)()
     }
 
+    /// A handle whose `remove` runs `remove`: how hooks kept elsewhere (a
+    /// module's forward hooks) hand out the same handle type.
+    pub fn from_remove(remove: impl FnOnce() + Send + Sync + 'static) -> Self {
+        HookHandle {
+            remove: Box::new(remove),
+        }
+    }
+
     fn new<E: Dtype, D: Backend>(var: &Arc<Var<E, D>>, id: u64) -> Self {
         let weak: Weak<Var<E, D>> = Arc::downgrade(var);
         HookHandle {

@@ -366,8 +366,20 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// ```
     ///
     /// # Panics
-    /// If `O` disagrees with a `Dyn` size at run time.
+    /// If `O` disagrees with a `Dyn` size at run time; see [`Tensor::try_flatten`].
+    #[track_caller]
     pub fn flatten<O: Dim>(&self) -> Tensor<(<S as HasAxis<0>>::At, O), E, D>
+    where
+        S: HasAxis<0>,
+    {
+        ok(self.try_flatten())
+    }
+
+    /// [`Tensor::flatten`], returning the error.
+    ///
+    /// # Errors
+    /// A shape error when `O` disagrees with the sizes at run time.
+    pub fn try_flatten<O: Dim>(&self) -> Result<Tensor<(<S as HasAxis<0>>::At, O), E, D>>
     where
         S: HasAxis<0>,
     {
@@ -381,7 +393,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         let first = self.layout.dims[0];
         let rest = self.numel().checked_div(first).unwrap_or(0);
         let shape = <(<S as HasAxis<0>>::At, O)>::from_dims(&[first, rest]);
-        ok(shape
+        shape
             .ok_or_else(|| {
                 Error::shape(
                     "flatten",
@@ -389,7 +401,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
                     &self.layout.dims,
                 )
             })
-            .and_then(|s| self.try_reshape_to(s)))
+            .and_then(|s| self.try_reshape_to(s))
     }
 
     /// All elements as a rank-1 tensor.
