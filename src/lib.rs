@@ -58,6 +58,6 @@ pub mod prelude {
     pub use forma_macros::{Module, Sequential};
     pub use forma_nn::optim::Optimizer;
     pub use forma_nn::sched::LrScheduler;
-    pub use forma_nn::{Forward, Module};
+    pub use forma_nn::{child, Forward, Module};
     pub use half::{bf16, f16};
 }

@@ -4,14 +4,17 @@
 //! embedding) are in `forma-core`.
 
 pub mod data;
+pub mod hooks;
 pub mod init;
 pub mod layers;
 pub mod loss;
 pub mod module;
 pub mod optim;
 pub mod sched;
+pub mod scope;
 pub mod state;
 
+pub use forma_core::tape::HookHandle;
 pub use module::{Cx, Forward, Module, ReprNode, Role, TensorField, Training, Visitor, VisitorMut};
 pub use state::{
     Checkpoint, CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo,

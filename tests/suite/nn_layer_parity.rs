@@ -557,10 +557,10 @@ device_tests! {
     fn embedding_index_out_of_range<D>(dev) {
         let m = Embedding::<10, 4, f64, D>::new(dev, &mut rng());
         let idx = Tensor::<(C<2>,), i64, D>::from_vec_on(vec![3, 10], (C,), dev).unwrap();
-        let e = m.try_forward(&idx).unwrap_err().to_string();
+        let e = m.try_lookup(&idx).unwrap_err().to_string();
         assert!(e.contains("10"), "{e}");
         let idx = Tensor::<(C<2>,), i64, D>::from_vec_on(vec![3, -1], (C,), dev).unwrap();
-        assert!(m.try_forward(&idx).is_err());
+        assert!(m.try_lookup(&idx).is_err());
     }
 }
 

@@ -28,7 +28,7 @@ use crate::util::{
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
-use forma::nn::{LoadReport, Module, StateDict};
+use forma::nn::{scope, LoadReport, Module, StateDict};
 use forma::prelude::*;
 use std::path::Path;
 
@@ -452,18 +452,24 @@ impl<
                 }
             }
         }
-        let mut x = self.embeddings.run(input_ids, token_type_ids)?;
+        let mut x = scope::run("embeddings", || {
+            self.embeddings.run(input_ids, token_type_ids)
+        })?;
         let mask = match attention_mask {
             Some(m) => Some(extended_attention_mask::<E, D>(m)?),
             None => None,
         };
         let mut hidden_states = outputs.output_hidden_states.then(Vec::new);
         let mut attentions = outputs.output_attentions.then(Vec::new);
-        for layer in &self.encoder.layer {
+        for (i, layer) in self.encoder.layer.iter().enumerate() {
             if let Some(all) = &mut hidden_states {
                 all.push(x.clone());
             }
-            let (y, probs) = layer.run(x, mask.as_ref(), outputs.output_attentions)?;
+            let (y, probs) = scope::run("encoder", || {
+                scope::run("layer", || {
+                    scope::run(i, || layer.run(x, mask.as_ref(), outputs.output_attentions))
+                })
+            })?;
             if let (Some(all), Some(p)) = (&mut attentions, probs) {
                 all.push(p);
             }
@@ -473,7 +479,10 @@ impl<
             all.push(x.clone());
         }
         let first = x.narrow::<1>(0, 1).try_reshape_to((Dyn(b), C::<H>))?;
-        let pooler_output = self.pooler.dense.forward(first).tanh();
+        let pooler_output = scope::run("pooler", || {
+            self.pooler.dense.try_forward_as("dense", first)
+        })?
+        .tanh();
         Ok(BertOutputs {
             last_hidden_state: x,
             pooler_output,
@@ -598,23 +607,30 @@ impl<const V: usize, const H: usize, const P: usize, const TV: usize, E: Float, 
         token_type_ids: Option<&Tensor<(Dyn, Dyn), i64, D>>,
     ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
         let t = input_ids.size(1);
-        let words = self.word_embeddings.try_forward(input_ids)?.into_dyn();
+        let words = scope::run("word_embeddings", || {
+            self.word_embeddings.try_lookup(input_ids)
+        })?;
         let types = match token_type_ids {
-            Some(ty) => self.token_type_embeddings.try_forward(ty)?.into_dyn(),
+            Some(ty) => self
+                .token_type_embeddings
+                .try_forward_as("token_type_embeddings", ty.clone())?,
             None => {
                 let zeros =
                     Tensor::<(Dyn, Dyn), i64, D>::zeros_on(input_ids.shape(), input_ids.device());
-                self.token_type_embeddings.try_forward(&zeros)?.into_dyn()
+                self.token_type_embeddings
+                    .try_forward_as("token_type_embeddings", zeros)?
             }
         };
         let pos = Tensor::<(Dyn,), i64, D>::arange_on(0.0, t as f64, 1.0, input_ids.device())?;
         let pos = self
             .position_embeddings
-            .try_forward(&pos)?
+            .try_forward_as("position_embeddings", pos)?
             .into_dyn()
             .unsqueeze::<0>();
-        let x: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(&(&words + &types) + &pos);
-        Ok(self.dropout.forward(self.layer_norm.forward(x)))
+        let x: Tensor<(Dyn, Dyn, C<H>), E, D> =
+            restore(&(&words.into_dyn() + &types.into_dyn()) + &pos);
+        let x = self.layer_norm.try_forward_as("LayerNorm", x)?;
+        self.dropout.try_forward_as("dropout", x)
     }
 }
 
@@ -639,10 +655,18 @@ impl<const H: usize, const HEADS: usize, const FFN: usize, E: Float, D: Device<E
         output_attentions: bool,
     ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
         let att = &self.attention;
-        let (ctx, probs) = att.self_.run(&x, mask, output_attentions)?;
-        let x = att.output.run(ctx, &x);
-        let inter = self.intermediate.dense.forward(x.clone()).gelu();
-        Ok((self.output.run(inter, &x), probs))
+        let (ctx, probs) = scope::run("attention", || {
+            scope::run("self", || att.self_.run(&x, mask, output_attentions))
+        })?;
+        let x = scope::run("attention", || {
+            scope::run("output", || att.output.run(ctx, &x))
+        })?;
+        let inter = scope::run("intermediate", || {
+            self.intermediate.dense.try_forward_as("dense", x.clone())
+        })?
+        .gelu();
+        let y = scope::run("output", || self.output.run(inter, &x))?;
+        Ok((y, probs))
     }
 }
 
@@ -663,8 +687,12 @@ impl<const H: usize, const HEADS: usize, E: Float, D: Device<E>> BertSelfAttenti
         mask: Option<&Dyn4<E, D>>,
         output_attentions: bool,
     ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
-        let heads = |l: &Linear<H, H, E, D>| split_heads(&l.forward(x.clone()).into_dyn(), HEADS);
-        let (q, k, v) = (heads(&self.query)?, heads(&self.key)?, heads(&self.value)?);
+        let heads = |name: &'static str, l: &Linear<H, H, E, D>| {
+            split_heads(&l.try_forward_as(name, x.clone())?.into_dyn(), HEADS)
+        };
+        let q = heads("query", &self.query)?;
+        let k = heads("key", &self.key)?;
+        let v = heads("value", &self.value)?;
         let (ctx, probs) = attend(&q, &k, &v, mask, &self.dropout, output_attentions)?;
         Ok((restore(merge_heads(&ctx)?), probs))
     }
@@ -677,9 +705,10 @@ impl<const I: usize, const H: usize, E: Float, D: Device<E>> BertOutput<I, H, E,
         &self,
         x: Tensor<(Dyn, Dyn, C<I>), E, D>,
         residual: &Tensor<(Dyn, Dyn, C<H>), E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<H>), E, D> {
-        let y = self.dropout.forward(self.dense.forward(x));
-        self.layer_norm.forward(&y + residual)
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        let y = self.dense.try_forward_as("dense", x)?;
+        let y = self.dropout.try_forward_as("dropout", y)?;
+        self.layer_norm.try_forward_as("LayerNorm", &y + residual)
     }
 }
 
@@ -697,12 +726,9 @@ impl<
 {
     /// [`Bert::run`] without token types or mask.
     ///
-    /// # Panics
-    /// Where [`Bert::run`] returns an error.
-    fn forward(&self, ids: Tensor<(Dyn, Dyn), i64, D>) -> BertOutputs<H, E, D> {
-        match self.run(&ids, None, None) {
-            Ok(y) => y,
-            Err(e) => panic!("Bert: {e}"),
-        }
+    /// # Errors
+    /// Where [`Bert::run`] returns one, as a tensor error.
+    fn try_forward(&self, ids: Tensor<(Dyn, Dyn), i64, D>) -> forma::Result<BertOutputs<H, E, D>> {
+        Ok(self.run(&ids, None, None)?)
     }
 }

@@ -55,6 +55,20 @@ pub enum ModelError {
     Tensor(#[from] forma::Error),
 }
 
+/// A model error as the tensor error `Forward::try_forward` returns: a
+/// tensor error as it is, the others as an invalid argument of the model.
+impl From<ModelError> for forma::Error {
+    fn from(e: ModelError) -> Self {
+        match e {
+            ModelError::Tensor(e) => e,
+            ModelError::SequenceTooLong { model, .. } | ModelError::Input { model, .. } => {
+                forma::Error::invalid(model, e.to_string())
+            }
+            other => forma::Error::invalid("model", other.to_string()),
+        }
+    }
+}
+
 impl From<CheckpointError> for ModelError {
     fn from(e: CheckpointError) -> Self {
         ModelError::Checkpoint(Box::new(e))

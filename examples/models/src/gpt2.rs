@@ -43,7 +43,7 @@ use crate::util::{
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm};
-use forma::nn::{Module, StateDict};
+use forma::nn::{scope, Module, StateDict};
 use forma::prelude::*;
 use std::path::Path;
 
@@ -72,8 +72,11 @@ impl<const NX: usize, const NF: usize, E: Float, D: Device<E>> Conv1D<NX, NF, E,
 impl<A: Dim, B: Dim, const NX: usize, const NF: usize, E: Float, D: Device<E>>
     Forward<Tensor<(A, B, C<NX>), E, D>, Tensor<(A, B, C<NF>), E, D>> for Conv1D<NX, NF, E, D>
 {
-    fn forward(&self, x: Tensor<(A, B, C<NX>), E, D>) -> Tensor<(A, B, C<NF>), E, D> {
-        &x.matmul(&self.weight) + &self.bias
+    fn try_forward(
+        &self,
+        x: Tensor<(A, B, C<NX>), E, D>,
+    ) -> forma::Result<Tensor<(A, B, C<NF>), E, D>> {
+        Ok(&x.try_matmul(&self.weight)? + &self.bias)
     }
 }
 
@@ -555,10 +558,20 @@ impl<
         }
         let pos =
             Tensor::<(Dyn,), i64, D>::arange_on(past as f64, (past + t) as f64, 1.0, ids.device())?;
-        let pos = tr.wpe.try_forward(&pos)?.into_dyn().unsqueeze::<0>();
-        let tok = tr.wte.try_forward(ids)?.into_dyn();
-        let mut x: Tensor<(Dyn, Dyn, C<H>), E, D> = tr.drop.forward(restore(&tok + &pos));
-        let mask = causal_mask::<E, D>(t, past, ids.device())?;
+        let (x, mask) = scope::run("transformer", || {
+            let pos = tr
+                .wpe
+                .try_forward_as("wpe", pos)?
+                .into_dyn()
+                .unsqueeze::<0>();
+            let tok = scope::run("wte", || tr.wte.try_lookup(ids))?.into_dyn();
+            let x: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(&tok + &pos);
+            Ok((
+                tr.drop.try_forward_as("drop", x)?,
+                causal_mask::<E, D>(t, past, ids.device())?,
+            ))
+        })?;
+        let mut x = x;
         let mut hidden_states = outputs.output_hidden_states.then(Vec::new);
         let mut attentions = outputs.output_attentions.then(Vec::new);
         for (i, block) in tr.h.iter().enumerate() {
@@ -566,18 +579,22 @@ impl<
                 all.push(x.clone());
             }
             let slot = cache.as_mut().map(|c| &mut c.layers[i]);
-            let (y, probs) = block.step(x, slot, &mask, outputs.output_attentions)?;
+            let (y, probs) = scope::run("transformer", || {
+                scope::run("h", || {
+                    scope::run(i, || block.step(x, slot, &mask, outputs.output_attentions))
+                })
+            })?;
             if let (Some(all), Some(p)) = (&mut attentions, probs) {
                 all.push(p);
             }
             x = y;
         }
-        let x = tr.ln_f.forward(x);
+        let x = scope::run("transformer", || tr.ln_f.try_forward_as("ln_f", x))?;
         if let Some(all) = &mut hidden_states {
             all.push(x.clone());
         }
         Ok(Gpt2Outputs {
-            logits: x.matmul(&tr.wte.weight.t()),
+            logits: x.try_matmul(&tr.wte.weight.t())?,
             hidden_states,
             attentions,
         })
@@ -798,11 +815,11 @@ impl<
         mask: &Dyn4<E, D>,
         output_attentions: bool,
     ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
-        let (a, probs) =
-            self.attn
-                .step(self.ln_1.forward(x.clone()), slot, mask, output_attentions)?;
+        let h = self.ln_1.try_forward_as("ln_1", x.clone())?;
+        let (a, probs) = scope::run("attn", || self.attn.step(h, slot, mask, output_attentions))?;
         let x = &x + &a;
-        let m = self.mlp.run(self.ln_2.forward(x.clone()));
+        let h = self.ln_2.try_forward_as("ln_2", x.clone())?;
+        let m = scope::run("mlp", || self.mlp.run(h))?;
         Ok((&x + &m, probs))
     }
 }
@@ -820,7 +837,7 @@ impl<const H: usize, const QKV: usize, const HEADS: usize, E: Float, D: Device<E
         mask: &Dyn4<E, D>,
         output_attentions: bool,
     ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
-        let qkv = self.c_attn.forward(x).into_dyn();
+        let qkv = self.c_attn.try_forward_as("c_attn", x)?.into_dyn();
         let q = split_heads(&qkv.narrow::<2>(0, H), HEADS)?;
         let mut k = split_heads(&qkv.narrow::<2>(H, H), HEADS)?;
         let mut v = split_heads(&qkv.narrow::<2>(2 * H, H), HEADS)?;
@@ -840,15 +857,26 @@ impl<const H: usize, const QKV: usize, const HEADS: usize, E: Float, D: Device<E
             output_attentions,
         )?;
         let ctx: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(merge_heads(&ctx)?);
-        Ok((self.resid_dropout.forward(self.c_proj.forward(ctx)), probs))
+        let y = self.c_proj.try_forward_as("c_proj", ctx)?;
+        Ok((
+            self.resid_dropout.try_forward_as("resid_dropout", y)?,
+            probs,
+        ))
     }
 }
 
 impl<const H: usize, const FF: usize, E: Float, D: Device<E>> Gpt2Mlp<H, FF, E, D> {
     /// `dropout(c_proj(gelu_new(c_fc(x))))`, like `GPT2MLP`.
-    pub fn run(&self, x: Tensor<(Dyn, Dyn, C<H>), E, D>) -> Tensor<(Dyn, Dyn, C<H>), E, D> {
-        let h = self.c_fc.forward(x).gelu_tanh();
-        self.dropout.forward(self.c_proj.forward(h))
+    ///
+    /// # Errors
+    /// A tensor error of its ops.
+    pub fn run(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        let h = self.c_fc.try_forward_as("c_fc", x)?.gelu_tanh();
+        let y = self.c_proj.try_forward_as("c_proj", h)?;
+        self.dropout.try_forward_as("dropout", y)
     }
 }
 
@@ -866,13 +894,13 @@ impl<
 {
     /// [`Gpt2LMHeadModel::logits`].
     ///
-    /// # Panics
-    /// Where [`Gpt2LMHeadModel::logits`] returns an error.
-    fn forward(&self, ids: Tensor<(Dyn, Dyn), i64, D>) -> Tensor<(Dyn, Dyn, C<V>), E, D> {
-        match self.logits(&ids) {
-            Ok(y) => y,
-            Err(e) => panic!("GPT-2: {e}"),
-        }
+    /// # Errors
+    /// Where [`Gpt2LMHeadModel::logits`] returns one, as a tensor error.
+    fn try_forward(
+        &self,
+        ids: Tensor<(Dyn, Dyn), i64, D>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<V>), E, D>> {
+        Ok(self.logits(&ids)?)
     }
 }
 

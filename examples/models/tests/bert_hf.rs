@@ -368,8 +368,47 @@ fn too_long_and_mismatched_inputs_are_errors() {
         Err(ModelError::Input { .. })
     ));
     let bad = Tensor::<(Dyn, Dyn), i64>::from_vec(vec![1, 99], (Dyn(1), Dyn(2))).unwrap();
-    assert!(matches!(
-        bert.run(&bad, None, None),
-        Err(ModelError::Tensor(_))
-    ));
+    match bert.run(&bad, None, None) {
+        Err(ModelError::Tensor(e)) => {
+            // The error names the module that raised it, in state_dict names.
+            assert_eq!(e.module_path(), Some("embeddings.word_embeddings"));
+            let msg = e.to_string();
+            assert!(msg.starts_with("embeddings.word_embeddings: "), "{msg}");
+            assert!(msg.contains("index 99 is out of range"), "{msg}");
+        }
+        other => panic!("expected a tensor error, got {other:?}"),
+    }
+}
+
+/// A forward hook on every layer's last LayerNorm (`encoder.layer.*.output.LayerNorm`)
+/// sees exactly the hidden states `output_hidden_states` returns after the
+/// embeddings, in order, with their paths.
+#[test]
+fn a_forward_hook_sees_each_layers_output() {
+    use std::sync::{Arc, Mutex};
+    let bert = hf_model();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let handle = forma::nn::hooks::register_forward_hook(
+        "encoder.layer.*.output.LayerNorm",
+        move |path, y: &Tensor<(Dyn, Dyn, C<32>)>| {
+            s.lock().unwrap().push((path.to_string(), y.to_vec()));
+            None
+        },
+    );
+    let out = run_fixture(
+        &bert,
+        Outputs {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    handle.remove();
+    let seen = seen.lock().unwrap();
+    let hidden = out.hidden_states.expect("requested");
+    assert_eq!(seen.len(), hidden.len() - 1);
+    for (i, (path, y)) in seen.iter().enumerate() {
+        assert_eq!(path, &format!("encoder.layer.{i}.output.LayerNorm"));
+        assert_eq!(y, &hidden[i + 1].to_vec());
+    }
 }

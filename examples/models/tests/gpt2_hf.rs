@@ -28,6 +28,19 @@ fn hf_file() -> StateDict {
         .tensors
 }
 
+/// An id outside the vocabulary fails in `transformer.wte`, named so.
+#[test]
+fn an_error_names_the_module_that_raised_it() {
+    let gpt2 = hf_model();
+    let bad = Tensor::<(Dyn, Dyn), i64>::from_vec(vec![1, 100_000], (Dyn(1), Dyn(2))).unwrap();
+    let err = gpt2.try_forward(bad).unwrap_err();
+    assert_eq!(err.module_path(), Some("transformer.wte"), "{err}");
+    assert!(
+        err.to_string().contains("index 100000 is out of range"),
+        "{err}"
+    );
+}
+
 #[test]
 fn logits_match_transformers() {
     let gpt = hf_model();

@@ -18,9 +18,30 @@ use tokio::time::{timeout_at, Instant};
 /// Why a request got no prediction.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BatchError {
-    /// The forward pass panicked; the batcher carries on with the next batch.
+    /// The model refused the batch's input (a shape, an argument or an index
+    /// it cannot take): the client's to fix, answered 422.
+    #[error("the model cannot take this input: {0}")]
+    Rejected(String),
+    /// The forward pass failed for a reason of the server's (a backend or
+    /// device failure), answered 500; the batcher carries on with the next
+    /// batch.
     #[error("the model failed on this batch: {0}")]
     ModelFailed(String),
+}
+
+impl BatchError {
+    /// The request's share of a failed forward pass: input errors are the
+    /// client's, the rest the server's.
+    fn from_model(e: &forma::Error) -> Self {
+        use forma::Error as E;
+        match e.innermost() {
+            E::Shape(_)
+            | E::InvalidArgument { .. }
+            | E::IndexOutOfRange { .. }
+            | E::DataLength { .. } => BatchError::Rejected(e.to_string()),
+            _ => BatchError::ModelFailed(e.to_string()),
+        }
+    }
 }
 
 /// One request's images and where to send their predictions.
@@ -115,8 +136,18 @@ async fn run_batch(model: &Arc<Classifier>, jobs: Vec<Job>, images: usize, metri
     let model = Arc::clone(model);
     // The forward pass is seconds of CPU at worst: off the async workers, so
     // that accepting and parsing requests goes on meanwhile.
-    let result = tokio::task::spawn_blocking(move || model.predict(&pixels)).await;
+    // The model reports a bad input or a failure as an error value, never
+    // as a panic. A blocking task that does not finish normally (a panic,
+    // which is a bug, or a runtime shutting down) is answered as a server
+    // error without looking inside.
+    let result = tokio::task::spawn_blocking(move || model.try_predict(&pixels)).await;
     metrics.batch(images, requests);
+    let result = match result {
+        Ok(r) => r.map_err(|e| BatchError::from_model(&e)),
+        Err(join) => Err(BatchError::ModelFailed(format!(
+            "the forward pass did not finish: {join}"
+        ))),
+    };
     match result {
         Ok(predictions) => {
             let mut rest = predictions.into_iter();
@@ -126,17 +157,58 @@ async fn run_batch(model: &Arc<Classifier>, jobs: Vec<Job>, images: usize, metri
             }
         }
         Err(e) => {
-            let why = match e.try_into_panic() {
-                Ok(p) => p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panic".into()),
-                Err(e) => e.to_string(),
-            };
             for (_, reply) in replies {
-                let _ = reply.send(Err(BatchError::ModelFailed(why.clone())));
+                let _ = reply.send(Err(e.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Normalization;
+    use forma::prelude::*;
+    use forma_examples::train::Cnn;
+
+    fn classifier() -> Arc<Classifier> {
+        let model = Cnn::new(&mut Rng::seed_from(0));
+        Arc::new(Classifier::new(
+            model,
+            Normalization {
+                mean: 0.0,
+                std: 1.0,
+            },
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_batch_the_model_refuses_is_answered_as_rejected_not_a_panic() {
+        let metrics = Metrics::default();
+        // Half an image: the model's input shape cannot hold it.
+        let (job, answer) = Job::new(vec![0.5; PIXELS / 2]);
+        run_batch(&classifier(), vec![job], 1, &metrics).await;
+        match answer.await.expect("answered") {
+            Err(BatchError::Rejected(why)) => {
+                assert!(
+                    why.contains("not a whole number of 784-pixel images"),
+                    "{why}"
+                )
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_good_batch_is_answered_per_job() {
+        let metrics = Metrics::default();
+        let (a, ra) = Job::new(vec![0.1; PIXELS]);
+        let (b, rb) = Job::new(vec![0.9; 2 * PIXELS]);
+        run_batch(&classifier(), vec![a, b], 3, &metrics).await;
+        let a = ra.await.expect("answered").expect("a prediction");
+        let b = rb.await.expect("answered").expect("predictions");
+        assert_eq!((a.len(), b.len()), (1, 2));
+        let sum: f32 = a[0].probabilities.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-5, "{sum}");
     }
 }

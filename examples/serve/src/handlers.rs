@@ -230,12 +230,13 @@ async fn predict_inner(st: &AppState, req: Request) -> Result<(Response, usize),
                 "the batcher stopped before answering",
             )
         })?
-        .map_err(|e: BatchError| {
-            ApiError::new(
+        .map_err(|e: BatchError| match e {
+            BatchError::Rejected(_) => ApiError::invalid("rejected_by_model", e.to_string()),
+            BatchError::ModelFailed(_) => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "model_failed",
                 e.to_string(),
-            )
+            ),
         })?;
     let response = if single {
         match predictions.into_iter().next() {

@@ -86,30 +86,47 @@ impl Classifier {
     /// PyTorch's), so the guard is taken here, on whichever thread runs the
     /// forward, rather than once at startup on another.
     ///
-    /// # Panics
-    /// When `pixels` is empty or not a whole number of images.
-    pub fn predict(&self, pixels: &[f32]) -> Vec<Prediction> {
-        assert!(
-            !pixels.is_empty() && pixels.len().is_multiple_of(PIXELS),
-            "predict: {} values are not a whole number of {PIXELS}-pixel images",
-            pixels.len()
-        );
+    /// # Errors
+    /// [`forma::Error::InvalidArgument`] when `pixels` is empty or not a
+    /// whole number of images; what the model's forward returns (with the
+    /// path of the layer that raised it); a backend failure.
+    pub fn try_predict(&self, pixels: &[f32]) -> forma::Result<Vec<Prediction>> {
+        if pixels.is_empty() || !pixels.len().is_multiple_of(PIXELS) {
+            return Err(forma::Error::invalid(
+                "predict",
+                format!(
+                    "{} values are not a whole number of {PIXELS}-pixel images",
+                    pixels.len()
+                ),
+            ));
+        }
         let n = pixels.len() / PIXELS;
         let Normalization { mean, std } = self.normalization;
         let values: Vec<f32> = pixels.iter().map(|&p| (p - mean) / std).collect();
         let _no_grad = no_grad();
-        let x = Images::from_vec(values, (Dyn(n), C, C, C))
-            .expect("the length was checked against the shape");
-        let logits: Logits = self.model.forward(x);
-        let probs = logits.softmax::<1>().to_vec();
-        let classes = logits.argmax::<1>().to_vec();
-        let logits = logits.to_vec();
-        (0..n)
+        let x = Images::from_vec(values, (Dyn(n), C, C, C))?;
+        let logits: Logits = self.model.try_forward(x)?;
+        let probs = logits.softmax::<1>().try_to_vec()?;
+        let classes = logits.argmax::<1>().try_to_vec()?;
+        let logits = logits.try_to_vec()?;
+        Ok((0..n)
             .map(|i| Prediction {
                 class: classes[i] as usize,
                 probabilities: probs[i * CLASSES..(i + 1) * CLASSES].to_vec(),
                 logits: logits[i * CLASSES..(i + 1) * CLASSES].to_vec(),
             })
-            .collect()
+            .collect())
+    }
+
+    /// [`Classifier::try_predict`] for callers that treat an error as a bug.
+    ///
+    /// # Panics
+    /// Where `try_predict` returns an error.
+    #[track_caller]
+    pub fn predict(&self, pixels: &[f32]) -> Vec<Prediction> {
+        match self.try_predict(pixels) {
+            Ok(p) => p,
+            Err(e) => panic!("predict: {e}"),
+        }
     }
 }

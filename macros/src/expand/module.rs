@@ -51,12 +51,14 @@ fn expand(cont: &Container) -> TokenStream {
     let visit = visit_fn(root, &visited, false);
     let visit_mut = visit_fn(root, &visited, true);
     let describe = describe_fn(cont, &visited);
+    let child_name = child_name_fn(&visited);
     quote! {
         #[automatically_derived]
         impl #impl_generics #root::Module for #ident #ty_generics #where_clause {
             #visit
             #visit_mut
             #describe
+            #child_name
         }
     }
 }
@@ -147,6 +149,34 @@ fn visit_fn(root: &syn::Path, fields: &[&Field], mutable: bool) -> TokenStream {
         fn #name<__V: #root::#visitor>(#receiver, __cx: &mut #root::Cx, __v: &mut __V) {
             for __phase in #root::module::Phase::ALL {
                 #(#steps)*
+            }
+        }
+    }
+}
+
+/// `child_name`: a field's name in dotted paths (its rename, `""` when
+/// flattened), for the module paths of errors and hooks. Only fields whose
+/// key differs from their name need an arm.
+fn child_name_fn(fields: &[&Field]) -> TokenStream {
+    let arms: Vec<TokenStream> = fields
+        .iter()
+        .filter(|f| f.key() != f.name)
+        .map(|f| {
+            let (name, key) = (&f.name, f.key());
+            quote!(#name => #key,)
+        })
+        .collect();
+    if arms.is_empty() {
+        return TokenStream::new();
+    }
+    quote! {
+        fn child_name(field: &'static str) -> &'static str
+        where
+            Self: Sized,
+        {
+            match field {
+                #(#arms)*
+                other => other,
             }
         }
     }

@@ -415,7 +415,11 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
             quote!(: #t)
         });
         steps.push(quote_spanned! {span=>
-            let __x #annotation = ::forma::nn::Forward::forward(&self.#member, __x);
+            let __x #annotation = ::forma::nn::Forward::try_forward_as(
+                &self.#member,
+                <Self as ::forma::nn::Module>::child_name(#name),
+                __x,
+            )?;
         });
         shape = next;
         prev = format!("`{name}`");
@@ -449,9 +453,9 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl #impl_generics ::forma::nn::Forward<#in_ty, #out_ty> for #ident #ty_generics #where_clause {
-            fn forward(&self, __x: #in_ty) -> #out_ty {
+            fn try_forward(&self, __x: #in_ty) -> ::forma::Result<#out_ty> {
                 #(#steps)*
-                #last
+                ::core::result::Result::Ok(#last)
             }
         }
     }

@@ -23,8 +23,8 @@ macro_rules! activation {
         }
 
         impl<S: Shape, E: Float, D: Device<E>> Forward<Tensor<S, E, D>, Tensor<S, E, D>> for $name {
-            fn forward(&self, $x: Tensor<S, E, D>) -> Tensor<S, E, D> {
-                $body
+            fn try_forward(&self, $x: Tensor<S, E, D>) -> forma_core::Result<Tensor<S, E, D>> {
+                Ok($body)
             }
         }
     )*};
@@ -100,8 +100,8 @@ impl LeakyRelu {
 }
 
 impl<S: Shape, E: Float, D: Device<E>> Forward<Tensor<S, E, D>, Tensor<S, E, D>> for LeakyRelu {
-    fn forward(&self, x: Tensor<S, E, D>) -> Tensor<S, E, D> {
-        x.leaky_relu(self.negative_slope)
+    fn try_forward(&self, x: Tensor<S, E, D>) -> forma_core::Result<Tensor<S, E, D>> {
+        Ok(x.leaky_relu(self.negative_slope))
     }
 }
 
@@ -162,9 +162,9 @@ macro_rules! softmax_forward {
         impl<$($d: Dim,)* E: Float, D: Device<E>, const DIM: isize>
             Forward<Tensor<($($d,)*), E, D>, Tensor<($($d,)*), E, D>> for $layer<DIM>
         {
-            fn forward(&self, x: Tensor<($($d,)*), E, D>) -> Tensor<($($d,)*), E, D> {
+            fn try_forward(&self, x: Tensor<($($d,)*), E, D>) -> forma_core::Result<Tensor<($($d,)*), E, D>> {
                 match const { resolve_dim(stringify!($layer), DIM, $rank) } {
-                    $($i => x.$method::<$i>(),)*
+                    $($i => Ok(x.$method::<$i>()),)*
                     _ => unreachable!("resolve_dim returns an axis below the rank"),
                 }
             }

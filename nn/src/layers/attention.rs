@@ -196,26 +196,25 @@ impl<E: Float, D: Device<E>> Masks<E, D> {
     fn apply(
         &self,
         mut scores: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
-    ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
+    ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
         match &self.attn {
-            Some(ErasedMask::Hide(m)) => scores = scores.masked_fill(m, f64::NEG_INFINITY),
+            Some(ErasedMask::Hide(m)) => scores = scores.try_masked_fill(m, f64::NEG_INFINITY)?,
             Some(ErasedMask::Add(m)) => scores = &scores + m,
             None => {}
         }
         match &self.key_padding {
             Some(ErasedMask::Hide(m)) => {
                 let m = m.unsqueeze::<1>().unsqueeze::<1>();
-                scores = scores.masked_fill(&m, f64::NEG_INFINITY);
+                scores = scores.try_masked_fill(&m, f64::NEG_INFINITY)?;
             }
             Some(ErasedMask::Add(m)) => scores = &scores + &m.unsqueeze::<1>().unsqueeze::<1>(),
             None => {}
         }
         if self.causal {
-            let hide = causal_mask(scores.size(2), scores.size(3), scores.device())
-                .expect("the mask has t * s entries");
-            scores = scores.masked_fill(&hide, f64::NEG_INFINITY);
+            let hide = causal_mask(scores.size(2), scores.size(3), scores.device())?;
+            scores = scores.try_masked_fill(&hide, f64::NEG_INFINITY)?;
         }
-        scores
+        Ok(scores)
     }
 }
 
@@ -236,9 +235,9 @@ impl DropoutRng {
         &self,
         x: Tensor<S, E, D>,
         p: f64,
-    ) -> Tensor<S, E, D> {
+    ) -> Result<Tensor<S, E, D>> {
         if p == 0.0 {
-            return x;
+            return Ok(x);
         }
         let keep = 1.0 - p;
         let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
@@ -249,12 +248,8 @@ impl DropoutRng {
                 .collect()
         };
         let flat = x.flatten_all();
-        let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())
-            .expect("one mask value per element");
-        match (&flat * &mask).try_reshape_to(x.shape()) {
-            Ok(y) => y,
-            Err(e) => unreachable!("dropout keeps the sizes: {e}"),
-        }
+        let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())?;
+        (&flat * &mask).try_reshape_to(x.shape())
     }
 }
 
@@ -328,8 +323,8 @@ impl<X, Y, const EMBED: usize, E: Float, D: Device<E>> Forward<X, Y>
 where
     Linear<EMBED, EMBED, E, D>: Forward<X, Y>,
 {
-    fn forward(&self, x: X) -> Y {
-        self.linear.forward(x)
+    fn try_forward(&self, x: X) -> Result<Y> {
+        self.linear.try_forward(x)
     }
 }
 
@@ -444,13 +439,13 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         &self,
         x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         part: usize,
-    ) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
+    ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
         let w = self.in_proj_weight.narrow_static::<0, EMBED>(part * EMBED);
         let b = self
             .in_proj_bias
             .as_ref()
             .map(|b| b.narrow_static::<0, EMBED>(part * EMBED));
-        Self::heads(&x.linear(&w, b.as_ref()))
+        Self::heads(&x.try_linear(&w, b.as_ref())?)
     }
 
     /// Self-attention's three projections as one product with the stacked
@@ -460,23 +455,24 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     fn project_packed(
         &self,
         x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-    ) -> [Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3] {
-        let y = x.linear(&self.in_proj_weight, self.in_proj_bias.as_ref());
-        std::array::from_fn(|part| Self::heads(&y.narrow::<2>(part * EMBED, EMBED)))
+    ) -> Result<[Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3]> {
+        let y = x.try_linear(&self.in_proj_weight, self.in_proj_bias.as_ref())?;
+        let part = |p: usize| Self::heads(&y.narrow::<2>(p * EMBED, EMBED));
+        Ok([part(0)?, part(1)?, part(2)?])
     }
 
     /// `[batch, len, EMBED]` (a view whose last axis is EMBED long) split
     /// into heads: `[batch, HEADS, len, EMBED / HEADS]`.
-    fn heads<L: Dim>(y: &Tensor<(Dyn, Dyn, L), E, D>) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
-        let split = y
-            .try_reshape_to((
-                Dyn(y.size(0)),
-                Dyn(y.size(1)),
-                Dyn(HEADS),
-                Dyn(EMBED / HEADS),
-            ))
-            .expect("EMBED splits into HEADS (checked at build time)");
-        split.transpose::<1, 2>()
+    fn heads<L: Dim>(
+        y: &Tensor<(Dyn, Dyn, L), E, D>,
+    ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
+        let split = y.try_reshape_to((
+            Dyn(y.size(0)),
+            Dyn(y.size(1)),
+            Dyn(HEADS),
+            Dyn(EMBED / HEADS),
+        ))?;
+        Ok(split.transpose::<1, 2>())
     }
 
     /// The query, key and value heads `[batch, HEADS, len, EMBED / HEADS]`.
@@ -485,7 +481,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-    ) -> [Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3] {
+    ) -> Result<[Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3]> {
         const { assert_heads(EMBED, HEADS) };
         let one_input = [key, value]
             .iter()
@@ -493,11 +489,11 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         if one_input {
             self.project_packed(query)
         } else {
-            [
-                self.project(query, 0),
-                self.project(key, 1),
-                self.project(value, 2),
-            ]
+            Ok([
+                self.project(query, 0)?,
+                self.project(key, 1)?,
+                self.project(value, 2)?,
+            ])
         }
     }
 
@@ -507,13 +503,13 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         &self,
         ctx: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<EMBED>), E, D> {
-        let merged = ctx
-            .transpose::<1, 2>()
-            .contiguous()
-            .try_reshape_to((Dyn(query.size(0)), Dyn(query.size(1)), C::<EMBED>))
-            .expect("heads merge back into EMBED");
-        self.out_proj.forward(merged)
+    ) -> Result<Tensor<(Dyn, Dyn, C<EMBED>), E, D>> {
+        let merged = ctx.transpose::<1, 2>().contiguous().try_reshape_to((
+            Dyn(query.size(0)),
+            Dyn(query.size(1)),
+            C::<EMBED>,
+        ))?;
+        self.out_proj.try_forward_as("out_proj", merged)
     }
 
     /// The computation on erased sizes: the output `[batch, T, EMBED]`. It
@@ -526,12 +522,12 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         masks: &Masks<E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<EMBED>), E, D> {
+    ) -> Result<Tensor<(Dyn, Dyn, C<EMBED>), E, D>> {
         let dropout = self.training.is_on() && self.dropout > 0.0;
         if dropout || (masks.attn.is_some() && masks.key_padding.is_some()) {
-            return self.attend_erased_weights(query, key, value, masks).0;
+            return Ok(self.attend_erased_weights(query, key, value, masks)?.0);
         }
-        let [q, k, v] = self.project_all(query, key, value);
+        let [q, k, v] = self.project_all(query, key, value)?;
         let (b, t, s) = (q.size(0), q.size(2), k.size(2));
         let scores = (Dyn(b), Dyn(HEADS), Dyn(t), Dyn(s));
         let mask = match (&masks.attn, &masks.key_padding) {
@@ -539,12 +535,12 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
             (_, Some(m)) => {
                 let m = m
                     .additive()
-                    .try_reshape_to((Dyn(b), Dyn(1), Dyn(1), Dyn(s)));
-                Some(m.expect("a [batch, S] mask").expand(scores))
+                    .try_reshape_to((Dyn(b), Dyn(1), Dyn(1), Dyn(s)))?;
+                Some(m.expand(scores))
             }
             (None, None) => None,
         };
-        let ctx = q.scaled_dot_product_attention(&k, &v, mask.as_ref(), masks.causal, None);
+        let ctx = q.try_scaled_dot_product_attention(&k, &v, mask.as_ref(), masks.causal, None)?;
         self.merge(ctx, query)
     }
 
@@ -557,19 +553,19 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         masks: &Masks<E, D>,
-    ) -> (
+    ) -> Result<(
         Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
-    ) {
-        let [q, k, v] = self.project_all(query, key, value);
+    )> {
+        let [q, k, v] = self.project_all(query, key, value)?;
         // PyTorch scales the queries before the product.
         let scale = 1.0 / ((EMBED / HEADS) as f64).sqrt();
-        let scores = masks.apply(q.mul_scalar(scale).matmul(&k.transpose::<2, 3>()));
+        let scores = masks.apply(q.mul_scalar(scale).try_matmul(&k.transpose::<2, 3>())?)?;
         let mut weights = scores.softmax::<3>();
         if self.training.is_on() && self.dropout > 0.0 {
-            weights = self.drop.apply(weights, self.dropout);
+            weights = self.drop.apply(weights, self.dropout)?;
         }
-        (self.merge(weights.matmul(&v), query), weights)
+        Ok((self.merge(weights.try_matmul(&v)?, query)?, weights))
     }
 
     /// Checks the sizes of one call and erases them.
@@ -609,6 +605,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     ///
     /// # Panics
     /// If run-time sizes disagree; see [`MultiheadAttention::try_attend_with`].
+    #[track_caller]
     pub fn attend_with<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
@@ -635,7 +632,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Result<Tensor<(B, T, C<EMBED>), E, D>> {
         let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
-        Ok(restore(self.attend_erased(&q, &k, &v, &masks)))
+        Ok(restore(self.attend_erased(&q, &k, &v, &masks)?))
     }
 
     /// [`MultiheadAttention::attend_with`] that also returns the attention
@@ -643,7 +640,9 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     /// `need_weights=True, average_attn_weights=True`.
     ///
     /// # Panics
-    /// If run-time sizes disagree, as [`MultiheadAttention::try_attend_with`].
+    /// If run-time sizes disagree; see
+    /// [`MultiheadAttention::try_attend_with_weights`].
+    #[track_caller]
     pub fn attend_with_weights<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
@@ -651,15 +650,29 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         value: &Tensor<(B, S, C<EMBED>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> AttnOutput<B, T, S, EMBED, E, D> {
-        let ([q, k, v], masks) = match Self::prepare(query, key, value, &masks) {
-            Ok(p) => p,
+        match self.try_attend_with_weights(query, key, value, masks) {
+            Ok(y) => y,
             Err(e) => panic!("{e}"),
-        };
-        let (y, w) = self.attend_erased_weights(&q, &k, &v, &masks);
-        AttnOutput {
+        }
+    }
+
+    /// Fallible [`MultiheadAttention::attend_with_weights`].
+    ///
+    /// # Errors
+    /// As [`MultiheadAttention::try_attend_with`].
+    pub fn try_attend_with_weights<B: Dim, T: Dim, S: Dim>(
+        &self,
+        query: &Tensor<(B, T, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<EMBED>), E, D>,
+        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        masks: AttnMasks<'_, B, T, S, E, D>,
+    ) -> Result<AttnOutput<B, T, S, EMBED, E, D>> {
+        let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
+        let (y, w) = self.attend_erased_weights(&q, &k, &v, &masks)?;
+        Ok(AttnOutput {
             output: restore(y),
             weights: restore(w.mean::<1>()),
-        }
+        })
     }
 
     /// Attention with a bool key padding mask (`[batch, S]`, `true` for keys
@@ -668,6 +681,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     ///
     /// # Panics
     /// If run-time sizes disagree.
+    #[track_caller]
     pub fn attend<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
@@ -690,7 +704,10 @@ impl<B: Dim, T: Dim, const EMBED: usize, const HEADS: usize, E: Float, D: Device
     for MultiheadAttention<EMBED, HEADS, E, D>
 {
     /// Self-attention without masks.
-    fn forward(&self, x: Tensor<(B, T, C<EMBED>), E, D>) -> Tensor<(B, T, C<EMBED>), E, D> {
-        self.attend_with(&x, &x, &x, AttnMasks::default())
+    fn try_forward(
+        &self,
+        x: Tensor<(B, T, C<EMBED>), E, D>,
+    ) -> Result<Tensor<(B, T, C<EMBED>), E, D>> {
+        self.try_attend_with(&x, &x, &x, AttnMasks::default())
     }
 }

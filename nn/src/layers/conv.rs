@@ -5,7 +5,7 @@ use super::fan_in_uniform;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::conv::{add_channel_bias, Conv2dParams, ConvTranspose2dParams};
-use forma_core::{Dim, Dyn, Float, Rng, Tensor, C};
+use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -117,7 +117,10 @@ impl<
     > Forward<Tensor<(B, C<I>, H, W), E, D>, Tensor<(B, C<O>, H2, W2), E, D>>
     for Conv2d<I, O, K, S, P, L, E, D>
 {
-    fn forward(&self, x: Tensor<(B, C<I>, H, W), E, D>) -> Tensor<(B, C<O>, H2, W2), E, D> {
+    fn try_forward(
+        &self,
+        x: Tensor<(B, C<I>, H, W), E, D>,
+    ) -> Result<Tensor<(B, C<O>, H2, W2), E, D>> {
         const {
             assert_window("Conv2d", "height", H::STATIC, K, S, P, L, H2::STATIC);
             assert_window("Conv2d", "width", W::STATIC, K, S, P, L, W2::STATIC);
@@ -128,7 +131,7 @@ impl<
             dilation: [L, L],
             groups: self.groups,
         };
-        let y = x.conv2d(&self.weight, p);
+        let y = x.try_conv2d(&self.weight, p)?;
         let y = match &self.bias {
             Some(b) => add_channel_bias(&y, b),
             None => y,
@@ -242,19 +245,24 @@ impl<
     > Forward<Tensor<(B, C<I>, Len), E, D>, Tensor<(B, C<O>, Len2), E, D>>
     for Conv1d<I, O, K, S, P, L, E, D>
 {
-    fn forward(&self, x: Tensor<(B, C<I>, Len), E, D>) -> Tensor<(B, C<O>, Len2), E, D> {
+    fn try_forward(
+        &self,
+        x: Tensor<(B, C<I>, Len), E, D>,
+    ) -> Result<Tensor<(B, C<O>, Len2), E, D>> {
         const {
             assert_window("Conv1d", "length", Len::STATIC, K, S, P, L, Len2::STATIC);
         };
-        let y = x.conv1d(&self.weight, S, P, L, self.groups);
+        let y = x.try_conv1d(&self.weight, S, P, L, self.groups)?;
         let y = match &self.bias {
             Some(b) => add_channel_bias(&y, b),
             None => y,
         };
-        match y.try_into_shape() {
-            Ok(y) => y,
-            Err(e) => panic!("Conv1d: the stated output length does not fit: {e}"),
-        }
+        y.try_into_shape().map_err(|e| {
+            Error::invalid(
+                "Conv1d",
+                format!("the stated output length does not fit: {e}"),
+            )
+        })
     }
 }
 
@@ -381,7 +389,10 @@ impl<
     > Forward<Tensor<(B, C<I>, H, W), E, D>, Tensor<(B, C<O>, H2, W2), E, D>>
     for ConvTranspose2d<I, O, K, S, P, OP, L, E, D>
 {
-    fn forward(&self, x: Tensor<(B, C<I>, H, W), E, D>) -> Tensor<(B, C<O>, H2, W2), E, D> {
+    fn try_forward(
+        &self,
+        x: Tensor<(B, C<I>, H, W), E, D>,
+    ) -> Result<Tensor<(B, C<O>, H2, W2), E, D>> {
         const {
             assert_transposed_window(
                 "ConvTranspose2d",
@@ -413,14 +424,16 @@ impl<
             dilation: [L, L],
             groups: self.groups,
         };
-        let y = x.conv_transpose2d(&self.weight, p);
+        let y = x.try_conv_transpose2d(&self.weight, p)?;
         let y = match &self.bias {
             Some(b) => add_channel_bias(&y, b),
             None => y,
         };
-        match y.try_into_shape() {
-            Ok(y) => y,
-            Err(e) => panic!("ConvTranspose2d: the stated output size does not fit: {e}"),
-        }
+        y.try_into_shape().map_err(|e| {
+            Error::invalid(
+                "ConvTranspose2d",
+                format!("the stated output size does not fit: {e}"),
+            )
+        })
     }
 }

@@ -43,9 +43,9 @@ impl Dropout {
 }
 
 impl<S: Shape, E: Float, D: Device<E>> Forward<Tensor<S, E, D>, Tensor<S, E, D>> for Dropout {
-    fn forward(&self, x: Tensor<S, E, D>) -> Tensor<S, E, D> {
+    fn try_forward(&self, x: Tensor<S, E, D>) -> forma_core::Result<Tensor<S, E, D>> {
         if !self.training.is_on() || self.p == 0.0 {
-            return x;
+            return Ok(x);
         }
         let keep = 1.0 - self.p;
         let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
@@ -56,11 +56,7 @@ impl<S: Shape, E: Float, D: Device<E>> Forward<Tensor<S, E, D>, Tensor<S, E, D>>
                 .collect()
         };
         let flat = x.flatten_all();
-        let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())
-            .expect("one mask value per element");
-        match (&flat * &mask).try_reshape_to(x.shape()) {
-            Ok(y) => y,
-            Err(e) => unreachable!("dropout keeps the sizes: {e}"),
-        }
+        let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())?;
+        (&flat * &mask).try_reshape_to(x.shape())
     }
 }

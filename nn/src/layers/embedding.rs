@@ -76,12 +76,12 @@ impl<const V: usize, const DIM: usize, E: Float, D: Device<E>> Embedding<V, DIM,
         }
     }
 
-    /// The rows of `idx`, with `DIM` appended to its shape; the fallible form
-    /// of `forward`.
+    /// The rows of `idx`, with `DIM` appended to its shape: `forward` on a
+    /// borrowed index tensor.
     ///
     /// # Errors
     /// [`forma_core::Error::IndexOutOfRange`] for an index outside `0..V`.
-    pub fn try_forward<Si: AppendDim>(
+    pub fn try_lookup<Si: AppendDim>(
         &self,
         idx: &Tensor<Si, i64, D>,
     ) -> Result<Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>> {
@@ -123,15 +123,12 @@ impl<Si: AppendDim, const V: usize, const DIM: usize, E: Float, D: Device<E>>
     Forward<Tensor<Si, i64, D>, Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>>
     for Embedding<V, DIM, E, D>
 {
-    /// # Panics
-    /// On an index outside `0..V`; [`Embedding::try_forward`] returns the error.
-    fn forward(
+    /// # Errors
+    /// [`forma_core::Error::IndexOutOfRange`] for an index outside `0..V`.
+    fn try_forward(
         &self,
         idx: Tensor<Si, i64, D>,
-    ) -> Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D> {
-        match self.try_forward(&idx) {
-            Ok(y) => y,
-            Err(e) => panic!("Embedding: {e}"),
-        }
+    ) -> Result<Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>> {
+        self.try_lookup(&idx)
     }
 }

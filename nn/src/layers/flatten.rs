@@ -23,8 +23,8 @@ macro_rules! flatten_forward {
         impl<B: Dim, $($d: Dim,)* O: Dim, E: Float, D: Device<E>>
             Forward<Tensor<(B, $($d,)*), E, D>, Tensor<(B, O), E, D>> for Flatten
         {
-            fn forward(&self, x: Tensor<(B, $($d,)*), E, D>) -> Tensor<(B, O), E, D> {
-                x.flatten::<O>()
+            fn try_forward(&self, x: Tensor<(B, $($d,)*), E, D>) -> forma_core::Result<Tensor<(B, O), E, D>> {
+                x.try_flatten::<O>()
             }
         }
     };

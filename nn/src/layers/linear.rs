@@ -5,7 +5,7 @@ use super::fan_in_uniform;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::shape::Ax;
-use forma_core::{Dim, Dyn, Float, Rng, Tensor, C};
+use forma_core::{Dim, Dyn, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -55,8 +55,8 @@ macro_rules! linear_forward {
         impl<$($d: Dim,)* const I: usize, const O: usize, E: Float, D: Device<E>>
             Forward<Tensor<($($d,)* C<I>,), E, D>, Tensor<($($d,)* C<O>,), E, D>> for Linear<I, O, E, D>
         {
-            fn forward(&self, x: Tensor<($($d,)* C<I>,), E, D>) -> Tensor<($($d,)* C<O>,), E, D> {
-                x.linear(&self.weight, self.bias.as_ref())
+            fn try_forward(&self, x: Tensor<($($d,)* C<I>,), E, D>) -> Result<Tensor<($($d,)* C<O>,), E, D>> {
+                x.try_linear(&self.weight, self.bias.as_ref())
             }
         }
     };
@@ -123,31 +123,22 @@ impl<const I1: usize, const I2: usize, const O: usize, E: Float, D: Device<E>>
         &self,
         x1: Tensor<(Dyn, Dyn), E, D>,
         x2: Tensor<(Dyn, Dyn), E, D>,
-    ) -> Tensor<(Dyn, Dyn), E, D> {
+    ) -> Result<Tensor<(Dyn, Dyn), E, D>> {
         let n = x1.dims()[0];
         // x1 @ [I1, O * I2] gives every `x1^T W_o` at once; a batched product
         // with x2 then finishes each output.
         let w = self.weight.into_dyn().permute::<(Ax<1>, Ax<0>, Ax<2>)>();
-        let w = reshaped(w.try_reshape_to((Dyn(I1), Dyn(O * I2))));
-        let t = reshaped(x1.matmul(&w).try_reshape_to((Dyn(n), Dyn(O), Dyn(I2))));
-        let y = reshaped(
-            t.matmul(&x2.unsqueeze::<2>())
-                .try_reshape_to((Dyn(n), Dyn(O))),
-        );
-        match &self.bias {
+        let w = w.try_reshape_to((Dyn(I1), Dyn(O * I2)))?;
+        let t = x1
+            .try_matmul(&w)?
+            .try_reshape_to((Dyn(n), Dyn(O), Dyn(I2)))?;
+        let y = t
+            .try_matmul(&x2.unsqueeze::<2>())?
+            .try_reshape_to((Dyn(n), Dyn(O)))?;
+        Ok(match &self.bias {
             Some(b) => &y + &b.into_dyn(),
             None => y,
-        }
-    }
-}
-
-/// A reshape that keeps the element count, which cannot fail.
-fn reshaped<S: forma_core::Shape, E: Float, D: Device<E>>(
-    t: forma_core::Result<Tensor<S, E, D>>,
-) -> Tensor<S, E, D> {
-    match t {
-        Ok(t) => t,
-        Err(e) => unreachable!("a reshape that keeps the element count: {e}"),
+        })
     }
 }
 
@@ -159,27 +150,28 @@ macro_rules! bilinear_forward {
                 Tensor<($($d,)* C<O>,), E, D>,
             > for Bilinear<I1, I2, O, E, D>
         {
-            /// # Panics
+            /// # Errors
             /// If the two inputs' leading (`Dyn`) sizes differ.
-            fn forward(
+            fn try_forward(
                 &self,
                 (x1, x2): (Tensor<($($d,)* C<I1>,), E, D>, Tensor<($($d,)* C<I2>,), E, D>),
-            ) -> Tensor<($($d,)* C<O>,), E, D> {
+            ) -> Result<Tensor<($($d,)* C<O>,), E, D>> {
                 let (d1, d2) = (x1.dims(), x2.dims());
                 let lead = &d1[..d1.len() - 1];
-                assert!(
-                    lead == &d2[..d2.len() - 1],
-                    "Bilinear: the inputs' leading sizes differ: {:?} and {:?}",
-                    d1,
-                    d2
-                );
+                if lead != &d2[..d2.len() - 1] {
+                    return Err(forma_core::Error::shape(
+                        "Bilinear",
+                        format!("a second input with the leading sizes of the first, {}", forma_core::error::fmt_dims(&d1)),
+                        &d2,
+                    ));
+                }
                 let n: usize = lead.iter().product();
-                let a = reshaped(x1.try_reshape_to((Dyn(n), Dyn(I1))));
-                let b = reshaped(x2.try_reshape_to((Dyn(n), Dyn(I2))));
+                let a = x1.try_reshape_to((Dyn(n), Dyn(I1)))?;
+                let b = x2.try_reshape_to((Dyn(n), Dyn(I2)))?;
                 let mut out = lead.to_vec();
                 out.push(O);
                 match forma_core::Shape::from_dims(&out) {
-                    Some(shape) => reshaped(self.rows(a, b).try_reshape_to(shape)),
+                    Some(shape) => self.rows(a, b)?.try_reshape_to(shape),
                     None => unreachable!("the output keeps the inputs' leading sizes"),
                 }
             }

@@ -6,7 +6,7 @@ use crate::{Forward, Training};
 use forma_core::device::Device;
 use forma_core::shape::check::ConstMsg;
 use forma_core::tape::no_grad;
-use forma_core::{Dim, Dtype, Dyn, Float, One, Shape, Tensor, C};
+use forma_core::{Dim, Dtype, Dyn, Float, One, Result, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -108,8 +108,11 @@ impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
     Forward<Tensor<(B, C<CH>, H, W), E, D>, Tensor<(B, C<CH>, H, W), E, D>>
     for BatchNorm2d<CH, E, D>
 {
-    fn forward(&self, x: Tensor<(B, C<CH>, H, W), E, D>) -> Tensor<(B, C<CH>, H, W), E, D> {
-        restore(batch_norm(x.into_dyn(), self.state()))
+    fn try_forward(
+        &self,
+        x: Tensor<(B, C<CH>, H, W), E, D>,
+    ) -> Result<Tensor<(B, C<CH>, H, W), E, D>> {
+        Ok(restore(batch_norm(x.into_dyn(), self.state())?))
     }
 }
 
@@ -132,7 +135,7 @@ struct BatchNormState<'a, const CH: usize, E: Float, D: Device<E>> {
 fn batch_norm<const CH: usize, E: Float, D: Device<E>>(
     x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
     bn: BatchNormState<'_, CH, E, D>,
-) -> Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> {
+) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
     let per_channel = |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
     let (mean, var) = if bn.training {
         let mean = x
@@ -144,7 +147,7 @@ fn batch_norm<const CH: usize, E: Float, D: Device<E>>(
             .mean_keepdim::<0>()
             .mean_keepdim::<2>()
             .mean_keepdim::<3>();
-        update_running_stats(&bn, &mean, &var, x.numel() / CH);
+        update_running_stats(&bn, &mean, &var, x.numel() / CH)?;
         (mean, var)
     } else {
         (
@@ -153,7 +156,7 @@ fn batch_norm<const CH: usize, E: Float, D: Device<E>>(
         )
     };
     let scale = &var.add_scalar(bn.eps).rsqrt() * &per_channel(bn.weight);
-    &(&x - &mean) * &scale + per_channel(bn.bias)
+    Ok(&(&x - &mean) * &scale + per_channel(bn.bias))
 }
 
 /// Folds a batch's statistics into the running ones (outside the graph):
@@ -163,7 +166,7 @@ fn update_running_stats<const CH: usize, E: Float, D: Device<E>>(
     mean: &Tensor<(One, Dyn, One, One), E, D>,
     var: &Tensor<(One, Dyn, One, One), E, D>,
     n: usize,
-) {
+) -> Result<()> {
     let _g = no_grad();
     let unbiased = n as f64 / (n.max(2) - 1) as f64;
     let m = bn.momentum;
@@ -171,11 +174,11 @@ fn update_running_stats<const CH: usize, E: Float, D: Device<E>>(
     let var_c: Tensor<(C<CH>,), E, D> = var.detach().reshape::<(C<CH>,)>().mul_scalar(unbiased);
     let rm = &bn.running_mean.mul_scalar(1.0 - m) + &mean_c.mul_scalar(m);
     let rv = &bn.running_var.mul_scalar(1.0 - m) + &var_c.mul_scalar(m);
-    bn.running_mean.assign(&rm);
-    bn.running_var.assign(&rv);
-    let seen = bn.num_batches_tracked.item() + 1;
+    bn.running_mean.try_assign(&rm)?;
+    bn.running_var.try_assign(&rv)?;
+    let seen = bn.num_batches_tracked.try_to_vec()?[0] + 1;
     let seen = Tensor::full_on((), seen, bn.num_batches_tracked.device());
-    bn.num_batches_tracked.assign(&seen);
+    bn.num_batches_tracked.try_assign(&seen)
 }
 
 /// Batch normalisation over the channels of `[n, CH]` or `[n, CH, l]`, like
@@ -257,30 +260,20 @@ impl<const CH: usize, E: Float, D: Device<E>> BatchNorm1d<CH, E, D> {
 impl<B: Dim, const CH: usize, E: Float, D: Device<E>>
     Forward<Tensor<(B, C<CH>), E, D>, Tensor<(B, C<CH>), E, D>> for BatchNorm1d<CH, E, D>
 {
-    fn forward(&self, x: Tensor<(B, C<CH>), E, D>) -> Tensor<(B, C<CH>), E, D> {
+    fn try_forward(&self, x: Tensor<(B, C<CH>), E, D>) -> Result<Tensor<(B, C<CH>), E, D>> {
         let shape = x.shape();
-        let x4 = ok_view(x.try_reshape_to((Dyn(shape.0.size()), Dyn(CH), Dyn(1), Dyn(1))));
-        ok_view(batch_norm(x4, self.state()).try_reshape_to(shape))
+        let x4 = x.try_reshape_to((Dyn(shape.0.size()), Dyn(CH), Dyn(1), Dyn(1)))?;
+        batch_norm(x4, self.state())?.try_reshape_to(shape)
     }
 }
 
 impl<B: Dim, L: Dim, const CH: usize, E: Float, D: Device<E>>
     Forward<Tensor<(B, C<CH>, L), E, D>, Tensor<(B, C<CH>, L), E, D>> for BatchNorm1d<CH, E, D>
 {
-    fn forward(&self, x: Tensor<(B, C<CH>, L), E, D>) -> Tensor<(B, C<CH>, L), E, D> {
+    fn try_forward(&self, x: Tensor<(B, C<CH>, L), E, D>) -> Result<Tensor<(B, C<CH>, L), E, D>> {
         let (shape, d) = (x.shape(), x.dims());
-        let x4 = ok_view(x.try_reshape_to((Dyn(d[0]), Dyn(CH), Dyn(d[2]), Dyn(1))));
-        ok_view(batch_norm(x4, self.state()).try_reshape_to(shape))
-    }
-}
-
-/// A reshape that keeps the element count, which cannot fail.
-fn ok_view<S: Shape, E: Float, D: Device<E>>(
-    t: forma_core::Result<Tensor<S, E, D>>,
-) -> Tensor<S, E, D> {
-    match t {
-        Ok(t) => t,
-        Err(e) => unreachable!("a reshape that keeps the element count: {e}"),
+        let x4 = x.try_reshape_to((Dyn(d[0]), Dyn(CH), Dyn(d[2]), Dyn(1)))?;
+        batch_norm(x4, self.state())?.try_reshape_to(shape)
     }
 }
 
@@ -320,8 +313,8 @@ macro_rules! layer_norm_forward {
         impl<$($d: Dim,)* const N: usize, E: Float, D: Device<E>>
             Forward<Tensor<($($d,)* C<N>,), E, D>, Tensor<($($d,)* C<N>,), E, D>> for LayerNorm<N, E, D>
         {
-            fn forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Tensor<($($d,)* C<N>,), E, D> {
-                x.layer_norm(Some(&self.weight.into_dyn()), Some(&self.bias.into_dyn()), self.eps)
+            fn try_forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Result<Tensor<($($d,)* C<N>,), E, D>> {
+                x.try_layer_norm(Some(&self.weight.into_dyn()), Some(&self.bias.into_dyn()), self.eps)
             }
         }
     };
@@ -399,24 +392,24 @@ impl<const G: usize, const CH: usize, E: Float, D: Device<E>> GroupNorm<G, CH, E
     }
 
     /// Normalises `[n, CH, m]` (the trailing axes flattened into `m`).
-    fn norm(&self, x: Tensor<(Dyn, Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn, Dyn), E, D> {
+    fn norm(&self, x: Tensor<(Dyn, Dyn, Dyn), E, D>) -> Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
         let () = Self::GROUPS_DIVIDE;
         let shape = x.shape();
         let (n, m) = (x.dims()[0], x.dims()[2]);
-        let xg = ok_view(x.try_reshape_to((Dyn(n), Dyn(G), Dyn(CH / G * m))));
+        let xg = x.try_reshape_to((Dyn(n), Dyn(G), Dyn(CH / G * m)))?;
         let mean = xg.mean_keepdim::<2>();
         let var = xg.var_keepdim::<2>(false);
         let xhat = &(&xg - &mean) * &var.add_scalar(self.eps).rsqrt();
-        let y = ok_view(xhat.try_reshape_to(shape));
+        let y = xhat.try_reshape_to(shape)?;
         let per_channel = |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>();
         let y = match &self.weight {
             Some(w) => &y * &per_channel(w),
             None => y,
         };
-        match &self.bias {
+        Ok(match &self.bias {
             Some(b) => &y + &per_channel(b),
             None => y,
-        }
+        })
     }
 }
 
@@ -426,11 +419,11 @@ macro_rules! group_norm_forward {
             Forward<Tensor<(B, C<CH>, $($d,)*), E, D>, Tensor<(B, C<CH>, $($d,)*), E, D>>
             for GroupNorm<G, CH, E, D>
         {
-            fn forward(&self, x: Tensor<(B, C<CH>, $($d,)*), E, D>) -> Tensor<(B, C<CH>, $($d,)*), E, D> {
+            fn try_forward(&self, x: Tensor<(B, C<CH>, $($d,)*), E, D>) -> Result<Tensor<(B, C<CH>, $($d,)*), E, D>> {
                 let n = x.dims()[0];
                 let m = x.numel() / (n * CH).max(1);
-                let x3 = ok_view(x.try_reshape_to((Dyn(n), Dyn(CH), Dyn(m))));
-                ok_view(self.norm(x3).try_reshape_to(x.shape()))
+                let x3 = x.try_reshape_to((Dyn(n), Dyn(CH), Dyn(m)))?;
+                self.norm(x3)?.try_reshape_to(x.shape())
             }
         }
     };
@@ -495,11 +488,11 @@ macro_rules! rms_norm_forward {
         impl<$($d: Dim,)* const N: usize, E: Float, D: Device<E>>
             Forward<Tensor<($($d,)* C<N>,), E, D>, Tensor<($($d,)* C<N>,), E, D>> for RMSNorm<N, E, D>
         {
-            fn forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Tensor<($($d,)* C<N>,), E, D> {
+            fn try_forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Result<Tensor<($($d,)* C<N>,), E, D>> {
                 let x = x.into_dyn();
                 let mean_sq = (&x * &x).mean_keepdim::<$last>();
                 let y = &x * &mean_sq.add_scalar(self.effective_eps()).rsqrt();
-                restore(&y * &self.weight.into_dyn())
+                Ok(restore(&y * &self.weight.into_dyn()))
             }
         }
     };

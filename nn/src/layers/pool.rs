@@ -7,19 +7,17 @@ use super::check::assert_window;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::pool::Pool2dParams;
-use forma_core::{Dim, Dyn, Float, Tensor, C};
+use forma_core::{Dim, Dyn, Error, Float, Result, Tensor, C};
 use forma_macros::Module;
 
 /// Claims the stated output shape of a sliding-window layer; the static sizes
 /// were checked at build time, so only `Dyn` sizes can disagree here.
 pub(crate) fn stated_output<B: Dim, Ch: Dim, H2: Dim, W2: Dim, E: Float, D: Device<E>>(
-    layer: &str,
+    layer: &'static str,
     y: Tensor<(B, Ch, Dyn, Dyn), E, D>,
-) -> Tensor<(B, Ch, H2, W2), E, D> {
-    match y.try_into_shape() {
-        Ok(y) => y,
-        Err(e) => panic!("{layer}: the stated output size does not fit: {e}"),
-    }
+) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
+    y.try_into_shape()
+        .map_err(|e| Error::invalid(layer, format!("the stated output size does not fit: {e}")))
 }
 
 fn params<const K: usize, const S: usize, const P: usize>() -> Pool2dParams {
@@ -46,12 +44,12 @@ macro_rules! pool {
         impl<B: Dim, Ch: Dim, H: Dim, W: Dim, H2: Dim, W2: Dim, const K: usize, const S: usize, const P: usize, E: Float, D: Device<E>>
             Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H2, W2), E, D>> for $name<K, S, P>
         {
-            fn forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Tensor<(B, Ch, H2, W2), E, D> {
+            fn try_forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
                 const {
                     assert_window(stringify!($name), "height", H::STATIC, K, S, P, 1, H2::STATIC);
                     assert_window(stringify!($name), "width", W::STATIC, K, S, P, 1, W2::STATIC);
                 };
-                stated_output(stringify!($name), x.$method(params::<K, S, P>()))
+                stated_output(stringify!($name), x.$method(params::<K, S, P>())?)
             }
         }
     };
@@ -62,25 +60,23 @@ pool!(
     /// padding `P`, like `nn.MaxPool2d(K, S, P)`. The caller states the output
     /// size, checked at build time like [`super::Conv2d`]'s.
     MaxPool2d,
-    max_pool2d,
+    try_max_pool2d,
     "kernel_size={K}, stride={S}, padding={P}, dilation=1, ceil_mode=False"
 );
 pool!(
     /// Average pooling over `K`x`K` windows with stride `S` (default `K`) and
     /// padding `P` (counted in the average), like `nn.AvgPool2d(K, S, P)`.
     AvgPool2d,
-    avg_pool2d,
+    try_avg_pool2d,
     "kernel_size={K}, stride={S}, padding={P}"
 );
 
 fn stated_length<B: Dim, Ch: Dim, L2: Dim, E: Float, D: Device<E>>(
-    layer: &str,
+    layer: &'static str,
     y: Tensor<(B, Ch, Dyn), E, D>,
-) -> Tensor<(B, Ch, L2), E, D> {
-    match y.try_into_shape() {
-        Ok(y) => y,
-        Err(e) => panic!("{layer}: the stated output length does not fit: {e}"),
-    }
+) -> Result<Tensor<(B, Ch, L2), E, D>> {
+    y.try_into_shape()
+        .map_err(|e| Error::invalid(layer, format!("the stated output length does not fit: {e}")))
 }
 
 macro_rules! pool1d {
@@ -99,14 +95,11 @@ macro_rules! pool1d {
         impl<B: Dim, Ch: Dim, L: Dim, L2: Dim, const K: usize, const S: usize, const P: usize, E: Float, D: Device<E>>
             Forward<Tensor<(B, Ch, L), E, D>, Tensor<(B, Ch, L2), E, D>> for $name<K, S, P>
         {
-            fn forward(&self, x: Tensor<(B, Ch, L), E, D>) -> Tensor<(B, Ch, L2), E, D> {
+            fn try_forward(&self, x: Tensor<(B, Ch, L), E, D>) -> Result<Tensor<(B, Ch, L2), E, D>> {
                 const {
                     assert_window(stringify!($name), "length", L::STATIC, K, S, P, 1, L2::STATIC);
                 };
-                match x.$method(K, S, P) {
-                    Ok(y) => stated_length(stringify!($name), y),
-                    Err(e) => panic!("{}: {e}", stringify!($name)),
-                }
+                stated_length(stringify!($name), x.$method(K, S, P)?)
             }
         }
     };
@@ -184,16 +177,21 @@ impl<B: Dim, Ch: Dim, H: Dim, W: Dim, const OH: usize, const OW: usize, E: Float
     Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, C<OH>, C<OW>), E, D>>
     for AdaptiveAvgPool2d<OH, OW>
 {
-    fn forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Tensor<(B, Ch, C<OH>, C<OW>), E, D> {
+    fn try_forward(
+        &self,
+        x: Tensor<(B, Ch, H, W), E, D>,
+    ) -> Result<Tensor<(B, Ch, C<OH>, C<OW>), E, D>> {
         let (h, w) = (x.dims()[2], x.dims()[3]);
-        assert!(
-            OH > 0 && OW > 0 && h > 0 && w > 0,
-            "AdaptiveAvgPool2d: cannot pool a {h}x{w} input to {OH}x{OW}"
-        );
+        if OH == 0 || OW == 0 || h == 0 || w == 0 {
+            return Err(Error::invalid(
+                "AdaptiveAvgPool2d",
+                format!("cannot pool a {h}x{w} input to {OH}x{OW}"),
+            ));
+        }
         if h.is_multiple_of(OH) && w.is_multiple_of(OW) {
             // Equal windows that tile the input: plain average pooling.
             let p = Pool2dParams::new([h / OH, w / OW]);
-            return stated_output("AdaptiveAvgPool2d", x.avg_pool2d(p));
+            return stated_output("AdaptiveAvgPool2d", x.try_avg_pool2d(p)?);
         }
         // The windows are rectangles, so the average is separable:
         // `rows @ x @ cols^T` with one averaging matrix per axis.
@@ -201,7 +199,7 @@ impl<B: Dim, Ch: Dim, H: Dim, W: Dim, const OH: usize, const OW: usize, E: Float
         let rows = adaptive_weights::<E, D>(OH, h, dev);
         let cols = adaptive_weights::<E, D>(OW, w, dev);
         let x = x.into_dyn();
-        let y = rows.matmul(&x.matmul(&cols.t()));
-        super::restore(y)
+        let y = rows.try_matmul(&x.try_matmul(&cols.t())?)?;
+        Ok(super::restore(y))
     }
 }

@@ -283,7 +283,7 @@ fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
     mut init: Vec<St>,
     step: impl Fn(&RnnWeights<H, E, D>, Tensor<(Dyn, Dyn), E, D>, &St) -> St,
     hidden: impl Fn(&St) -> Tensor<(Dyn, Dyn), E, D>,
-) -> (Tensor<(Dyn, Dyn, Dyn), E, D>, Vec<St>) {
+) -> Result<(Tensor<(Dyn, Dyn, Dyn), E, D>, Vec<St>)> {
     let dirs = params.directions;
     let layers = params.num_layers();
     let (b, t) = (x.size(0), x.size(1));
@@ -306,10 +306,7 @@ fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
                 (0..t).rev().collect()
             };
             for i in order {
-                let xt = xw
-                    .narrow::<1>(i, 1)
-                    .try_reshape_to((Dyn(b), Dyn(gh)))
-                    .expect("one time step");
+                let xt = xw.narrow::<1>(i, 1).try_reshape_to((Dyn(b), Dyn(gh)))?;
                 state = step(w, xt, &state);
                 seq.push(hidden(&state));
             }
@@ -325,12 +322,12 @@ fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
             cat::<2, _, E, D>(&outs)
         };
         input = if training && dropout > 0.0 && layer + 1 < layers {
-            drop.apply(out, dropout)
+            drop.apply(out, dropout)?
         } else {
             out
         };
     }
-    (input, finals)
+    Ok((input, finals))
 }
 
 /// Splits an initial state `[layers * directions, batch, H]` into one
@@ -467,6 +464,7 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
     ///
     /// # Panics
     /// If the initial state's sizes are wrong; see [`Lstm::try_forward_with`].
+    #[track_caller]
     pub fn forward_with<B: Dim, T: Dim, O: Dim>(
         &self,
         x: Tensor<(B, T, C<I>), E, D>,
@@ -517,7 +515,7 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
                 (h, c)
             },
             |(h, _)| h.clone(),
-        );
+        )?;
         let (hs, cs): (Vec<_>, Vec<_>) = finals.into_iter().unzip();
         Ok((restore(y), (join_state(&hs), join_state(&cs))))
     }
@@ -535,8 +533,8 @@ impl<
     > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>> for Lstm<I, H, BIDIR, E, D>
 {
     /// The outputs from a zero state, like `lstm(x)[0]`.
-    fn forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Tensor<(B, T, O), E, D> {
-        self.forward_with(x, None).0
+    fn try_forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Result<Tensor<(B, T, O), E, D>> {
+        Ok(self.try_forward_with(x, None)?.0)
     }
 }
 
@@ -622,6 +620,7 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
     ///
     /// # Panics
     /// If the initial state's sizes are wrong; see [`Gru::try_forward_with`].
+    #[track_caller]
     pub fn forward_with<B: Dim, T: Dim, O: Dim>(
         &self,
         x: Tensor<(B, T, C<I>), E, D>,
@@ -664,7 +663,7 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
                 &(&(h - &n) * &z) + &n
             },
             Tensor::clone,
-        );
+        )?;
         Ok((restore(y), join_state(&finals)))
     }
 }
@@ -681,8 +680,8 @@ impl<
     > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>> for Gru<I, H, BIDIR, E, D>
 {
     /// The outputs from a zero state, like `gru(x)[0]`.
-    fn forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Tensor<(B, T, O), E, D> {
-        self.forward_with(x, None).0
+    fn try_forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Result<Tensor<(B, T, O), E, D>> {
+        Ok(self.try_forward_with(x, None)?.0)
     }
 }
 

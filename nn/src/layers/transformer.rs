@@ -4,7 +4,7 @@
 
 use super::attention::{check_dropout, AttnMasks, Masks};
 use super::{restore, Dropout, LayerNorm, Linear, MultiheadAttention};
-use crate::Forward;
+use crate::{scope, Forward};
 use forma_core::device::Device;
 use forma_core::ops::fused::{fused, UnaryExprs};
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
@@ -39,13 +39,13 @@ impl Activation {
         self,
         linear: &Linear<I, O, E, D>,
         x: Tensor<(Dyn, Dyn, C<I>), E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<O>), E, D> {
-        let y = x.matmul(&linear.weight.t());
-        match (&linear.bias, self) {
+    ) -> Result<Tensor<(Dyn, Dyn, C<O>), E, D>> {
+        let y = x.try_matmul(&linear.weight.t())?;
+        Ok(match (&linear.bias, self) {
             (Some(b), Activation::Relu) => fused((&y, b), |(y, b)| (y + b).relu()),
             (Some(b), Activation::Gelu) => fused((&y, b), |(y, b)| (y + b).gelu()),
             (None, _) => self.apply(y),
-        }
+        })
     }
 }
 
@@ -174,18 +174,19 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         &self,
         x: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        self.dropout1
-            .forward(self.self_attn.attend_erased(x, x, x, masks))
+    ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
+        let y = scope::run("self_attn", || self.self_attn.attend_erased(x, x, x, masks))?;
+        self.dropout1.try_forward_as("dropout1", y)
     }
 
     fn ff_block(
         &self,
         x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        let hidden = self.activation.after_linear(&self.linear1, x);
-        self.dropout2
-            .forward(self.linear2.forward(self.dropout.forward(hidden)))
+    ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
+        let hidden = scope::run("linear1", || self.activation.after_linear(&self.linear1, x))?;
+        let hidden = self.dropout.try_forward_as("dropout", hidden)?;
+        let y = self.linear2.try_forward_as("linear2", hidden)?;
+        self.dropout2.try_forward_as("dropout2", y)
     }
 
     /// The layer with masks, like `layer(src, src_mask=..., src_key_padding_mask=..., is_causal=...)`:
@@ -195,6 +196,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
     /// # Panics
     /// If a mask's run-time sizes disagree with `src`; see
     /// [`TransformerEncoderLayer::try_forward_with`].
+    #[track_caller]
     pub fn forward_with<B: Dim, T: Dim>(
         &self,
         src: Tensor<(B, T, C<D_MODEL>), E, D>,
@@ -219,11 +221,14 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         let masks = masks.erase(b, t, t)?;
         let x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> = restore(src);
         let y = if self.norm_first {
-            let x = &x + &self.sa_block(&self.norm1.forward(x.clone()), &masks);
-            &x + &self.ff_block(self.norm2.forward(x.clone()))
+            let x = &x + &self.sa_block(&self.norm1.try_forward_as("norm1", x.clone())?, &masks)?;
+            &x + &self.ff_block(self.norm2.try_forward_as("norm2", x.clone())?)?
         } else {
-            let x = self.norm1.forward(&x + &self.sa_block(&x, &masks));
-            self.norm2.forward(&x + &self.ff_block(x.clone()))
+            let x = self
+                .norm1
+                .try_forward_as("norm1", &x + &self.sa_block(&x, &masks)?)?;
+            self.norm2
+                .try_forward_as("norm2", &x + &self.ff_block(x.clone())?)?
         };
         Ok(restore(y))
     }
@@ -241,8 +246,11 @@ impl<
     for TransformerEncoderLayer<D_MODEL, NHEAD, DIM_FF, E, D>
 {
     /// The layer without masks.
-    fn forward(&self, src: Tensor<(B, T, C<D_MODEL>), E, D>) -> Tensor<(B, T, C<D_MODEL>), E, D> {
-        self.forward_with(src, AttnMasks::default())
+    fn try_forward(
+        &self,
+        src: Tensor<(B, T, C<D_MODEL>), E, D>,
+    ) -> Result<Tensor<(B, T, C<D_MODEL>), E, D>> {
+        self.try_forward_with(src, AttnMasks::default())
     }
 }
 
@@ -341,9 +349,9 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         &self,
         x: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        self.dropout1
-            .forward(self.self_attn.attend_erased(x, x, x, masks))
+    ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
+        let y = scope::run("self_attn", || self.self_attn.attend_erased(x, x, x, masks))?;
+        self.dropout1.try_forward_as("dropout1", y)
     }
 
     fn mha_block(
@@ -351,18 +359,21 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         x: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         memory: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        self.dropout2
-            .forward(self.multihead_attn.attend_erased(x, memory, memory, masks))
+    ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
+        let y = scope::run("multihead_attn", || {
+            self.multihead_attn.attend_erased(x, memory, memory, masks)
+        })?;
+        self.dropout2.try_forward_as("dropout2", y)
     }
 
     fn ff_block(
         &self,
         x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
-    ) -> Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> {
-        let hidden = self.activation.after_linear(&self.linear1, x);
-        self.dropout3
-            .forward(self.linear2.forward(self.dropout.forward(hidden)))
+    ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
+        let hidden = scope::run("linear1", || self.activation.after_linear(&self.linear1, x))?;
+        let hidden = self.dropout.try_forward_as("dropout", hidden)?;
+        let y = self.linear2.try_forward_as("linear2", hidden)?;
+        self.dropout3.try_forward_as("dropout3", y)
     }
 
     /// The layer with masks, like
@@ -375,6 +386,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
     ///
     /// # Panics
     /// If run-time sizes disagree; see [`TransformerDecoderLayer::try_forward_with`].
+    #[track_caller]
     pub fn forward_with<B: Dim, T: Dim, S: Dim>(
         &self,
         tgt: Tensor<(B, T, C<D_MODEL>), E, D>,
@@ -413,15 +425,20 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         let x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> = restore(tgt);
         let mem: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D> = restore(memory);
         let y = if self.norm_first {
-            let x = &x + &self.sa_block(&self.norm1.forward(x.clone()), &tgt_masks);
-            let x = &x + &self.mha_block(&self.norm2.forward(x.clone()), &mem, &memory_masks);
-            &x + &self.ff_block(self.norm3.forward(x.clone()))
+            let n1 = self.norm1.try_forward_as("norm1", x.clone())?;
+            let x = &x + &self.sa_block(&n1, &tgt_masks)?;
+            let n2 = self.norm2.try_forward_as("norm2", x.clone())?;
+            let x = &x + &self.mha_block(&n2, &mem, &memory_masks)?;
+            &x + &self.ff_block(self.norm3.try_forward_as("norm3", x.clone())?)?
         } else {
-            let x = self.norm1.forward(&x + &self.sa_block(&x, &tgt_masks));
+            let x = self
+                .norm1
+                .try_forward_as("norm1", &x + &self.sa_block(&x, &tgt_masks)?)?;
             let x = self
                 .norm2
-                .forward(&x + &self.mha_block(&x, &mem, &memory_masks));
-            self.norm3.forward(&x + &self.ff_block(x.clone()))
+                .try_forward_as("norm2", &x + &self.mha_block(&x, &mem, &memory_masks)?)?;
+            self.norm3
+                .try_forward_as("norm3", &x + &self.ff_block(x.clone())?)?
         };
         Ok(restore(y))
     }
@@ -447,13 +464,13 @@ impl<
 {
     /// The layer on `(tgt, memory)` without masks (PyTorch's defaults: no
     /// causal mask either).
-    fn forward(
+    fn try_forward(
         &self,
         (tgt, memory): (
             Tensor<(B, T, C<D_MODEL>), E, D>,
             Tensor<(B, S, C<D_MODEL>), E, D>,
         ),
-    ) -> Tensor<(B, T, C<D_MODEL>), E, D> {
-        self.forward_with(tgt, memory, AttnMasks::default(), AttnMasks::default())
+    ) -> Result<Tensor<(B, T, C<D_MODEL>), E, D>> {
+        self.try_forward_with(tgt, memory, AttnMasks::default(), AttnMasks::default())
     }
 }

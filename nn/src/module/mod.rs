@@ -73,6 +73,16 @@ pub trait Module {
         None
     }
 
+    /// The name of the field `field` in dotted paths: the field's name, its
+    /// `rename`, or `""` when flattened. `child!` uses it to name a child in
+    /// module paths with the names `state_dict` uses.
+    fn child_name(field: &'static str) -> &'static str
+    where
+        Self: Sized,
+    {
+        field
+    }
+
     /// Every parameter with its dotted name, like `named_parameters()`.
     fn named_parameters(&self) -> Vec<(String, TensorInfo)>
     where

@@ -31,16 +31,20 @@ type In = Tensor![Dyn, 64, 32, 32];
 type Out = Tensor![Dyn, 128, 16, 16];
 
 impl Forward<In, Out> for BasicBlock {
-    fn forward(&self, x: In) -> Out {
-        let out: Out = self.conv1.forward(x.clone());
-        let out = self.relu.forward(self.bn1.forward(out));
-        let out: Out = self.conv2.forward(out);
-        let out = self.bn2.forward(out);
+    fn try_forward(&self, x: In) -> forma::Result<Out> {
+        let out: Out = child!(self.conv1, x.clone())?;
+        let out = child!(self.relu, child!(self.bn1, out)?)?;
+        let out: Out = child!(self.conv2, out)?;
+        let out = child!(self.bn2, out)?;
         let identity: Out = match &self.downsample {
-            Some((conv, bn)) => bn.forward(conv.forward(x)),
+            // A tuple field's elements are named `downsample.0` and `downsample.1`.
+            Some((conv, bn)) => forma::nn::scope::run("downsample", || {
+                let y: Out = conv.try_forward_as(0, x)?;
+                bn.try_forward_as(1, y)
+            })?,
             None => unreachable!("the shapes differ, so the block needs its projection"),
         };
-        self.relu.forward(&out + &identity)
+        child!(self.relu, &out + &identity)
     }
 }
 

@@ -37,12 +37,13 @@ impl EncoderBlock {
 type Seq = Tensor![Dyn, Dyn, 64];
 
 impl Forward<Seq, Seq> for EncoderBlock {
-    fn forward(&self, x: Seq) -> Seq {
-        let attn = self.dropout1.forward(self.self_attn.forward(x.clone()));
-        let x = self.norm1.forward(&x + &attn);
-        let hidden = self.dropout.forward(self.activation.forward(self.linear1.forward(x.clone())));
-        let ff = self.dropout2.forward(self.linear2.forward(hidden));
-        self.norm2.forward(&x + &ff)
+    fn try_forward(&self, x: Seq) -> forma::Result<Seq> {
+        let attn = child!(self.dropout1, child!(self.self_attn, x.clone())?)?;
+        let x = child!(self.norm1, &x + &attn)?;
+        let hidden = child!(self.activation, child!(self.linear1, x.clone())?)?;
+        let hidden = child!(self.dropout, hidden)?;
+        let ff = child!(self.dropout2, child!(self.linear2, hidden)?)?;
+        child!(self.norm2, &x + &ff)
     }
 }
 

@@ -24,10 +24,10 @@ impl Mlp {
 }
 
 impl<B: Dim> Forward<Tensor![B, 784], Tensor![B, 10]> for Mlp {
-    fn forward(&self, x: Tensor![B, 784]) -> Tensor![B, 10] {
-        let x = self.act.forward(self.fc1.forward(x));
-        let x = self.act.forward(self.fc2.forward(x));
-        self.fc3.forward(x)
+    fn try_forward(&self, x: Tensor![B, 784]) -> forma::Result<Tensor![B, 10]> {
+        let x = child!(self.act, child!(self.fc1, x)?)?;
+        let x = child!(self.act, child!(self.fc2, x)?)?;
+        child!(self.fc3, x)
     }
 }
 

@@ -9,8 +9,8 @@ struct Project {
 }
 
 impl Forward<Tensor<(Dyn, C<16>)>, Tensor<(Dyn, C<32>)>> for Project {
-    fn forward(&self, x: Tensor<(Dyn, C<16>)>) -> Tensor<(Dyn, C<32>)> {
-        self.fc.forward(x)
+    fn try_forward(&self, x: Tensor<(Dyn, C<16>)>) -> forma::Result<Tensor<(Dyn, C<32>)>> {
+        child!(self.fc, x)
     }
 }
 
