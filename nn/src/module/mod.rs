@@ -224,13 +224,7 @@ pub trait Module {
     where
         Self: Sized,
     {
-        let path = path.as_ref();
-        let ck = crate::state::load_file(path)?;
-        self.load_state_dict_with(&ck.tensors, options)
-            .map_err(|source| CheckpointError::Load {
-                path: path.display().to_string(),
-                source,
-            })
+        crate::state::file::load_file_into(self, path.as_ref(), options)
     }
 
     /// Sets every [`Training`] flag below this module, like `train(mode)`.

@@ -1,17 +1,34 @@
 //! Safetensors files: a [`StateDict`] written and read in the format PyTorch
 //! and Hugging Face use, with PyTorch's key names.
 //!
-//! A checkpoint comes from outside, so reading treats it as hostile: the
-//! header is validated (size, JSON, duplicate keys, dtypes, offsets that
-//! overlap or leave gaps or run past the end) before any tensor is copied,
-//! every error names the file, and nothing panics. Writing is atomic: the
+//! A checkpoint comes from outside, so reading treats it as hostile, in time
+//! and memory bounded by the file's size:
+//!
+//! - the path must be a regular file (a directory, FIFO or device is refused
+//!   by its type, before it is opened);
+//! - the header is parsed and checked here (size, JSON, duplicate keys,
+//!   dtypes, shapes whose size overflows, offsets that overlap, leave gaps or
+//!   run past the end), each problem naming its tensor, before any tensor is
+//!   read;
+//! - loading into a module ([`Module::load_safetensors`](crate::Module::load_safetensors))
+//!   checks names, sizes and dtypes from the header alone and converts only
+//!   the tensors it will write, one at a time: memory is at most the mapped
+//!   file plus the model's tensors;
+//! - a refusal's message lists at most [`LISTED_IN_MESSAGE`](super::LISTED_IN_MESSAGE)
+//!   entries of each kind, names cut to 200 characters, with "did you mean"
+//!   hints only for a strict load and within a fixed budget of work.
+//!
+//! Every error names the file, and nothing panics. Writing is atomic: the
 //! bytes go to a temporary file beside the target, are synced, then renamed
-//! over it, so a failure mid-save leaves the previous file as it was.
+//! over it, so a failure mid-save leaves the previous file as it was; a save
+//! also removes the temporaries that killed saves of the same file left
+//! (those whose process is gone).
 
-use super::StateDict;
+use super::header::{shown, to_data, Entry, Header, StoredDtype};
+use super::{LoadOptions, LoadReport, Source, StateDict};
 use forma_core::{DType, TensorData};
-use std::collections::BTreeMap;
-use std::fmt;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -97,145 +114,185 @@ fn st_dtype(d: DType) -> safetensors::Dtype {
     }
 }
 
-/// Reads a tensor's bytes as Forma data. Narrow integer types widen to i64
-/// (checkpoints often keep position ids as i32).
-fn to_data(
-    path: &str,
-    key: &str,
-    view: &safetensors::tensor::TensorView<'_>,
-) -> Result<TensorData, CheckpointError> {
-    use safetensors::Dtype as S;
-    let dims = view.shape().to_vec();
-    let bytes = view.data();
-    let direct = |dtype| TensorData::from_bytes(dtype, dims.clone(), bytes.to_vec());
-    let widened = |values: Vec<i64>| TensorData::from_vec(&values, dims.clone());
-    let data = match view.dtype() {
-        S::F32 => direct(DType::F32),
-        S::F64 => direct(DType::F64),
-        S::F16 => direct(DType::F16),
-        S::BF16 => direct(DType::BF16),
-        S::I64 => direct(DType::I64),
-        S::U32 => direct(DType::U32),
-        S::BOOL => {
-            if let Some(b) = bytes.iter().find(|b| **b > 1) {
-                return Err(CheckpointError::Format {
-                    path: path.to_string(),
-                    msg: format!("tensor `{key}` is bool but holds the byte {b}"),
-                });
-            }
-            direct(DType::Bool)
-        }
-        S::I32 => widened(
-            bytes
-                .chunks_exact(4)
-                .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                .collect(),
-        ),
-        S::I16 => widened(
-            bytes
-                .chunks_exact(2)
-                .map(|c| i64::from(i16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-        ),
-        S::I8 => widened(bytes.iter().map(|&b| i64::from(b as i8)).collect()),
-        S::U8 => widened(bytes.iter().map(|&b| i64::from(b)).collect()),
-        other => {
-            return Err(CheckpointError::UnsupportedDtype {
-                path: path.to_string(),
-                key: key.to_string(),
-                dtype: format!("{other:?}"),
-            })
-        }
+/// Checks the format version in the metadata: absent, or one this build reads.
+fn check_version(path: &str, metadata: &BTreeMap<String, String>) -> Result<(), CheckpointError> {
+    let Some(v) = metadata.get(FORMAT_VERSION_KEY) else {
+        return Ok(());
     };
-    data.map_err(|e| CheckpointError::Format {
-        path: path.to_string(),
-        msg: format!("tensor `{key}`: {e}"),
-    })
+    match v.trim().parse::<u32>() {
+        Ok(n) if n <= 1 => Ok(()),
+        Ok(_) => Err(CheckpointError::Version {
+            path: path.to_string(),
+            found: v.clone(),
+        }),
+        Err(_) => Err(CheckpointError::Format {
+            path: path.to_string(),
+            msg: format!(
+                "the checkpoint format version {} is not a version (this build writes {FORMAT_VERSION})",
+                shown(v)
+            ),
+        }),
+    }
 }
 
-/// Finds a key that appears twice at the top level of the header (a JSON map
-/// would silently keep the last one).
-fn duplicate_key(header: &str) -> Option<String> {
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-    struct Keys;
-    impl<'de> Visitor<'de> for Keys {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            while let Some(k) = map.next_key::<String>()? {
-                map.next_value::<IgnoredAny>()?;
-                if !seen.insert(k.clone()) {
-                    return Ok(Some(k));
-                }
-            }
-            Ok(None)
-        }
+/// A file's tensors as a load [`Source`]: sizes and dtypes from the header,
+/// values converted one tensor at a time when they are written.
+struct FileSource<'a> {
+    path: &'a str,
+    bytes: &'a [u8],
+    header: Header,
+}
+
+impl<'a> FileSource<'a> {
+    fn entry(&self, key: &str) -> Option<&Entry> {
+        // Entries are sorted by name.
+        self.header
+            .entries
+            .binary_search_by(|e| e.name.as_str().cmp(key))
+            .ok()
+            .map(|i| &self.header.entries[i])
     }
-    serde_json::Deserializer::from_str(header)
-        .deserialize_map(Keys)
-        .ok()
-        .flatten()
+
+    fn bytes_of(&self, e: &Entry) -> &'a [u8] {
+        &self.bytes[self.header.data_start + e.start..self.header.data_start + e.end]
+    }
+}
+
+impl Source for FileSource<'_> {
+    fn keys(&self) -> Vec<&str> {
+        self.header
+            .entries
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect()
+    }
+    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, String)> {
+        self.entry(key)
+            .map(|e| (e.dims.as_slice(), e.dtype.read_as(), e.dtype.to_string()))
+    }
+    fn data(&self, key: &str) -> Result<Cow<'_, TensorData>, String> {
+        let e = self.entry(key).ok_or_else(|| format!("`{key}` vanished"))?;
+        to_data(self.path, e, self.bytes_of(e))
+            .map(Cow::Owned)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Parses a whole safetensors buffer. `path` names it in errors.
 ///
 /// # Errors
-/// [`CheckpointError::Format`] for anything malformed (the message says what),
-/// [`CheckpointError::UnsupportedDtype`] and [`CheckpointError::Version`].
+/// [`CheckpointError::Format`] for anything malformed (the message says what
+/// and names the tensor), [`CheckpointError::UnsupportedDtype`] and
+/// [`CheckpointError::Version`].
 pub fn from_bytes(bytes: &[u8], path: &str) -> Result<Checkpoint, CheckpointError> {
-    let format = |msg: String| CheckpointError::Format {
-        path: path.to_string(),
-        msg,
+    let header = Header::parse(bytes, path)?;
+    check_version(path, &header.metadata)?;
+    let mut tensors = StateDict::new();
+    for e in &header.entries {
+        let data = &bytes[header.data_start + e.start..header.data_start + e.end];
+        tensors.insert(e.name.clone(), to_data(path, e, data)?);
+    }
+    Ok(Checkpoint {
+        tensors,
+        metadata: header.metadata,
+    })
+}
+
+/// Loads a safetensors buffer into `m`: names, sizes and dtypes are checked
+/// from the header alone, and only the tensors that will be written are
+/// converted, one at a time. On any error `m` is unchanged.
+pub(crate) fn load_bytes_into<M: crate::Module>(
+    m: &mut M,
+    bytes: &[u8],
+    path: &str,
+    options: LoadOptions,
+) -> Result<LoadReport, CheckpointError> {
+    let header = Header::parse(bytes, path)?;
+    check_version(path, &header.metadata)?;
+    let source = FileSource {
+        path,
+        bytes,
+        header,
     };
-    // The crate validates sizes, JSON, dtypes and offsets; duplicates and a
-    // clearer message for the length prefix are checked here first.
-    if bytes.len() < 8 {
-        return Err(format(format!(
-            "the file has {} bytes, fewer than the 8-byte header length",
-            bytes.len()
-        )));
-    }
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-    if n > (bytes.len() - 8) as u64 {
-        return Err(format(format!(
-            "the header claims {n} bytes but only {} follow the length prefix",
-            bytes.len() - 8
-        )));
-    }
-    let header = std::str::from_utf8(&bytes[8..8 + n as usize])
-        .map_err(|e| format(format!("the header is not UTF-8: {e}")))?;
-    if let Some(k) = duplicate_key(header) {
-        return Err(format(format!("the key `{k}` appears twice in the header")));
-    }
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| format(e.to_string()))?;
-    let (_, meta) =
-        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| format(e.to_string()))?;
-    let metadata: BTreeMap<String, String> = meta
-        .metadata()
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    if let Some(v) = metadata.get(FORMAT_VERSION_KEY) {
-        let newer = v.parse::<u32>().map_or(true, |v| v > 1);
-        if newer {
-            return Err(CheckpointError::Version {
-                path: path.to_string(),
-                found: v.clone(),
-            });
+    // The one conversion that can fail (a bool byte other than 0 or 1) is
+    // checked before anything is written, for the tensors that will be.
+    let wanted: HashSet<String> = super::expected(m).into_iter().map(|(k, _)| k).collect();
+    for e in &source.header.entries {
+        if e.dtype == StoredDtype::Bool && wanted.contains(&e.name) {
+            to_data(path, e, source.bytes_of(e))?;
         }
     }
-    let mut names = st.names();
-    names.sort_unstable();
-    let mut tensors = StateDict::new();
-    for key in names {
-        let view = st.tensor(key).map_err(|e| format(e.to_string()))?;
-        tensors.insert(key, to_data(path, key, &view)?);
+    super::load(m, &source, options).map_err(|source| CheckpointError::Load {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// Refuses a path that is not a regular file (a directory, a FIFO that would
+/// block the read, a device) by its type, before opening it.
+pub(crate) fn check_regular_file(path: &Path) -> Result<(), CheckpointError> {
+    let io = |source| CheckpointError::Io {
+        path: name(path),
+        source,
+    };
+    let ft = std::fs::metadata(path).map_err(io)?.file_type();
+    if ft.is_file() {
+        return Ok(());
     }
-    Ok(Checkpoint { tensors, metadata })
+    let what = if ft.is_dir() {
+        "a directory"
+    } else {
+        special_file_kind(&ft)
+    };
+    Err(io(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("is {what}, not a checkpoint file"),
+    )))
+}
+
+#[cfg(unix)]
+fn special_file_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file_kind(_: &std::fs::FileType) -> &'static str {
+    "not a regular file"
+}
+
+/// Maps a file read-only, after checking it is a regular file.
+fn map_file(path: &Path) -> Result<memmap2::Mmap, CheckpointError> {
+    check_regular_file(path)?;
+    let io = |source| CheckpointError::Io {
+        path: name(path),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and dropped before the caller returns; a
+    // file truncated by another process while mapped can fault, which is the
+    // documented limit of memory-mapped reads (the same as PyTorch's
+    // `safe_open`). Checkpoints being written are never mapped: saves go to a
+    // temporary file that is renamed into place.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
+/// [`load_bytes_into`] from a file, memory-mapped.
+pub(crate) fn load_file_into<M: crate::Module>(
+    m: &mut M,
+    path: &Path,
+    options: LoadOptions,
+) -> Result<LoadReport, CheckpointError> {
+    let map = map_file(path)?;
+    load_bytes_into(m, &map, &name(path), options)
 }
 
 /// Reads a safetensors file, memory-mapped.
@@ -245,17 +302,7 @@ pub fn from_bytes(bytes: &[u8], path: &str) -> Result<Checkpoint, CheckpointErro
 /// [`from_bytes`].
 pub fn load_file(path: impl AsRef<Path>) -> Result<Checkpoint, CheckpointError> {
     let path = path.as_ref();
-    let io = |source| CheckpointError::Io {
-        path: name(path),
-        source,
-    };
-    let file = File::open(path).map_err(io)?;
-    // SAFETY: the map is read-only and dropped before returning; a file
-    // truncated by another process while mapped can fault, which is the
-    // documented limit of memory-mapped reads (the same as PyTorch's
-    // `safe_open`). Checkpoints being written are never mapped: saves go to a
-    // temporary file that is renamed into place.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    let map = map_file(path)?;
     from_bytes(&map, &name(path))
 }
 
@@ -327,6 +374,60 @@ pub fn save_file(
     write_atomic(path.as_ref(), |f| f.write_all(&bytes))
 }
 
+/// The start of the name of a save's temporary file for `file_name`; the
+/// saving process's id and a counter follow.
+fn tmp_prefix(file_name: &str) -> String {
+    format!(".{file_name}.tmp-")
+}
+
+/// Whether process `pid` is alive (on Linux, by `/proc`; elsewhere assumed
+/// alive, so only temporaries older than a day are taken for stale).
+fn process_alive(pid: u32) -> Option<bool> {
+    let proc = Path::new("/proc");
+    proc.join("self")
+        .exists()
+        .then(|| proc.join(pid.to_string()).exists())
+}
+
+/// Removes temporary files a killed save of `file_name` left in `dir`: those
+/// of this naming scheme, older than `now`, written by a process that is no
+/// longer running (never this process's own, which may be saving). Failures
+/// are ignored: cleaning up is a courtesy, not part of the save.
+fn remove_stale_temporaries(dir: &Path, file_name: &str, now: std::time::SystemTime) {
+    let prefix = tmp_prefix(file_name);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some((pid, count)) = rest.split_once('-') else {
+            continue;
+        };
+        let (Ok(pid), true) = (pid.parse::<u32>(), count.parse::<u64>().is_ok()) else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|t| now.duration_since(t).ok());
+        let stale = match (pid == me, process_alive(pid), age) {
+            (true, _, _) | (_, _, None) => false,
+            (false, Some(alive), Some(_)) => !alive,
+            (false, None, Some(age)) => age.as_secs() > 24 * 3600,
+        };
+        if stale && meta.is_file() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Writes a file by writing a temporary sibling, syncing it, and renaming it
 /// over `path`; on any failure the temporary file is removed and `path` is
 /// untouched.
@@ -354,7 +455,12 @@ pub(crate) fn write_atomic(
     };
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{file_name}.tmp-{}-{n}", std::process::id()));
+    let tmp = dir.join(format!(
+        "{}{}-{n}",
+        tmp_prefix(&file_name),
+        std::process::id()
+    ));
+    remove_stale_temporaries(&dir, &file_name, std::time::SystemTime::now());
     let result = (|| {
         let mut f = File::create(&tmp)?;
         write(&mut f)?;
@@ -440,14 +546,5 @@ mod tests {
             st.tensor("a.count").unwrap().dtype(),
             safetensors::Dtype::I64
         );
-    }
-
-    #[test]
-    fn duplicate_header_keys_are_found() {
-        assert_eq!(
-            duplicate_key(r#"{"a": 1, "b": {"a": 2}, "a": 3}"#),
-            Some("a".to_string())
-        );
-        assert_eq!(duplicate_key(r#"{"a": 1, "b": 2}"#), None);
     }
 }

@@ -2,14 +2,17 @@
 //! holds them, and the strict or lenient load that writes them back.
 
 pub mod file;
+mod header;
 mod training;
 
 pub use file::{load_file, save_file, Checkpoint, CheckpointError};
+pub use header::StoredDtype;
 pub use training::TrainingState;
 
 use crate::module::{Cx, Module, Role, Visitor, VisitorMut};
 use forma_core::error::fmt_dims;
 use forma_core::{Backend, DType, Dtype, Shape, Tensor, TensorData};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -186,8 +189,9 @@ pub struct Mismatch {
     pub key: String,
     /// The module's sizes and dtype.
     pub expected: (Vec<usize>, DType),
-    /// The state dict's sizes and dtype.
-    pub found: (Vec<usize>, DType),
+    /// The checkpoint's sizes and dtype, named as stored (PyTorch's names:
+    /// a file's `U8` tensor is `uint8`, though it would be read as int64).
+    pub found: (Vec<usize>, String),
 }
 
 /// Why a load was refused. Nothing was written: the module is as it was.
@@ -221,29 +225,49 @@ impl LoadError {
     }
 }
 
+/// How many entries of each kind a [`LoadError`] message lists before "and
+/// K more" (a hostile file can hold thousands of bad keys).
+pub const LISTED_IN_MESSAGE: usize = 20;
+
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let more = |f: &mut fmt::Formatter<'_>, n: usize, what: &str| {
+            if n > LISTED_IN_MESSAGE {
+                write!(f, "\n  ... and {} more {what}", n - LISTED_IN_MESSAGE)
+            } else {
+                Ok(())
+            }
+        };
         write!(f, "error(s) in loading state_dict:")?;
         if !self.missing_keys.is_empty() {
-            write!(f, "\n  missing keys: {}", self.missing_keys.join(", "))?;
+            let shown: Vec<_> = self
+                .missing_keys
+                .iter()
+                .take(LISTED_IN_MESSAGE)
+                .map(|k| header::shown_bare(k))
+                .collect();
+            write!(f, "\n  missing keys: {}", shown.join(", "))?;
+            more(f, self.missing_keys.len(), "missing keys")?;
         }
-        for (k, hint) in &self.unexpected_keys {
-            write!(f, "\n  unexpected key: {k}")?;
+        for (k, hint) in self.unexpected_keys.iter().take(LISTED_IN_MESSAGE) {
+            write!(f, "\n  unexpected key: {}", header::shown_bare(k))?;
             if let Some(h) = hint {
-                write!(f, " (did you mean {h}?)")?;
+                write!(f, " (did you mean {}?)", header::shown_bare(h))?;
             }
         }
-        for m in &self.mismatched {
+        more(f, self.unexpected_keys.len(), "unexpected keys")?;
+        for m in self.mismatched.iter().take(LISTED_IN_MESSAGE) {
             write!(
                 f,
                 "\n  {}: the checkpoint has {} {} but the model needs {} {}",
-                m.key,
+                header::shown_bare(&m.key),
                 fmt_dims(&m.found.0),
                 m.found.1,
                 fmt_dims(&m.expected.0),
                 m.expected.1
             )?;
         }
+        more(f, self.mismatched.len(), "mismatched keys")?;
         if let Some(d) = &self.device {
             write!(f, "\n  device: {d}")?;
         }
@@ -262,29 +286,70 @@ fn convertible(from: DType, to: DType) -> bool {
     class(from) == class(to)
 }
 
-/// Levenshtein distance, for "did you mean" hints.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
+/// Hints are given for at most this many unexpected keys (the ones the
+/// message lists), between names of at most [`HINT_NAME_LEN`] bytes, and
+/// within a budget of [`HINT_BUDGET`] distance-table cells in all: a hostile
+/// file cannot make a refusal slow.
+const HINT_KEYS: usize = LISTED_IN_MESSAGE;
+const HINT_NAME_LEN: usize = 256;
+const HINT_BUDGET: usize = 20_000_000;
+
+/// Levenshtein distance between `a` and `b` if it is at most `max`, else
+/// `None`; counts the table cells it fills against `budget` (`None` once
+/// the budget is spent). The common prefix and suffix are trimmed first,
+/// which is where keys of one model agree.
+fn edit_distance_within(a: &str, b: &str, max: usize, budget: &mut usize) -> Option<usize> {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let pre = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let (a, b) = (&a[pre..], &b[pre..]);
+    let suf = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (a, b) = (&a[..a.len() - suf], &b[..b.len() - suf]);
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let cells = (a.len() + 1) * (b.len() + 1);
+    *budget = budget.checked_sub(cells)?;
     let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
+    for (i, &ca) in a.iter().enumerate() {
         let mut prev = row[0];
         row[0] = i + 1;
+        let mut best = row[0];
         for (j, &cb) in b.iter().enumerate() {
             let cur = row[j + 1];
             row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            best = best.min(row[j + 1]);
             prev = cur;
         }
+        if best > max {
+            return None;
+        }
     }
-    row[b.len()]
+    (row[b.len()] <= max).then_some(row[b.len()])
 }
 
-fn closest<'a>(key: &str, candidates: &'a [String]) -> Option<&'a String> {
-    candidates
-        .iter()
-        .map(|c| (edit_distance(key, c), c))
-        .filter(|(d, c)| *d * 3 <= key.len().max(c.len()))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+/// The candidate nearest `key` within a third of the longer name's length,
+/// if any (a likely typo or renamed layer).
+fn closest<'a>(key: &str, candidates: &'a [String], budget: &mut usize) -> Option<&'a String> {
+    if key.len() > HINT_NAME_LEN {
+        return None;
+    }
+    let mut best: Option<(usize, &String)> = None;
+    for c in candidates.iter().filter(|c| c.len() <= HINT_NAME_LEN) {
+        let max = key.len().max(c.len()) / 3;
+        let max = best.map_or(max, |(d, _)| max.min(d.saturating_sub(1)));
+        if let Some(d) = edit_distance_within(key, c, max, budget) {
+            best = Some((d, c));
+        }
+        if *budget == 0 {
+            break;
+        }
+    }
+    best.map(|(_, c)| c)
 }
 
 /// Whether a key the state dict lacks is filled in rather than missing, as
@@ -333,61 +398,112 @@ pub(crate) fn collect<M: Module>(m: &M) -> forma_core::Result<StateDict> {
     }
 }
 
+/// What a load reads: a state dict in memory, or a file's entries read
+/// from its header and converted one at a time.
+pub(crate) trait Source {
+    /// The keys, in order.
+    fn keys(&self) -> Vec<&str>;
+    /// The sizes, the dtype the values would be read as (`None` when Forma
+    /// cannot hold it) and the dtype's name as stored.
+    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, String)>;
+    /// The values of `key`, read only once every check has passed.
+    fn data(&self, key: &str) -> Result<Cow<'_, TensorData>, String>;
+}
+
+impl Source for StateDict {
+    fn keys(&self) -> Vec<&str> {
+        StateDict::keys(self).collect()
+    }
+    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, String)> {
+        self.get(key)
+            .map(|d| (d.dims(), Some(d.dtype()), d.dtype().to_string()))
+    }
+    fn data(&self, key: &str) -> Result<Cow<'_, TensorData>, String> {
+        self.get(key)
+            .map(Cow::Borrowed)
+            .ok_or_else(|| format!("`{key}` vanished"))
+    }
+}
+
 pub(crate) fn load<M: Module>(
     m: &mut M,
-    sd: &StateDict,
+    sd: &impl Source,
     options: LoadOptions,
 ) -> Result<LoadReport, LoadError> {
     let want = expected(m);
     let mut err = LoadError::default();
     for (key, info) in &want {
-        match sd.get(key) {
+        match sd.info(key) {
             None if filled_in_when_missing(key, info) => {}
             None => err.missing_keys.push(key.clone()),
-            Some(d) if d.dims() != info.dims || !convertible(d.dtype(), info.dtype) => {
+            Some((dims, read_as, stored))
+                if dims != info.dims.as_slice()
+                    || !read_as.is_some_and(|d| convertible(d, info.dtype)) =>
+            {
                 err.mismatched.push(Mismatch {
                     key: key.clone(),
                     expected: (info.dims.clone(), info.dtype),
-                    found: (d.dims().to_vec(), d.dtype()),
+                    found: (dims.to_vec(), stored),
                 })
             }
             Some(_) => {}
         }
     }
     let known: std::collections::HashSet<&str> = want.iter().map(|(k, _)| k.as_str()).collect();
-    for key in sd.keys().filter(|k| !known.contains(k)) {
-        let hint = closest(key, &err.missing_keys).cloned();
-        err.unexpected_keys.push((key.to_string(), hint));
-    }
+    let unexpected: Vec<&str> = sd
+        .keys()
+        .into_iter()
+        .filter(|k| !known.contains(k))
+        .collect();
     let report = LoadReport {
         missing_keys: err.missing_keys.clone(),
-        unexpected_keys: err.unexpected_keys.iter().map(|(k, _)| k.clone()).collect(),
+        unexpected_keys: unexpected.iter().map(|k| k.to_string()).collect(),
     };
-    if !options.strict {
+    if options.strict {
+        // Hints only where the message will show them.
+        let mut budget = HINT_BUDGET;
+        err.unexpected_keys = unexpected
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let hint = (i < HINT_KEYS)
+                    .then(|| closest(k, &err.missing_keys, &mut budget).cloned())
+                    .flatten();
+                (k.to_string(), hint)
+            })
+            .collect();
+    } else {
         err.missing_keys.clear();
-        err.unexpected_keys.clear();
     }
     if !err.is_empty() {
         return Err(err);
     }
 
-    struct Apply<'a>(&'a StateDict, Option<forma_core::Error>);
-    impl VisitorMut for Apply<'_> {
-        fn tensor<S: Shape, E: Dtype, D: Backend>(&mut self, cx: &Cx, t: &mut Tensor<S, E, D>) {
+    struct Apply<'a, S>(&'a S, Option<String>);
+    impl<S: Source> VisitorMut for Apply<'_, S> {
+        fn tensor<Sh: Shape, E: Dtype, D: Backend>(&mut self, cx: &Cx, t: &mut Tensor<Sh, E, D>) {
             if cx.role() == Role::NonPersistentBuffer || self.1.is_some() {
                 return;
             }
-            if let Some(d) = self.0.get(cx.path()) {
-                if let Err(e) = t.try_assign_data(d) {
-                    self.1 = Some(e);
-                }
+            if self.0.info(cx.path()).is_none() {
+                return;
+            }
+            let written = self
+                .0
+                .data(cx.path())
+                .and_then(|d| t.try_assign_data(&d).map_err(|e| e.to_string()));
+            if let Err(e) = written {
+                self.1 = Some(e);
             }
         }
     }
     let mut apply = Apply(sd, None);
     m.visit_mut(&mut Cx::new(), &mut apply);
     match apply.1 {
-        Some(e) => Err(LoadError::device(e)),
+        Some(e) => Err(LoadError {
+            device: Some(e),
+            ..LoadError::default()
+        }),
         None => Ok(report),
     }
 }
@@ -399,11 +515,56 @@ mod tests {
     #[test]
     fn hints_near_misses_only() {
         let missing = vec!["layers.0.weight".to_string(), "head.bias".to_string()];
+        let mut budget = HINT_BUDGET;
         assert_eq!(
-            closest("layers.0.wieght", &missing),
+            closest("layers.0.wieght", &missing, &mut budget),
             Some(&"layers.0.weight".to_string())
         );
-        assert_eq!(closest("encoder.pos", &missing), None);
+        assert_eq!(closest("encoder.pos", &missing, &mut budget), None);
+        let mut none = 0;
+        assert_eq!(
+            closest("layers.0.wieght", &missing, &mut none),
+            None,
+            "no budget"
+        );
+    }
+
+    #[test]
+    fn the_bounded_distance_agrees_with_the_full_one() {
+        let full = |a: &str, b: &str| {
+            let b: Vec<char> = b.chars().collect();
+            let mut row: Vec<usize> = (0..=b.len()).collect();
+            for (i, ca) in a.chars().enumerate() {
+                let mut prev = row[0];
+                row[0] = i + 1;
+                for (j, &cb) in b.iter().enumerate() {
+                    let cur = row[j + 1];
+                    row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+                    prev = cur;
+                }
+            }
+            row[b.len()]
+        };
+        let words = [
+            "",
+            "a",
+            "ab",
+            "layer.1.weight",
+            "layer.10.weight",
+            "lyaer.1.wieght",
+            "bias",
+            "abcabc",
+        ];
+        for a in words {
+            for b in words {
+                let d = full(a, b);
+                for max in 0..8 {
+                    let mut budget = usize::MAX;
+                    let got = edit_distance_within(a, b, max, &mut budget);
+                    assert_eq!(got, (d <= max).then_some(d), "{a:?} {b:?} max {max}");
+                }
+            }
+        }
     }
 
     #[test]
