@@ -96,16 +96,37 @@ pub enum DataError {
     },
     /// The file holds more bytes than its header declares.
     #[error(
-        "{}: {} trailing bytes: the header declares {expected} bytes in all, the file holds {found}",
-        path.display(), found - expected
+        "{}: {}{} trailing bytes: the header declares {expected} bytes in all, the file holds {}{found}",
+        path.display(),
+        if *counted_all { "" } else { "at least " },
+        found - expected,
+        if *counted_all { "" } else { "at least " },
     )]
     TrailingBytes {
         /// The file.
         path: PathBuf,
         /// Bytes the header declares, header included.
         expected: u64,
-        /// Bytes the file holds (for gzip, counted up to a cap).
+        /// Bytes the file holds (for gzip, counted up to a cap: decompressing
+        /// stops soon after the declared size).
         found: u64,
+        /// Whether `found` counts every byte (false when the count stopped
+        /// at the cap).
+        counted_all: bool,
+    },
+    /// The header declares more data than the caller allows
+    /// ([`super::read_idx_limited`]); nothing was decompressed or allocated.
+    #[error(
+        "{}: the header declares {declared} bytes of data, more than the limit of {limit}",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Bytes of data the header declares.
+        declared: u64,
+        /// The caller's limit.
+        limit: u64,
     },
     /// A valid IDX file that holds something other than what was asked for
     /// (labels where images were expected, f32 where u8 was).
@@ -224,6 +245,7 @@ impl DataError {
             | DataError::SizeOverflow { path, .. }
             | DataError::Truncated { path, .. }
             | DataError::TrailingBytes { path, .. }
+            | DataError::TooLarge { path, .. }
             | DataError::WrongContent { path, .. }
             | DataError::ImageShape { path, .. } => Some(path),
             _ => None,

@@ -26,8 +26,10 @@ pub const MAX_IDX_RANK: u8 = 8;
 /// declare exabytes, so beyond this the buffer grows only as bytes arrive.
 const GZ_RESERVE_CAP: usize = 4 << 20;
 
-/// How many trailing bytes of a gzip file are counted for the error message.
-const GZ_TRAILING_COUNT_CAP: u64 = 1 << 30;
+/// How many trailing bytes of a gzip file are decompressed, at most, to
+/// count them for the error message: decompression stops soon after the
+/// size the header declares, so a bomb behind a small header costs nothing.
+const GZ_TRAILING_COUNT_CAP: u64 = 64 << 10;
 
 /// The element type of an IDX file (the magic number's third byte).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -205,8 +207,22 @@ impl std::fmt::Debug for IdxImages {
 /// [`DataError::BadRank`], [`DataError::SizeOverflow`],
 /// [`DataError::Truncated`] or [`DataError::TrailingBytes`].
 pub fn read_idx(path: impl AsRef<Path>) -> Result<IdxArray, DataError> {
+    read_idx_limited(path, u64::MAX)
+}
+
+/// [`read_idx`], refusing a file whose header declares more than
+/// `max_data_bytes` bytes of data before anything is allocated or
+/// decompressed: for files from outside whose size the caller knows to
+/// expect (an MNIST images file holds 47 MB).
+///
+/// # Errors
+/// Those of [`read_idx`], and [`DataError::TooLarge`].
+pub fn read_idx_limited(
+    path: impl AsRef<Path>,
+    max_data_bytes: u64,
+) -> Result<IdxArray, DataError> {
     let path = path.as_ref();
-    let (ty, dims, bytes) = read_raw(path)?;
+    let (ty, dims, bytes) = read_raw(path, max_data_bytes)?;
     let data = match ty {
         IdxType::U8 => IdxData::U8(bytes),
         IdxType::I8 => IdxData::I8(bytes.iter().map(|&b| b as i8).collect()),
@@ -369,7 +385,7 @@ fn gz_error(path: &Path, source: io::Error) -> DataError {
 }
 
 /// Reads and checks the header, then the data bytes (still big-endian).
-fn read_raw(path: &Path) -> Result<(IdxType, Vec<usize>, Vec<u8>), DataError> {
+fn read_raw(path: &Path, limit: u64) -> Result<(IdxType, Vec<usize>, Vec<u8>), DataError> {
     let p = || path.to_path_buf();
     let mut src = Source::open(path)?;
 
@@ -425,6 +441,13 @@ fn read_raw(path: &Path) -> Result<(IdxType, Vec<usize>, Vec<u8>), DataError> {
     let total = data_len
         .checked_add(header_len as u64)
         .ok_or_else(overflow)?;
+    if data_len > limit {
+        return Err(DataError::TooLarge {
+            path: p(),
+            declared: data_len,
+            limit,
+        });
+    }
     let data_len_usize = usize::try_from(data_len).map_err(|_| overflow())?;
     let dims: Vec<usize> = dims64
         .iter()
@@ -447,6 +470,7 @@ fn read_raw(path: &Path) -> Result<(IdxType, Vec<usize>, Vec<u8>), DataError> {
                     path: p(),
                     expected: total,
                     found: len,
+                    counted_all: true,
                 });
             }
             // The length check above bounds this allocation by the file's size.
@@ -489,6 +513,7 @@ fn read_raw(path: &Path) -> Result<(IdxType, Vec<usize>, Vec<u8>), DataError> {
                     path: p(),
                     expected: total,
                     found: total + extra,
+                    counted_all: extra < GZ_TRAILING_COUNT_CAP,
                 });
             }
             data
@@ -510,5 +535,69 @@ pub(crate) fn plain_or_gz(path: PathBuf) -> PathBuf {
         gz
     } else {
         path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::Write;
+
+    fn gz_file(tag: &str, header: &[u8], zeros: usize) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("forma-idx-{tag}-{}.gz", std::process::id()));
+        let mut enc = GzEncoder::new(Vec::new(), Compression::fast());
+        enc.write_all(header).unwrap();
+        let block = vec![0u8; 1 << 20];
+        let mut left = zeros;
+        while left > 0 {
+            let n = left.min(block.len());
+            enc.write_all(&block[..n]).unwrap();
+            left -= n;
+        }
+        std::fs::write(&path, enc.finish().unwrap()).unwrap();
+        path
+    }
+
+    /// A small header followed by 64 MiB of zeros (a 64 KiB `.gz`):
+    /// decompression stops shortly past the declared 16 bytes.
+    #[test]
+    fn a_gzip_bomb_behind_a_small_header_is_not_decompressed() {
+        let mut header = vec![0, 0, 0x08, 1];
+        header.extend(16u32.to_be_bytes());
+        let path = gz_file("bomb", &header, 64 << 20);
+        let err = read_idx(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        match &err {
+            DataError::TrailingBytes {
+                expected,
+                found,
+                counted_all,
+                ..
+            } => {
+                assert_eq!(*expected, 8 + 16);
+                assert!(*found <= expected + GZ_TRAILING_COUNT_CAP, "{found}");
+                assert!(!counted_all);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("at least"), "{err}");
+    }
+
+    /// A header declaring more than the caller allows is refused before any
+    /// data is decompressed (the file holds none: it would be `Truncated`).
+    #[test]
+    fn a_caller_limit_refuses_a_large_declaration_up_front() {
+        let mut header = vec![0, 0, 0x0E, 1];
+        header.extend((1u32 << 20).to_be_bytes());
+        let path = gz_file("limit", &header, 0);
+        let err = read_idx_limited(&path, 1 << 20).unwrap_err();
+        let plain = read_idx(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            matches!(err, DataError::TooLarge { declared, limit, .. } if declared == 8 << 20 && limit == 1 << 20),
+            "{err:?}"
+        );
+        assert!(matches!(plain, DataError::Truncated { .. }), "{plain:?}");
     }
 }

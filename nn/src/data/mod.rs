@@ -23,7 +23,8 @@ pub use collate::{Batchable, Collate, DefaultCollate};
 pub use dataset::{random_split, split_lengths, Dataset, Subset, TensorDataset};
 pub use error::DataError;
 pub use idx::{
-    read_idx, read_idx_images, read_idx_labels, IdxArray, IdxData, IdxImages, IdxType, MAX_IDX_RANK,
+    read_idx, read_idx_images, read_idx_labels, read_idx_limited, IdxArray, IdxData, IdxImages,
+    IdxType, MAX_IDX_RANK,
 };
 pub use loader::{Batches, DataLoader, LoaderState};
 pub use mnist::{Mnist, MnistSplit};
