@@ -52,6 +52,20 @@ pub struct Config {
     pub body_limit: usize,
     /// Applied to every pixel before the model sees it.
     pub normalization: Normalization,
+    /// How long a connection may take to send a request's headers, counted
+    /// from when the server is ready to read them: from the connection's
+    /// start, and after each answer on a kept-alive connection (so this is
+    /// also the idle timeout). The connection is closed past it.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers have
+    /// (408 `body_timeout` past it).
+    pub body_timeout: Duration,
+    /// Connections served at once; further clients wait in the listener's
+    /// backlog until one closes.
+    pub max_connections: usize,
+    /// On shutdown, how long open connections get to finish their request
+    /// before they are closed.
+    pub shutdown_grace: Duration,
 }
 
 /// The default [`Config::max_batch`].
@@ -63,6 +77,14 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 /// The default [`Config::body_limit`]: room for a full batch of 784 pixels
 /// written with many digits each.
 pub const DEFAULT_BODY_LIMIT: usize = 2 * 1024 * 1024;
+/// The default [`Config::header_timeout`], in milliseconds.
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// The default [`Config::body_timeout`], in milliseconds.
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 30_000;
+/// The default [`Config::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// The default [`Config::shutdown_grace`], in milliseconds.
+pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 
 impl Config {
     /// The defaults, serving `checkpoint` with no normalisation.
@@ -74,6 +96,10 @@ impl Config {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             body_limit: DEFAULT_BODY_LIMIT,
             normalization: Normalization::IDENTITY,
+            header_timeout: Duration::from_millis(DEFAULT_HEADER_TIMEOUT_MS),
+            body_timeout: Duration::from_millis(DEFAULT_BODY_TIMEOUT_MS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            shutdown_grace: Duration::from_millis(DEFAULT_SHUTDOWN_GRACE_MS),
         }
     }
 
@@ -91,6 +117,12 @@ impl Config {
         }
         if self.body_limit == 0 {
             return bad("body limit must be at least 1 byte".into());
+        }
+        if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
+            return bad("the header and body timeouts must be at least 1 ms".into());
+        }
+        if self.max_connections == 0 {
+            return bad("max connections must be at least 1".into());
         }
         let n = self.normalization;
         if !n.mean.is_finite() || !n.std.is_finite() || n.std <= 0.0 {
@@ -114,6 +146,13 @@ usage: forma-serve --checkpoint PATH [options]
   --max-wait-ms N     how long a batch waits for more requests (default 2)
   --queue N           requests that may wait before 503 (default 1024)
   --body-limit BYTES  largest request body (default 2097152)
+  --header-timeout-ms N  time to send a request's headers, and the idle
+                      timeout of a kept-alive connection (default 10000)
+  --body-timeout-ms N time for a request's body once its headers are in;
+                      408 past it (default 30000)
+  --max-connections N connections served at once (default 512)
+  --shutdown-grace-ms N  on ctrl-c/SIGTERM, time open requests get to
+                      finish before their connections close (default 10000)
   --mean M --std S    input normalisation (default: the built-in training
                       data's, as `train` used it; give the values `train`
                       printed when it trained on other data)
@@ -168,6 +207,14 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Str
             "--max-wait-ms" => cfg.max_wait = Duration::from_millis(num(&flag, value()?)?),
             "--queue" => cfg.queue_capacity = num(&flag, value()?)?,
             "--body-limit" => cfg.body_limit = num(&flag, value()?)?,
+            "--header-timeout-ms" => {
+                cfg.header_timeout = Duration::from_millis(num(&flag, value()?)?)
+            }
+            "--body-timeout-ms" => cfg.body_timeout = Duration::from_millis(num(&flag, value()?)?),
+            "--max-connections" => cfg.max_connections = num(&flag, value()?)?,
+            "--shutdown-grace-ms" => {
+                cfg.shutdown_grace = Duration::from_millis(num(&flag, value()?)?)
+            }
             "--mean" => mean = Some(num::<f32>(&flag, value()?)?),
             "--std" => std = Some(num::<f32>(&flag, value()?)?),
             other => return Err(format!("unknown argument `{other}` (see --help)")),

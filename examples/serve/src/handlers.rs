@@ -94,6 +94,8 @@ pub struct AppState {
     pub max_batch: usize,
     /// The largest body accepted.
     pub body_limit: usize,
+    /// How long a body may take to arrive.
+    pub body_timeout: std::time::Duration,
 }
 
 /// The service's description, as `GET /health` returns it.
@@ -124,7 +126,78 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         // Also bounds bodies sent without a Content-Length (chunked).
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            body_in_time,
+        ))
         .with_state(state)
+}
+
+/// Reads the whole body within [`AppState::body_timeout`] (408
+/// `body_timeout` past it) and at most [`AppState::body_limit`] bytes (413),
+/// before any handler runs: a client that sends headers and then part of a
+/// body, slowly or never, does not hold the connection open.
+async fn body_in_time(
+    State(st): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::body::{Body, HttpBody};
+    let (parts, mut body) = req.into_parts();
+    let limit = st.body_limit;
+    let too_large = |size: String| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the body is {size} bytes; the limit is {limit}"),
+        )
+    };
+    // A declared length past the limit is refused before reading a byte.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        let err = too_large(n.to_string());
+        st.metrics.error(err.kind);
+        return err.into_response();
+    }
+    let read = async {
+        let mut buf = Vec::new();
+        while let Some(frame) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+        {
+            let frame = frame.map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_body",
+                    format!("reading the body failed: {e}"),
+                )
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > limit {
+                    return Err(too_large(format!("over {limit}")));
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(buf)
+    };
+    let err = match tokio::time::timeout(st.body_timeout, read).await {
+        Ok(Ok(buf)) => return next.run(Request::from_parts(parts, Body::from(buf))).await,
+        Ok(Err(e)) => e,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                st.body_timeout.as_millis()
+            ),
+        ),
+    };
+    st.metrics.error(err.kind);
+    err.into_response()
 }
 
 async fn health(State(st): State<AppState>) -> Json<Info> {
@@ -172,20 +245,7 @@ async fn predict(State(st): State<AppState>, req: Request) -> Response {
 }
 
 async fn predict_inner(st: &AppState, req: Request) -> Result<(Response, usize), ApiError> {
-    // A declared length over the limit is refused before reading a byte;
-    // the body limit layer catches bodies without one.
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = declared.filter(|&n| n > st.body_limit as u64) {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the body is {n} bytes; the limit is {}", st.body_limit),
-        ));
-    }
+    // Oversize bodies were refused by `body_in_time`, declared or not.
     let Json(body) = Json::<PredictRequest>::from_request(req, &()).await?;
     let (pixels, single) = match (body.pixels, body.batch) {
         (Some(p), None) => {

@@ -39,8 +39,16 @@
 //!   a full queue gets 503.
 //! - **Metrics**: `GET /metrics` (JSON): requests served, errors by kind,
 //!   batches, mean batch size, latency p50/p99.
+//! - **Slow and silent clients**: a connection must send a request's headers
+//!   within `--header-timeout-ms` (10 s; counted from when the server is
+//!   ready to read them, so it is also the idle timeout of a kept-alive
+//!   connection) and its body within `--body-timeout-ms` (30 s; 408
+//!   `body_timeout`); at most `--max-connections` (512) are served at once,
+//!   the rest wait in the listener's backlog.
 //! - **Shutdown**: on ctrl-c or SIGTERM the listener closes, requests in
-//!   flight are answered, then the batcher drains and stops.
+//!   flight are answered, then the batcher drains and stops; connections
+//!   still open after `--shutdown-grace-ms` (10 s), such as one stuck
+//!   mid-request, are closed.
 
 pub mod batcher;
 pub mod config;
@@ -147,16 +155,78 @@ where
         info: Arc::new(info),
         max_batch: config.max_batch,
         body_limit: config.body_limit,
+        body_timeout: config.body_timeout,
     });
-    // Graceful: stop accepting, let every open connection finish its
-    // request. It returns once they have, dropping the router and with it
-    // the last sender of the batcher's queue.
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
-    // The batcher answers what is still queued, then sees the queue closed.
+    let served = serve_connections(listener, app, &config, shutdown).await;
+    // Every connection is closed and the router dropped, and with it the
+    // last sender of the batcher's queue: the batcher answers what is still
+    // queued, then sees the queue closed.
     batcher.await.map_err(|e| ServeError::Task(e.to_string()))?;
     served?;
+    Ok(())
+}
+
+/// Accepts connections until `shutdown`, each served by hyper's HTTP/1 with
+/// [`Config::header_timeout`], at most [`Config::max_connections`] at once.
+/// On shutdown: stop accepting, ask every connection to close after its
+/// current request, and close the ones still open after
+/// [`Config::shutdown_grace`].
+async fn serve_connections<F>(
+    listener: TcpListener,
+    app: axum::Router,
+    config: &Config,
+    shutdown: F,
+) -> Result<(), ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
+    let mut connections = tokio::task::JoinSet::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: wait a little rather
+                // than spin; the connection that failed is the client's loss.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        connections.spawn(async move {
+            // A client that leaves or times out is not the server's error.
+            let _ = conn.await;
+            drop(slot);
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    drop(app);
+    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        connections.abort_all();
+    }
+    while connections.join_next().await.is_some() {}
     Ok(())
 }
 

@@ -58,6 +58,8 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The bound address, so that `--addr 127.0.0.1:0` says which port it got.
+    let addr = listener.local_addr().unwrap_or(addr);
     println!(
         "serving {} on http://{addr} (max batch {}, max wait {:?}); ctrl-c to stop",
         config.checkpoint.display(),

@@ -6,8 +6,11 @@
 //! answers each input alone (class equal, probabilities within 1e-5,
 //! logits within 1e-4), batching observed in `/metrics`, every kind of
 //! malformed request refused with its status and JSON message, `/health`
-//! and `/metrics`, bad checkpoints refused at startup, and a graceful
-//! shutdown that answers the requests in flight.
+//! and `/metrics`, bad checkpoints refused at startup, a graceful
+//! shutdown that answers the requests in flight, silent and slow clients
+//! timed out (nothing sent, half a request line, part of a body, an idle
+//! kept-alive connection), the connection cap, and the binary stopping
+//! within its grace period on SIGTERM while a client holds half a request.
 
 use forma::core::tape::no_grad;
 use forma::prelude::*;
@@ -656,4 +659,154 @@ async fn shutdown_answers_requests_in_flight() {
             || exchange(addr, "GET /health HTTP/1.1", b"").await.is_err(),
         "the service still answers after shutdown"
     );
+}
+
+/// Reads until the server closes the connection (or `limit` passes: then
+/// the test fails) and returns what came and when it closed.
+async fn until_closed(s: &mut TcpStream, limit: Duration) -> (String, Duration) {
+    let started = Instant::now();
+    let mut raw = Vec::new();
+    let read = tokio::time::timeout(limit, s.read_to_end(&mut raw)).await;
+    assert!(
+        read.is_ok(),
+        "the server kept the connection open past {limit:?}"
+    );
+    (
+        String::from_utf8_lossy(&raw).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_silent_clients_are_timed_out() {
+    let dir = TempDir::new("timeouts");
+    let (_, path) = model_and_checkpoint(&dir);
+    let mut cfg = config(path);
+    cfg.header_timeout = Duration::from_millis(300);
+    cfg.body_timeout = Duration::from_millis(300);
+    let server = start(cfg).await;
+    let addr = server.addr;
+    let limit = Duration::from_secs(10);
+
+    // Connects and sends nothing.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let (got, _) = until_closed(&mut silent, limit).await;
+    assert!(!got.contains("200"), "{got}");
+
+    // Half a request line.
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST /predict HTT").await.unwrap();
+    until_closed(&mut half, limit).await;
+
+    // Headers, then 10 of the 100 body bytes promised.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /predict HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"pixels\""
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let (got, _) = until_closed(&mut slow, limit).await;
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("\"kind\":\"body_timeout\""), "{got}");
+
+    // A kept-alive connection, idle after its answer, is closed.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    idle.write_all(req.as_bytes()).await.unwrap();
+    let (got, _) = until_closed(&mut idle, limit).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+
+    // The service still answers well-behaved clients, and counted the 408.
+    let m = get(addr, "/metrics").await.body;
+    assert_eq!(m["errors"]["body_timeout"], 1, "{m}");
+    server.shutdown().await;
+}
+
+/// The binary, sent SIGTERM while a client holds half a request open,
+/// stops within its shutdown grace period.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_half_sent_request_stops_within_the_grace() {
+    use std::io::BufRead;
+    let dir = TempDir::new("sigterm");
+    let (_, path) = model_and_checkpoint(&dir);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_forma-serve"))
+        .args([
+            "--checkpoint",
+            path.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--header-timeout-ms", "60000", "--shutdown-grace-ms", "500"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: SocketAddr = loop {
+        let line = lines
+            .next()
+            .expect("the server printed its address")
+            .unwrap();
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split(' ').next().unwrap().parse().unwrap();
+        }
+    };
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .await
+        .unwrap();
+    // Let the server take the connection before the signal.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = Instant::now();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = sent + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server did not stop within 10 s of SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = sent.elapsed();
+    assert!(status.success(), "{status}");
+    // The grace is 500 ms; the rest is the process's own teardown.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (got, _) = until_closed(&mut half, Duration::from_secs(5)).await;
+    assert!(!got.contains("200"), "{got}");
+}
+
+/// With one connection allowed, a second client is served only once the
+/// first one has gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_wait_for_a_free_one() {
+    let dir = TempDir::new("cap");
+    let (_, path) = model_and_checkpoint(&dir);
+    let mut cfg = config(path);
+    cfg.max_connections = 1;
+    let server = start(cfg).await;
+    let addr = server.addr;
+    let holder = TcpStream::connect(addr).await.unwrap();
+    // Let the server take the first connection.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let waiting = tokio::spawn(async move { get(addr, "/health").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the second client was served at once"
+    );
+    drop(holder);
+    let r = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("served once the first connection closed")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    server.shutdown().await;
 }
