@@ -59,42 +59,34 @@ pub trait DefaultDevice: Backend {
     fn default_device() -> Self;
 }
 
-/// Every kernel a float dtype needs on a backend: the bound generic model code
-/// writes (`D: Device<E>`). Blanket-implemented; a new kernel trait is added here.
-pub trait Device<E: crate::Float>:
-    Backend
-    + crate::ops::unary::UnaryKernel<E>
-    + crate::ops::binary::BinaryKernel<E>
-    + crate::ops::cmp::CmpKernel<E>
-    + crate::ops::reduce::ReduceKernel<E>
-    + crate::ops::softmax::SoftmaxKernel<E>
-    + crate::ops::matmul::MatmulKernel<E>
-    + crate::ops::index::IndexKernel<E>
-    + crate::ops::conv::ConvKernel<E>
-    + crate::ops::pool::PoolKernel<E>
-    + crate::ops::update::UpdateKernel<E>
-    + crate::ops::fused::FusedKernel<E>
-    + crate::ops::attention::AttentionKernel<E>
-    + crate::ops::norm::NormKernel<E>
-    + crate::ops::linear::LinearKernel<E>
-{
+/// Declares [`Device`] and its blanket impl from one list of kernel traits:
+/// a new kernel family is one line here.
+macro_rules! device_kernels {
+    ($($family:ident :: $kernel:ident),* $(,)?) => {
+        /// Every kernel a float dtype needs on a backend: the bound generic
+        /// model code writes (`D: Device<E>`). Blanket-implemented for every
+        /// backend that implements all of them. A backend without its own
+        /// kernel for a family implements the trait with no methods (the
+        /// defaults decline, and core runs the composed ops).
+        pub trait Device<E: crate::Float>: Backend $(+ crate::ops::$family::$kernel<E>)* {}
+
+        impl<E: crate::Float, D> Device<E> for D where D: Backend $(+ crate::ops::$family::$kernel<E>)* {}
+    };
 }
 
-impl<E: crate::Float, D> Device<E> for D where
-    D: Backend
-        + crate::ops::unary::UnaryKernel<E>
-        + crate::ops::binary::BinaryKernel<E>
-        + crate::ops::cmp::CmpKernel<E>
-        + crate::ops::reduce::ReduceKernel<E>
-        + crate::ops::softmax::SoftmaxKernel<E>
-        + crate::ops::matmul::MatmulKernel<E>
-        + crate::ops::index::IndexKernel<E>
-        + crate::ops::conv::ConvKernel<E>
-        + crate::ops::pool::PoolKernel<E>
-        + crate::ops::update::UpdateKernel<E>
-        + crate::ops::fused::FusedKernel<E>
-        + crate::ops::attention::AttentionKernel<E>
-        + crate::ops::norm::NormKernel<E>
-        + crate::ops::linear::LinearKernel<E>
-{
+device_kernels! {
+    unary::UnaryKernel,
+    binary::BinaryKernel,
+    cmp::CmpKernel,
+    reduce::ReduceKernel,
+    softmax::SoftmaxKernel,
+    matmul::MatmulKernel,
+    index::IndexKernel,
+    conv::ConvKernel,
+    pool::PoolKernel,
+    update::UpdateKernel,
+    fused::FusedKernel,
+    attention::AttentionKernel,
+    norm::NormKernel,
+    linear::LinearKernel,
 }

@@ -61,30 +61,10 @@ pub const ALL: [DType; 7] = [
 ];
 
 /// Every module source the backend can compile, as `(key, source without
-/// the prelude)`: each op family for each dtype it is built for.
+/// the prelude)`: each op family for each dtype it is built for (the list
+/// comes from the family modules themselves, in `ops/mod.rs`).
 pub fn all_sources() -> Vec<(String, String)> {
-    let mut v = Vec::new();
-    v.push(("copy".to_string(), crate::ops::copy::source()));
-    for s in ALL {
-        for d in ALL {
-            v.push((
-                format!("cast/{}_{}", tag(s), tag(d)),
-                crate::ops::copy::cast_source(s, d),
-            ));
-        }
-    }
-    for d in FLOATS {
-        let t = tag(d);
-        v.push((format!("unary/{t}"), crate::ops::unary::source(d)));
-        v.push((format!("binary/{t}"), crate::ops::binary::source(d)));
-        v.push((format!("cmp/{t}"), crate::ops::cmp::source(d)));
-        v.push((format!("reduce/{t}"), crate::ops::reduce::source(d)));
-        v.push((format!("softmax/{t}"), crate::ops::softmax::source(d)));
-        v.push((format!("index/{t}"), crate::ops::index::source(d)));
-        v.push((format!("conv/{t}"), crate::ops::conv::source(d)));
-        v.push((format!("pool/{t}"), crate::ops::pool::source(d)));
-    }
-    v
+    crate::ops::all_sources()
 }
 
 /// Compiles every module source for `arch` (`compute_XY`); the first

@@ -28,6 +28,28 @@ pub trait BinaryOp: Copy + Send + Sync + 'static {
     const READS_RHS: bool = true;
     /// The partial derivatives `(df/da, df/db)` at `(a, b)`.
     fn df<R: Real>(&self, a: R, b: R) -> (R, R);
+    /// The row's CUDA form, for backends that generate their kernels from
+    /// the table ([`CUDA_ROWS`]); `None` (the default, for an op defined
+    /// outside the table) runs it on the host.
+    fn cuda(&self) -> Option<&'static CudaRow> {
+        None
+    }
+}
+
+/// A binary row in CUDA C: its kernel symbol (the method's name), its
+/// function and its two partial derivatives as expressions in the
+/// accumulation type `A` of `a` and `b`. Kept beside the Rust form in
+/// [`table`] (core itself never compiles them).
+#[derive(Debug, PartialEq, Eq)]
+pub struct CudaRow {
+    /// The kernel symbol: the method's name.
+    pub symbol: &'static str,
+    /// `f(a, b)`.
+    pub f: &'static str,
+    /// `df/da`.
+    pub da: &'static str,
+    /// `df/db`.
+    pub db: &'static str,
 }
 
 /// Backend support for [`BinaryOp`]s.

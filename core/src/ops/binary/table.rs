@@ -1,7 +1,7 @@
 //! The binary op table: one row per op, each with a method, a `try_` method
 //! and (for the four arithmetic ops) the `std::ops` operator.
 
-use super::BinaryOp;
+use super::{BinaryOp, CudaRow};
 use crate::dtype::{Float, Real};
 use crate::error::Result;
 use crate::ops::fused::{Binary, Expr};
@@ -12,8 +12,13 @@ use crate::tensor::{ok, Tensor};
 macro_rules! binary_table {
     ($(
         $(#[$doc:meta])*
-        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr, d|$da:tt, $db:tt| $dbody:expr;
+        $method:ident, $try_method:ident => $op:ident : |$a:ident, $b:ident| $body:expr, d|$da:tt, $db:tt| $dbody:expr,
+            cuda $cf:literal, $cda:literal, $cdb:literal;
     )*) => {
+        /// Every row's CUDA form, in table order: what a CUDA backend
+        /// compiles (one kernel pair per row).
+        pub const CUDA_ROWS: &[CudaRow] = &[$($op::CUDA,)*];
+
         /// The binary table's ops as methods of fused expressions
         /// ([`crate::fused`]): `a.maximum(b)` on expressions is the same op
         /// as on tensors (`+ - * /` are also operators).
@@ -43,6 +48,14 @@ macro_rules! binary_table {
             fn df<R: Real>(&self, $da: R, $db: R) -> (R, R) {
                 $dbody
             }
+            fn cuda(&self) -> Option<&'static CudaRow> {
+                Some(&Self::CUDA)
+            }
+        }
+
+        impl $op {
+            /// The row in CUDA C.
+            pub const CUDA: CudaRow = CudaRow { symbol: stringify!($method), f: $cf, da: $cda, db: $cdb };
         }
 
         impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
@@ -73,19 +86,30 @@ macro_rules! binary_table {
 
 binary_table! {
     /// Elementwise `a + b` with broadcasting.
-    add, try_add => Add : |a, b| a + b, d|_, _| (R::one(), R::one());
+    add, try_add => Add : |a, b| a + b, d|_, _| (R::one(), R::one()),
+        cuda "a + b", "(A)1", "(A)1";
     /// Elementwise `a - b` with broadcasting.
-    sub, try_sub => Sub : |a, b| a - b, d|_, _| (R::one(), -R::one());
+    sub, try_sub => Sub : |a, b| a - b, d|_, _| (R::one(), -R::one()),
+        cuda "a - b", "(A)1", "-(A)1";
     /// Elementwise `a * b` with broadcasting.
-    mul, try_mul => Mul : |a, b| a * b, d|a, b| (b, a);
+    mul, try_mul => Mul : |a, b| a * b, d|a, b| (b, a),
+        cuda "a * b", "b", "a";
     /// Elementwise `a / b` with broadcasting.
-    div, try_div => Div : |a, b| a / b, d|a, b| (b.recip(), -a / (b * b));
+    div, try_div => Div : |a, b| a / b, d|a, b| (b.recip(), -a / (b * b)),
+        cuda "a / b", "(A)1 / b", "-a / (b * b)";
     /// Elementwise `a ^ b` with broadcasting, like `torch.pow`.
-    pow, try_pow => Pow : |a, b| a.powf(b), d|a, b| (if b == R::zero() { R::zero() } else { b * a.powf(b - R::one()) }, if a == R::zero() && b >= R::zero() { R::zero() } else { a.powf(b) * a.ln() });
+    pow, try_pow => Pow : |a, b| a.powf(b), d|a, b| (if b == R::zero() { R::zero() } else { b * a.powf(b - R::one()) }, if a == R::zero() && b >= R::zero() { R::zero() } else { a.powf(b) * a.ln() }),
+        cuda "m_pow(a, b)",
+        "b == (A)0 ? (A)0 : b * m_pow(a, b - (A)1)",
+        "(a == (A)0 && b >= (A)0) ? (A)0 : m_pow(a, b) * m_log(a)";
     /// Elementwise maximum with broadcasting; NaN wins, like `torch.maximum`.
-    maximum, try_maximum => Maximum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a > b { a } else { b }, d|a, b| if a > b { (R::one(), R::zero()) } else if a < b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) };
+    maximum, try_maximum => Maximum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a > b { a } else { b }, d|a, b| if a > b { (R::one(), R::zero()) } else if a < b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) },
+        cuda "(m_isnan(a) || m_isnan(b)) ? m_nan<A>() : (a > b ? a : b)",
+        "a > b ? (A)1 : (a < b ? (A)0 : (A)0.5)", "a > b ? (A)0 : (a < b ? (A)1 : (A)0.5)";
     /// Elementwise minimum with broadcasting; NaN wins, like `torch.minimum`.
-    minimum, try_minimum => Minimum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a < b { a } else { b }, d|a, b| if a < b { (R::one(), R::zero()) } else if a > b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) };
+    minimum, try_minimum => Minimum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a < b { a } else { b }, d|a, b| if a < b { (R::one(), R::zero()) } else if a > b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) },
+        cuda "(m_isnan(a) || m_isnan(b)) ? m_nan<A>() : (a < b ? a : b)",
+        "a < b ? (A)1 : (a > b ? (A)0 : (A)0.5)", "a < b ? (A)0 : (a > b ? (A)1 : (A)0.5)";
 }
 
 macro_rules! std_op {

@@ -27,6 +27,26 @@ pub trait UnaryOp: Copy + Send + Sync + 'static {
     const READS_OUTPUT: bool = true;
     /// Its derivative at `x`, given also `y = f(x)` (whichever is cheaper).
     fn df<R: Real>(&self, x: R, y: R) -> R;
+    /// The row's CUDA form and the parameters it passes, for backends that
+    /// generate their kernels from the table ([`CUDA_ROWS`]); `None` (the
+    /// default, for an op defined outside the table) runs it on the host.
+    fn cuda(&self) -> Option<(&'static CudaRow, [f64; 2])> {
+        None
+    }
+}
+
+/// A unary row in CUDA C: its kernel symbol (the method's name) and its
+/// function and derivative as expressions in the accumulation type `A` of
+/// `x`, `y` (the output) and the parameters `p0`, `p1`. Kept beside the
+/// Rust form in [`table`] (core itself never compiles them).
+#[derive(Debug, PartialEq, Eq)]
+pub struct CudaRow {
+    /// The kernel symbol: the method's name.
+    pub symbol: &'static str,
+    /// `f(x)`.
+    pub f: &'static str,
+    /// `df/dx`, of `x` and `y`.
+    pub df: &'static str,
 }
 
 /// Backend support for [`UnaryOp`]s.

@@ -1,9 +1,11 @@
 //! [`BinaryKernel`] for [`Cuda`]: every row of `forma_core`'s binary table
 //! through one generic kernel, with broadcasting by stride-0 views.
 //!
-//! [`cuda_binary_table!`] is the CUDA side of the table: per op type its
-//! kernel symbol, its function of `a`, `b` and its two partial derivatives
-//! in CUDA C. An op type without a row runs on the host.
+//! The CUDA form of each row (kernel symbol, function of `a`, `b` and its
+//! two partial derivatives in CUDA C) lives beside its Rust form in core's
+//! table ([`b::CUDA_ROWS`]); the source is generated from that list and an
+//! op finds its kernel through [`BinaryOp::cuda`]. An op type from outside
+//! the table runs on the host.
 
 use crate::device::{cfg_1d, Lay};
 use crate::kernels::{float_module, tag};
@@ -11,39 +13,10 @@ use crate::{Cuda, CudaStorage};
 use forma_core::ops::binary::{self as b, BinaryKernel, BinaryOp};
 use forma_core::{Backend, DType, Float, Layout, Result};
 
-macro_rules! cuda_binary_table {
-    ($( $op:ident => $sym:literal, $f:literal, $da:literal, $db:literal; )*) => {
-        /// `(symbol, f, df/da, df/db)` of every row.
-        const ROWS: &[(&str, &str, &str, &str)] = &[$(($sym, $f, $da, $db),)*];
-
-        /// The kernel symbol of an op, if it has a row.
-        fn lookup<Op: BinaryOp>(op: &Op) -> Option<&'static str> {
-            let any = op as &dyn std::any::Any;
-            $( if any.is::<b::$op>() { return Some($sym); } )*
-            None
-        }
-    };
-}
-
-// The same functions as `core/src/ops/binary/table.rs`, row for row.
-cuda_binary_table! {
-    Add => "add", "a + b", "(A)1", "(A)1";
-    Sub => "sub", "a - b", "(A)1", "-(A)1";
-    Mul => "mul", "a * b", "b", "a";
-    Div => "div", "a / b", "(A)1 / b", "-a / (b * b)";
-    Pow => "pow", "m_pow(a, b)",
-        "b == (A)0 ? (A)0 : b * m_pow(a, b - (A)1)",
-        "(a == (A)0 && b >= (A)0) ? (A)0 : m_pow(a, b) * m_log(a)";
-    Maximum => "maximum", "(m_isnan(a) || m_isnan(b)) ? m_nan<A>() : (a > b ? a : b)",
-        "a > b ? (A)1 : (a < b ? (A)0 : (A)0.5)", "a > b ? (A)0 : (a < b ? (A)1 : (A)0.5)";
-    Minimum => "minimum", "(m_isnan(a) || m_isnan(b)) ? m_nan<A>() : (a < b ? a : b)",
-        "a < b ? (A)1 : (a > b ? (A)0 : (A)0.5)", "a < b ? (A)0 : (a > b ? (A)1 : (A)0.5)";
-}
-
 /// The binary module source for dtype `d`.
 pub(crate) fn source(d: DType) -> String {
     let mut s = String::from(include_str!("binary.cu"));
-    for (sym, f, da, db) in ROWS {
+    for b::CudaRow { symbol: sym, f, da, db } in b::CUDA_ROWS {
         s.push_str(&format!(
             "struct Op_{sym} {{\n\
              __device__ __forceinline__ A f(A a, A b) const {{ return {f}; }}\n\
@@ -68,7 +41,7 @@ impl<E: Float> BinaryKernel<E> for Cuda {
         b: &CudaStorage<E>,
         lb: &Layout,
     ) -> Result<CudaStorage<E>> {
-        let Some(sym) = lookup(&op) else {
+        let Some(b::CudaRow { symbol: sym, .. }) = op.cuda() else {
             let (av, bv) = (self.to_vec(a, la)?, self.to_vec(b, lb)?);
             let out = av
                 .iter()
@@ -108,7 +81,7 @@ impl<E: Float> BinaryKernel<E> for Cuda {
         g: &CudaStorage<E>,
         lg: &Layout,
     ) -> Result<(CudaStorage<E>, CudaStorage<E>)> {
-        let Some(sym) = lookup(&op) else {
+        let Some(b::CudaRow { symbol: sym, .. }) = op.cuda() else {
             let (av, bv, gv) = (
                 self.to_vec(a, la)?,
                 self.to_vec(b, lb)?,
@@ -142,5 +115,25 @@ impl<E: Float> BinaryKernel<E> for Cuda {
         let (p1, p2, nn) = (ga.ptr(), gb.ptr(), n as i64);
         launch!(self, f, cfg_1d(n), ap, l1, bp, l2, gp, l3, p1, p2, nn)?;
         Ok((ga, gb))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of core's table has its kernel pair in the source, and
+    /// every table op finds its row (none silently runs on the host).
+    #[test]
+    fn every_table_row_has_a_cuda_kernel() {
+        let src = source(DType::F32);
+        for row in b::CUDA_ROWS {
+            let sym = row.symbol;
+            assert!(src.contains(&format!("void b_{sym}(")), "{sym}");
+            assert!(src.contains(&format!("void b_{sym}_bwd(")), "{sym}");
+        }
+        assert_eq!(b::Add.cuda().map(|r| r.symbol), Some("add"));
+        assert_eq!(b::Minimum.cuda().map(|r| r.symbol), Some("minimum"));
+        assert_eq!(b::CUDA_ROWS.len(), 7);
     }
 }

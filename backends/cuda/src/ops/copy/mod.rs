@@ -7,6 +7,19 @@ use crate::kernels::{ctype, tag};
 use crate::{Cuda, CudaStorage};
 use forma_core::{DType, Dtype, Layout, Result};
 
+/// The family's modules: the copy kernels, and a cast for every pair of
+/// dtypes.
+pub(crate) fn sources() -> Vec<(String, String)> {
+    use crate::kernels::ALL;
+    let mut v = vec![("copy".to_string(), source())];
+    for s in ALL {
+        for d in ALL {
+            v.push((format!("cast/{}_{}", tag(s), tag(d)), cast_source(s, d)));
+        }
+    }
+    v
+}
+
 /// The copy/fill module source.
 pub(crate) fn source() -> String {
     include_str!("copy.cu").to_string()

@@ -221,6 +221,11 @@ impl<E: Float> MatmulKernel<E> for Cuda {
     }
 }
 
+/// The family's modules: none, matmul runs on cuBLAS.
+pub(crate) fn sources() -> Vec<(String, String)> {
+    Vec::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,14 @@
 //! [`UnaryKernel`] for [`Cuda`]: every row of `forma_core`'s unary table
 //! through one generic kernel.
 //!
-//! The CUDA side of the table is [`cuda_unary_table!`]: one row per op type
-//! of `forma_core::ops::unary` with its kernel symbol (prefixed `u_` in the
-//! source, so `sin` does not clash with the C library), the parameters it
-//! passes (`p0`, `p1`, as f64) and its function and derivative in CUDA C (in
-//! the accumulation type `A`, of `x`, `y`, `p0`, `p1`). The rows generate the
-//! kernel source for every dtype. An op type without a row (a user's own
-//! `UnaryOp`) runs on the host through its Rust function, so it still works.
+//! The CUDA form of each row lives beside its Rust form in core's table
+//! ([`u::CUDA_ROWS`]: the kernel symbol, prefixed `u_` in the source so that
+//! `sin` does not clash with the C library, and the function and derivative
+//! in CUDA C of `x`, `y`, `p0`, `p1` in the accumulation type `A`); the
+//! source below is generated from that list for every dtype, and an op finds
+//! its kernel through [`UnaryOp::cuda`]. An op type from outside the table
+//! (a user's own `UnaryOp`) has no CUDA form and runs on the host through
+//! its Rust function, so it still works.
 
 use crate::device::{cfg_1d, Lay};
 use crate::kernels::{float_module, tag};
@@ -15,64 +16,11 @@ use crate::{Cuda, CudaStorage};
 use forma_core::ops::unary::{self as u, UnaryKernel, UnaryOp};
 use forma_core::{Backend, DType, Float, Layout, Result};
 
-macro_rules! cuda_unary_table {
-    ($( $op:ident => $sym:literal, |$s:ident| [$p0:expr, $p1:expr], $f:literal, $df:literal; )*) => {
-        /// `(symbol, f, df)` of every row, for the source.
-        const ROWS: &[(&str, &str, &str)] = &[$(($sym, $f, $df),)*];
-
-        /// The kernel symbol and parameters of an op, if it has a row.
-        fn lookup<Op: UnaryOp>(op: &Op) -> Option<(&'static str, [f64; 2])> {
-            let any = op as &dyn std::any::Any;
-            $(
-                #[allow(unused_variables)] // parameterless rows ignore the op
-                if let Some($s) = any.downcast_ref::<u::$op>() {
-                    return Some(($sym, [$p0, $p1]));
-                }
-            )*
-            None
-        }
-    };
-}
-
-// The same functions as `core/src/ops/unary/table.rs`, row for row.
-cuda_unary_table! {
-    Neg => "neg", |s| [0.0, 0.0], "-x", "-(A)1";
-    Exp => "exp", |s| [0.0, 0.0], "m_exp(x)", "y";
-    Log => "log", |s| [0.0, 0.0], "m_log(x)", "(A)1 / x";
-    Log1p => "log1p", |s| [0.0, 0.0], "m_log1p(x)", "(A)1 / ((A)1 + x)";
-    Sqrt => "sqrt", |s| [0.0, 0.0], "m_sqrt(x)", "(A)0.5 / y";
-    Rsqrt => "rsqrt", |s| [0.0, 0.0], "(A)1 / m_sqrt(x)", "(A)(-0.5) * y * y * y";
-    Recip => "recip", |s| [0.0, 0.0], "(A)1 / x", "-(y * y)";
-    Square => "square", |s| [0.0, 0.0], "x * x", "(A)2 * x";
-    Abs => "abs", |s| [0.0, 0.0], "m_abs(x)", "x > (A)0 ? (A)1 : (x < (A)0 ? -(A)1 : (A)0)";
-    Sin => "sin", |s| [0.0, 0.0], "m_sin(x)", "m_cos(x)";
-    Cos => "cos", |s| [0.0, 0.0], "m_cos(x)", "-m_sin(x)";
-    Tanh => "tanh", |s| [0.0, 0.0], "m_tanh(x)", "(A)1 - y * y";
-    Sigmoid => "sigmoid", |s| [0.0, 0.0], "sigm(x)", "y * ((A)1 - y)";
-    Relu => "relu", |s| [0.0, 0.0], "(x > (A)0 || m_isnan(x)) ? x : (A)0", "y > (A)0 ? (A)1 : (A)0";
-    Gelu => "gelu", |s| [0.0, 0.0],
-        "(A)0.5 * x * ((A)1 + m_erf(x * (A)0.7071067811865476))",
-        "(A)0.5 * ((A)1 + m_erf(x * (A)0.7071067811865476)) + x * m_exp((A)(-0.5) * x * x) * (A)0.3989422804014327";
-    GeluTanh => "gelu_tanh", |s| [0.0, 0.0], "gelu_tanh_f(x)", "gelu_tanh_df(x)";
-    Silu => "silu", |s| [0.0, 0.0], "x * sigm(x)", "silu_df(x)";
-    LeakyRelu => "leaky_relu", |s| [s.negative_slope, 0.0],
-        "(x > (A)0 || m_isnan(x)) ? x : x * p0", "x > (A)0 ? (A)1 : p0";
-    // p1 = exponent - 1, computed in f64 as the CPU does.
-    PowScalar => "pow_scalar", |s| [s.exponent, s.exponent - 1.0],
-        "m_pow(x, p0)", "p0 == (A)0 ? (A)0 : p0 * m_pow(x, p1)";
-    AddScalar => "add_scalar", |s| [s.value, 0.0], "x + p0", "(A)1";
-    MulScalar => "mul_scalar", |s| [s.value, 0.0], "x * p0", "p0";
-    // p1 = 1 / value, computed in f64 as the CPU does.
-    DivScalar => "div_scalar", |s| [s.value, 1.0 / s.value], "x / p0", "p1";
-    Clamp => "clamp", |s| [s.min, s.max],
-        "m_isnan(x) ? x : fmin(fmax(x, p0), p1)", "(x > p0 && x < p1) ? (A)1 : (A)0";
-}
-
 /// The unary module source for dtype `d`: the generic kernels, then one op
 /// struct and two entry points per row.
 pub(crate) fn source(d: DType) -> String {
     let mut s = String::from(include_str!("unary.cu"));
-    for (sym, f, df) in ROWS {
+    for u::CudaRow { symbol: sym, f, df } in u::CUDA_ROWS {
         s.push_str(&format!(
             "struct Op_{sym} {{\n\
              __device__ __forceinline__ A f(A x, A p0, A p1) const {{ return {f}; }}\n\
@@ -94,7 +42,7 @@ impl<E: Float> UnaryKernel<E> for Cuda {
         x: &CudaStorage<E>,
         layout: &Layout,
     ) -> Result<CudaStorage<E>> {
-        let Some((sym, [p0, p1])) = lookup(&op) else {
+        let Some((u::CudaRow { symbol: sym, .. }, [p0, p1])) = op.cuda() else {
             let v: Vec<E> = self.to_vec(x, layout)?;
             return self.upload(
                 v.into_iter()
@@ -126,7 +74,7 @@ impl<E: Float> UnaryKernel<E> for Cuda {
         g: &CudaStorage<E>,
         lg: &Layout,
     ) -> Result<CudaStorage<E>> {
-        let Some((sym, [p0, p1])) = lookup(&op) else {
+        let Some((u::CudaRow { symbol: sym, .. }, [p0, p1])) = op.cuda() else {
             let (xv, yv, gv) = (
                 self.to_vec(x, lx)?,
                 self.to_vec(y, ly)?,
@@ -160,5 +108,35 @@ impl<E: Float> UnaryKernel<E> for Cuda {
         let (op_, nn) = (out.ptr(), n as i64);
         launch!(self, f, cfg_1d(n), xp, l1, yp, l2, gp, l3, op_, nn, p0, p1)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of core's table has its kernel pair in the source, and
+    /// every table op finds its row (none silently runs on the host).
+    #[test]
+    fn every_table_row_has_a_cuda_kernel() {
+        let src = source(DType::F32);
+        for row in u::CUDA_ROWS {
+            assert!(!row.f.is_empty() && !row.df.is_empty(), "{}", row.symbol);
+            let sym = row.symbol;
+            assert!(src.contains(&format!("void u_{sym}(")), "{sym}");
+            assert!(src.contains(&format!("void u_{sym}_bwd(")), "{sym}");
+        }
+        let ops: [(&str, Option<(&u::CudaRow, [f64; 2])>); 4] = [
+            ("neg", u::Neg {}.cuda()),
+            ("gelu_tanh", u::GeluTanh {}.cuda()),
+            ("clamp", u::Clamp { min: -1.0, max: 2.0 }.cuda()),
+            ("div_scalar", u::DivScalar { value: 4.0 }.cuda()),
+        ];
+        for (name, found) in ops {
+            let (row, _) = found.unwrap_or_else(|| panic!("{name} has no CUDA form"));
+            assert_eq!(row.symbol, name);
+        }
+        assert_eq!(u::Clamp { min: -1.0, max: 2.0 }.cuda().unwrap().1, [-1.0, 2.0]);
+        assert_eq!(u::DivScalar { value: 4.0 }.cuda().unwrap().1, [4.0, 0.25]);
     }
 }
