@@ -108,6 +108,7 @@ UNARY = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "hardswish": F.hardswish,
     # Parameters: the Rust table uses the same values.
     "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
     "leaky_relu_default": lambda x: F.leaky_relu(x, 0.01),

@@ -393,9 +393,17 @@ def gen_conv(f):
     f.case("pool.avg1d", lambda x: F.avg_pool1d(x, 3, 2, 1), [u((2, 3, 8))])
 
 
+def gen_added(f):
+    """Ops added after the file was first written: drawn last, so that the
+    cases before them keep their inputs."""
+    f.case("unary.hardswish.x", F.hardswish, [f.uniform((3, 4), -4.0, 4.0)])
+    # The kinks at -3 and 3 (PyTorch's derivative there: -0.5 and 1.5).
+    f.case("unary.hardswish.kink", F.hardswish, [t([[-3.0, 3.0, -4.0, 4.0], [-2.5, 0.0, 2.5, 3.5], [-3.0, 3.0, -1.0, 1.0]])])
+
+
 def gen_ops():
     f = Family("grad_ops", 20240)
-    for gen in (gen_unary, gen_binary, gen_reduce, gen_softmax, gen_matmul, gen_index, gen_cat, gen_view, gen_twice, gen_cmp, gen_conv):
+    for gen in (gen_unary, gen_binary, gen_reduce, gen_softmax, gen_matmul, gen_index, gen_cat, gen_view, gen_twice, gen_cmp, gen_conv, gen_added):
         gen(f)
     return f
 

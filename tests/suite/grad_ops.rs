@@ -226,6 +226,7 @@ mod gradcheck_unary {
         gelu: ANY => |x| x.gelu();
         gelu_tanh: ANY => |x| x.gelu_tanh();
         silu: ANY => |x| x.silu();
+        hardswish: ANY => |x| x.hardswish();
         leaky_relu: Dom::Nz(0.2, 2.0) => |x| x.leaky_relu(0.2);
         leaky_relu_default: Dom::Nz(0.2, 2.0) => |x| x.leaky_relu(0.01);
         pow_scalar: POS => |x| x.pow_scalar(2.5);
@@ -1290,6 +1291,7 @@ mod fixture {
         ("gelu", |x| x.gelu()),
         ("gelu_tanh", |x| x.gelu_tanh()),
         ("silu", |x| x.silu()),
+        ("hardswish", |x| x.hardswish()),
         ("leaky_relu", |x| x.leaky_relu(0.2)),
         ("leaky_relu_default", |x| x.leaky_relu(0.01)),
         ("pow_scalar", |x| x.pow_scalar(2.5)),
@@ -1301,7 +1303,8 @@ mod fixture {
         ("clamp", |x| x.clamp(-0.5, 0.75)),
     ];
 
-    /// The ops checked at their exact kinks (0, -0, the clamp bounds).
+    /// The ops checked at their exact kinks (0, -0, the clamp bounds,
+    /// hardswish's -3 and 3).
     const KINK: &[&str] = &[
         "relu",
         "abs",
@@ -1309,6 +1312,7 @@ mod fixture {
         "clamp",
         "pow_scalar_int",
         "square",
+        "hardswish",
     ];
 
     #[test]

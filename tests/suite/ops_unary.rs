@@ -35,6 +35,7 @@ fn ops<S: Shape, E: Float, D: Device<E>>() -> Vec<(&'static str, UnaryFn<S, E, D
         ("gelu", |x| x.gelu()),
         ("gelu_tanh", |x| x.gelu_tanh()),
         ("silu", |x| x.silu()),
+        ("hardswish", |x| x.hardswish()),
         ("leaky_relu", |x| x.leaky_relu(0.2)),
         ("leaky_relu_default", |x| x.leaky_relu(0.01)),
         ("pow_scalar", |x| x.pow_scalar(2.5)),

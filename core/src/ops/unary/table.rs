@@ -143,6 +143,10 @@ unary_table! {
     /// SiLU (swish) `x * sigmoid(x)`.
     silu => Silu {} : |x, s| x * sigmoid(x), d|x, _| { let sg = sigmoid(x); sg * (R::one() + x * (R::one() - sg)) },
         cuda "x * sigm(x)", "silu_df(x)";
+    /// Hard swish `x * relu6(x + 3) / 6`, like `F.hardswish(x)`; the
+    /// derivative at the kinks is PyTorch's (0 at -3, 1 at 3).
+    hardswish => Hardswish {} : |x, s| if x.is_nan() { x } else { x * (x + R::c(3.0)).max(R::zero()).min(R::c(6.0)) / R::c(6.0) }, d|x, _| if x <= R::c(-3.0) { R::zero() } else if x < R::c(3.0) { x / R::c(3.0) + R::c(0.5) } else { R::one() },
+        cuda "m_isnan(x) ? x : x * fmin(fmax(x + (A)3, (A)0), (A)6) / (A)6", "x <= (A)(-3) ? (A)0 : (x < (A)3 ? x / (A)3 + (A)0.5 : (A)1)";
     /// Leaky ReLU with `negative_slope` (PyTorch's default is 0.01).
     leaky_relu => LeakyRelu { negative_slope } : |x, s| if x > R::zero() || x.is_nan() { x } else { x * R::c(s.negative_slope) }, d|x, _| if x > R::zero() { R::one() } else { R::c(s.negative_slope) },
         cuda [s.negative_slope, 0.0] "(x > (A)0 || m_isnan(x)) ? x : x * p0", "x > (A)0 ? (A)1 : p0";
