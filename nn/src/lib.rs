@@ -20,7 +20,11 @@ pub use state::{
     Checkpoint, CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo,
 };
 
-/// Activation functions as plain functions, so layers and user code share them.
+/// Free functions of several tensors, PyTorch's `torch.cat`, `torch.stack`
+/// and `torch.where`. What PyTorch writes as `torch.nn.functional.*` on one
+/// tensor (activations, softmax, normalisation, dropout masks) is a tensor
+/// method in Forma: `x.relu()`, `x.gelu()`, `x.softmax::<1>()`,
+/// `x.layer_norm(w, b, eps)`.
 pub mod functional {
     pub use forma_core::ops::cat::{cat, stack};
     pub use forma_core::ops::cmp::where_cond;

@@ -2,7 +2,7 @@
 //! model can hold them as fields like `nn.ReLU()`. Each prints like its
 //! PyTorch counterpart (`GELU(approximate='none')`, `Softmax(dim=-1)`).
 
-use super::norm::py_float;
+use crate::module::py_float;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::shape::check::ConstMsg;

@@ -3,6 +3,7 @@
 //! ([`NonDynamicallyQuantizableLinear`], PyTorch's name for it).
 
 use super::check::assert_heads;
+use super::dropout::{check_dropout, DropoutRng};
 use super::{fan_in_uniform, filled, restore, Linear};
 use crate::{Forward, Training};
 use forma_core::device::Device;
@@ -10,7 +11,6 @@ use forma_core::ops::attention::causal_mask;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Shape, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
-use std::sync::Mutex;
 
 /// An attention mask in either of PyTorch's two forms.
 pub enum Mask<'a, S: Shape, E: Float = f32, D: Device<E> = Cpu> {
@@ -216,62 +216,6 @@ impl<E: Float, D: Device<E>> Masks<E, D> {
         }
         Ok(scores)
     }
-}
-
-/// Dropout for layers that apply it without a `Dropout` child (PyTorch's
-/// attention weights, the dropout between recurrent layers): masks drawn
-/// from the layer's own generator, seeded at construction. A clone continues
-/// from a copy of the generator.
-pub(crate) struct DropoutRng(Mutex<Rng>);
-
-impl DropoutRng {
-    pub(crate) fn new(rng: &mut Rng) -> Self {
-        DropoutRng(Mutex::new(Rng::seed_from(rng.next_u64())))
-    }
-
-    /// Zeroes each element with probability `p` and scales the rest by
-    /// `1 / (1 - p)`, like `F.dropout(x, p, training=True)`.
-    pub(crate) fn apply<S: Shape, E: Float, D: Device<E>>(
-        &self,
-        x: Tensor<S, E, D>,
-        p: f64,
-    ) -> Result<Tensor<S, E, D>> {
-        if p == 0.0 {
-            return Ok(x);
-        }
-        let keep = 1.0 - p;
-        let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
-        let mask: Vec<E> = {
-            let mut rng = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            (0..x.numel())
-                .map(|_| E::from_f64(if rng.uniform() < keep { scale } else { 0.0 }))
-                .collect()
-        };
-        let flat = x.flatten_all();
-        let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())?;
-        (&flat * &mask).try_reshape_to(x.shape())
-    }
-}
-
-impl Clone for DropoutRng {
-    fn clone(&self) -> Self {
-        let rng = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        DropoutRng(Mutex::new(rng))
-    }
-}
-
-impl std::fmt::Debug for DropoutRng {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DropoutRng")
-    }
-}
-
-/// Asserts a dropout probability is in `[0, 1]`, as PyTorch's constructors do.
-pub(crate) fn check_dropout(layer: &str, p: f64) {
-    assert!(
-        (0.0..=1.0).contains(&p),
-        "{layer}: dropout probability has to be between 0 and 1, but got {p}"
-    );
 }
 
 /// Attention's output projection: a [`Linear`] that PyTorch names

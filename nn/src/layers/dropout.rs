@@ -1,9 +1,9 @@
 //! `Dropout`, like `nn.Dropout(p)`.
 
-use super::norm::py_float;
+use crate::module::py_float;
 use crate::{Forward, Training};
 use forma_core::device::Device;
-use forma_core::{Dyn, Float, Rng, Shape, Tensor};
+use forma_core::{Dyn, Float, Result, Rng, Shape, Tensor};
 use forma_macros::Module;
 use std::sync::Mutex;
 
@@ -19,7 +19,7 @@ pub struct Dropout {
     /// Train/eval mode.
     pub training: Training,
     #[module(skip)]
-    rng: Mutex<Rng>,
+    rng: DropoutRng,
 }
 
 impl Dropout {
@@ -33,7 +33,7 @@ impl Dropout {
         Dropout {
             p,
             training: Training::default(),
-            rng: Mutex::new(Rng::seed_from(rng.next_u64())),
+            rng: DropoutRng::new(rng),
         }
     }
 
@@ -47,10 +47,35 @@ impl<S: Shape, E: Float, D: Device<E>> Forward<Tensor<S, E, D>, Tensor<S, E, D>>
         if !self.training.is_on() || self.p == 0.0 {
             return Ok(x);
         }
-        let keep = 1.0 - self.p;
+        self.rng.apply(x, self.p)
+    }
+}
+
+/// The masks of [`Dropout`] and of layers that apply dropout without a
+/// `Dropout` child (PyTorch's attention weights, the dropout between
+/// recurrent layers): drawn from the layer's own generator, seeded at
+/// construction. A clone continues from a copy of the generator.
+pub(crate) struct DropoutRng(Mutex<Rng>);
+
+impl DropoutRng {
+    pub(crate) fn new(rng: &mut Rng) -> Self {
+        DropoutRng(Mutex::new(Rng::seed_from(rng.next_u64())))
+    }
+
+    /// Zeroes each element with probability `p` and scales the rest by
+    /// `1 / (1 - p)`, like `F.dropout(x, p, training=True)`.
+    pub(crate) fn apply<S: Shape, E: Float, D: Device<E>>(
+        &self,
+        x: Tensor<S, E, D>,
+        p: f64,
+    ) -> Result<Tensor<S, E, D>> {
+        if p == 0.0 {
+            return Ok(x);
+        }
+        let keep = 1.0 - p;
         let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
         let mask: Vec<E> = {
-            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+            let mut rng = self.0.lock().unwrap_or_else(|e| e.into_inner());
             (0..x.numel())
                 .map(|_| E::from_f64(if rng.uniform() < keep { scale } else { 0.0 }))
                 .collect()
@@ -59,4 +84,25 @@ impl<S: Shape, E: Float, D: Device<E>> Forward<Tensor<S, E, D>, Tensor<S, E, D>>
         let mask = Tensor::from_vec_on(mask, (Dyn(flat.numel()),), x.device())?;
         (&flat * &mask).try_reshape_to(x.shape())
     }
+}
+
+impl Clone for DropoutRng {
+    fn clone(&self) -> Self {
+        let rng = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        DropoutRng(Mutex::new(rng))
+    }
+}
+
+impl std::fmt::Debug for DropoutRng {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DropoutRng")
+    }
+}
+
+/// Asserts a dropout probability is in `[0, 1]`, as PyTorch's constructors do.
+pub(crate) fn check_dropout(layer: &str, p: f64) {
+    assert!(
+        (0.0..=1.0).contains(&p),
+        "{layer}: dropout probability has to be between 0 and 1, but got {p}"
+    );
 }

@@ -2,6 +2,7 @@
 //! `GroupNorm` and `RMSNorm`, like PyTorch's.
 
 use super::{filled, restore};
+use crate::module::py_float;
 use crate::{Forward, Training};
 use forma_core::device::Device;
 use forma_core::shape::check::ConstMsg;
@@ -9,25 +10,6 @@ use forma_core::tape::no_grad;
 use forma_core::{Dim, Dtype, Dyn, Float, One, Result, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
-
-/// Formats a float like Python's `repr` (`1e-05`, `0.1`, `1.0`), as PyTorch's
-/// reprs print hyper-parameters.
-pub(crate) fn py_float(x: f64) -> String {
-    if x != 0.0 && (x.abs() < 1e-4 || x.abs() >= 1e16) {
-        let s = format!("{x:e}");
-        match s.split_once('e') {
-            Some((m, e)) => {
-                let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
-                format!("{m}e{sign}{digits:0>2}")
-            }
-            None => s,
-        }
-    } else if x.fract() == 0.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x}")
-    }
-}
 
 /// Batch normalisation over the channels of `[n, CH, h, w]`, like
 /// `nn.BatchNorm2d(CH)`: `weight` (ones) and `bias` (zeros) are parameters;
@@ -502,16 +484,3 @@ rms_norm_forward!(0;);
 rms_norm_forward!(1; A);
 rms_norm_forward!(2; A, B);
 rms_norm_forward!(3; A, B, F);
-
-#[cfg(test)]
-mod tests {
-    use super::py_float;
-
-    #[test]
-    fn floats_print_like_python() {
-        assert_eq!(py_float(1e-5), "1e-05");
-        assert_eq!(py_float(0.1), "0.1");
-        assert_eq!(py_float(1.0), "1.0");
-        assert_eq!(py_float(1e-12), "1e-12");
-    }
-}

@@ -3,9 +3,9 @@
 //! (`weight_ih_l0`, `bias_hh_l1_reverse`, ...), shapes, gate order,
 //! initialisation and arithmetic.
 
-use super::attention::{check_dropout, DropoutRng};
-use super::norm::py_float;
+use super::dropout::{check_dropout, DropoutRng};
 use super::restore;
+use crate::module::py_float;
 use crate::module::Phase;
 use crate::{Cx, Forward, Module, Role, Training, Visitor, VisitorMut};
 use forma_core::device::Device;

@@ -2,7 +2,8 @@
 //! with `batch_first=True`: the same fields (so the same state_dict keys),
 //! defaults, post-norm or pre-norm (`norm_first`) arithmetic and masks.
 
-use super::attention::{check_dropout, AttnMasks, Masks};
+use super::attention::{AttnMasks, Masks};
+use super::dropout::check_dropout;
 use super::{restore, Dropout, LayerNorm, Linear, MultiheadAttention};
 use crate::{scope, Forward};
 use forma_core::device::Device;

@@ -18,6 +18,7 @@ pub use cx::{Cx, Phase, Role};
 pub use forward::Forward;
 pub use impls::{TensorField, Training};
 pub use params::{parameters, ParamRef};
+pub(crate) use repr::py_float;
 pub use repr::ReprNode;
 
 use crate::state::{CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};

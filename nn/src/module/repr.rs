@@ -123,8 +123,36 @@ impl fmt::Display for ReprNode {
     }
 }
 
+/// Formats a float like Python's `repr` (`1e-05`, `0.1`, `1.0`), as PyTorch's
+/// reprs print hyper-parameters.
+pub(crate) fn py_float(x: f64) -> String {
+    if x != 0.0 && (x.abs() < 1e-4 || x.abs() >= 1e16) {
+        let s = format!("{x:e}");
+        match s.split_once('e') {
+            Some((m, e)) => {
+                let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
+                format!("{m}e{sign}{digits:0>2}")
+            }
+            None => s,
+        }
+    } else if x.fract() == 0.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn floats_print_like_python() {
+        assert_eq!(super::py_float(1e-5), "1e-05");
+        assert_eq!(super::py_float(0.1), "0.1");
+        assert_eq!(super::py_float(1.0), "1.0");
+        assert_eq!(super::py_float(1e-12), "1e-12");
+    }
+
     use super::*;
 
     #[test]
