@@ -416,3 +416,12 @@ fn saves_remove_stale_temporaries_of_their_own_file() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Fields the format does not define are ignored, as the safetensors crate
+/// (and so PyTorch's loader) ignores them.
+#[test]
+fn unknown_entry_fields_are_ignored() {
+    let h = r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"note":"x"}}"#;
+    let ck = from_bytes(&file(h, &1.5f32.to_le_bytes()), "ok.safetensors").unwrap();
+    assert_eq!(ck.tensors.get("w").unwrap().to_vec::<f32>(), [1.5]);
+}

@@ -154,6 +154,10 @@ pub(crate) struct Header {
     pub data_start: usize,
 }
 
+/// The largest header accepted, as the safetensors crate's limit: parsing
+/// holds the header's JSON in memory, a few times its size.
+const MAX_HEADER: u64 = 100_000_000;
+
 /// Names longer than this are cut in messages (a hostile file's names can be
 /// megabytes long).
 const NAME_IN_MESSAGE: usize = 200;
@@ -191,6 +195,11 @@ impl Header {
         if n > after {
             return Err(format(format!(
                 "the header claims {n} bytes but only {after} follow the length prefix"
+            )));
+        }
+        if n > MAX_HEADER {
+            return Err(format(format!(
+                "the header claims {n} bytes, more than the format's limit of {MAX_HEADER}"
             )));
         }
         let data_start = 8 + n as usize;
@@ -307,12 +316,7 @@ fn parse_entry(path: &str, name: String, value: Value) -> Result<Entry, Checkpoi
     let Value::Object(fields) = &value else {
         return Err(bad("is not an object with dtype, shape and data_offsets"));
     };
-    if let Some(k) = fields
-        .keys()
-        .find(|k| !matches!(k.as_str(), "dtype" | "shape" | "data_offsets"))
-    {
-        return Err(bad(&format!("has the unknown field {}", shown(k))));
-    }
+    // Other fields are ignored, as the safetensors crate ignores them.
     let dtype_name = match fields.get("dtype") {
         Some(Value::String(s)) => s,
         Some(_) => return Err(bad("has a dtype that is not a string")),
