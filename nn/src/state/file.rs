@@ -28,7 +28,7 @@ use super::header::{shown, to_data, Entry, Header, StoredDtype};
 use super::{LoadOptions, LoadReport, Source, StateDict};
 use forma_core::{DType, TensorData};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -166,9 +166,9 @@ impl Source for FileSource<'_> {
             .map(|e| e.name.as_str())
             .collect()
     }
-    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, String)> {
+    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, &'static str)> {
         self.entry(key)
-            .map(|e| (e.dims.as_slice(), e.dtype.read_as(), e.dtype.to_string()))
+            .map(|e| (e.dims.as_slice(), e.dtype.read_as(), e.dtype.torch_name()))
     }
     fn data(&self, key: &str) -> Result<Cow<'_, TensorData>, String> {
         let e = self.entry(key).ok_or_else(|| format!("`{key}` vanished"))?;
@@ -216,13 +216,13 @@ pub(crate) fn load_bytes_into<M: crate::Module>(
     };
     // The one conversion that can fail (a bool byte other than 0 or 1) is
     // checked before anything is written, for the tensors that will be.
-    let wanted: HashSet<String> = super::expected(m).into_iter().map(|(k, _)| k).collect();
-    for e in &source.header.entries {
-        if e.dtype == StoredDtype::Bool && wanted.contains(&e.name) {
+    let want = super::expected(m);
+    for (key, _) in &want {
+        if let Some(e) = source.entry(key).filter(|e| e.dtype == StoredDtype::Bool) {
             to_data(path, e, source.bytes_of(e))?;
         }
     }
-    super::load(m, &source, options).map_err(|source| CheckpointError::Load {
+    super::load_expected(m, &want, &source, options).map_err(|source| CheckpointError::Load {
         path: path.to_string(),
         source,
     })

@@ -405,7 +405,7 @@ pub(crate) trait Source {
     fn keys(&self) -> Vec<&str>;
     /// The sizes, the dtype the values would be read as (`None` when Forma
     /// cannot hold it) and the dtype's name as stored.
-    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, String)>;
+    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, &'static str)>;
     /// The values of `key`, read only once every check has passed.
     fn data(&self, key: &str) -> Result<Cow<'_, TensorData>, String>;
 }
@@ -414,9 +414,9 @@ impl Source for StateDict {
     fn keys(&self) -> Vec<&str> {
         StateDict::keys(self).collect()
     }
-    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, String)> {
+    fn info(&self, key: &str) -> Option<(&[usize], Option<DType>, &'static str)> {
         self.get(key)
-            .map(|d| (d.dims(), Some(d.dtype()), d.dtype().to_string()))
+            .map(|d| (d.dims(), Some(d.dtype()), d.dtype().torch_name()))
     }
     fn data(&self, key: &str) -> Result<Cow<'_, TensorData>, String> {
         self.get(key)
@@ -431,8 +431,19 @@ pub(crate) fn load<M: Module>(
     options: LoadOptions,
 ) -> Result<LoadReport, LoadError> {
     let want = expected(m);
+    load_expected(m, &want, sd, options)
+}
+
+/// [`load`] given the module's persistent tensors (`expected(m)`), for a
+/// caller that needed them first.
+pub(crate) fn load_expected<M: Module>(
+    m: &mut M,
+    want: &[(String, TensorInfo)],
+    sd: &impl Source,
+    options: LoadOptions,
+) -> Result<LoadReport, LoadError> {
     let mut err = LoadError::default();
-    for (key, info) in &want {
+    for (key, info) in want {
         match sd.info(key) {
             None if filled_in_when_missing(key, info) => {}
             None => err.missing_keys.push(key.clone()),
@@ -443,7 +454,7 @@ pub(crate) fn load<M: Module>(
                 err.mismatched.push(Mismatch {
                     key: key.clone(),
                     expected: (info.dims.clone(), info.dtype),
-                    found: (dims.to_vec(), stored),
+                    found: (dims.to_vec(), stored.to_string()),
                 })
             }
             Some(_) => {}
