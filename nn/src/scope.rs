@@ -16,7 +16,7 @@
 use crate::{hooks, Forward};
 use forma_core::{Error, Result};
 use std::cell::RefCell;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 /// One step of a module path: a field name (its `state_dict` key) or an
 /// index in a list of modules.
@@ -98,7 +98,8 @@ pub fn current_path() -> String {
             if !out.is_empty() {
                 out.push('.');
             }
-            out.push_str(&s.to_string());
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{s}");
         }
         out
     })

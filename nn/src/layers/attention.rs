@@ -5,6 +5,7 @@
 use super::check::assert_heads;
 use super::dropout::{check_dropout, DropoutRng};
 use super::{fan_in_uniform, filled, restore, Linear};
+use crate::module::ok;
 use crate::{Forward, Training};
 use forma_core::device::Device;
 use forma_core::ops::attention::causal_mask;
@@ -557,10 +558,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         value: &Tensor<(B, S, C<EMBED>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Tensor<(B, T, C<EMBED>), E, D> {
-        match self.try_attend_with(query, key, value, masks) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_attend_with(query, key, value, masks))
     }
 
     /// Fallible [`MultiheadAttention::attend_with`].
@@ -594,10 +592,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         value: &Tensor<(B, S, C<EMBED>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> AttnOutput<B, T, S, EMBED, E, D> {
-        match self.try_attend_with_weights(query, key, value, masks) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_attend_with_weights(query, key, value, masks))
     }
 
     /// Fallible [`MultiheadAttention::attend_with_weights`].

@@ -5,6 +5,7 @@
 
 use super::dropout::{check_dropout, DropoutRng};
 use super::restore;
+use crate::module::ok;
 use crate::module::py_float;
 use crate::module::Phase;
 use crate::{Cx, Forward, Module, Role, Training, Visitor, VisitorMut};
@@ -470,10 +471,7 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
         x: Tensor<(B, T, C<I>), E, D>,
         state: Option<LstmState<B, H, E, D>>,
     ) -> (Tensor<(B, T, O), E, D>, LstmState<B, H, E, D>) {
-        match self.try_forward_with(x, state) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_forward_with(x, state))
     }
 
     /// Fallible [`Lstm::forward_with`].
@@ -626,10 +624,7 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
         x: Tensor<(B, T, C<I>), E, D>,
         state: Option<Tensor<(Dyn, B, C<H>), E, D>>,
     ) -> (Tensor<(B, T, O), E, D>, Tensor<(Dyn, B, C<H>), E, D>) {
-        match self.try_forward_with(x, state) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_forward_with(x, state))
     }
 
     /// Fallible [`Gru::forward_with`].

@@ -5,12 +5,50 @@
 use super::attention::{AttnMasks, Masks};
 use super::dropout::check_dropout;
 use super::{restore, Dropout, LayerNorm, Linear, MultiheadAttention};
+use crate::module::ok;
 use crate::{scope, Forward};
 use forma_core::device::Device;
 use forma_core::ops::fused::{fused, UnaryExprs};
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
+
+/// PyTorch's `_sa_block` / `_mha_block`, shared by both layers: attention of
+/// `x` over `kv`, then its dropout, each run as the named child the layer's
+/// `state_dict` names.
+fn attention_block<const M: usize, const H: usize, E: Float, D: Device<E>>(
+    (name, attn): (&'static str, &MultiheadAttention<M, H, E, D>),
+    (dropout_name, dropout): (&'static str, &Dropout),
+    x: &Tensor<(Dyn, Dyn, C<M>), E, D>,
+    kv: &Tensor<(Dyn, Dyn, C<M>), E, D>,
+    masks: &Masks<E, D>,
+) -> Result<Tensor<(Dyn, Dyn, C<M>), E, D>> {
+    let y = scope::run(name, || attn.attend_erased(x, kv, kv, masks))?;
+    dropout.try_forward_as(dropout_name, y)
+}
+
+/// The feed-forward pieces both layers have, by their field names:
+/// `activation`, `linear1`, `dropout`, `linear2`.
+type FeedForward<'a, const M: usize, const F: usize, E, D> = (
+    Activation,
+    &'a Linear<M, F, E, D>,
+    &'a Dropout,
+    &'a Linear<F, M, E, D>,
+);
+
+/// PyTorch's `_ff_block`, shared by both layers: `linear1` and the
+/// activation, `dropout`, `linear2`, then the output dropout (`dropout2` in
+/// the encoder, `dropout3` in the decoder).
+fn feed_forward_block<const M: usize, const F: usize, E: Float, D: Device<E>>(
+    (activation, linear1, dropout, linear2): FeedForward<'_, M, F, E, D>,
+    (out_name, out): (&'static str, &Dropout),
+    x: Tensor<(Dyn, Dyn, C<M>), E, D>,
+) -> Result<Tensor<(Dyn, Dyn, C<M>), E, D>> {
+    let hidden = scope::run("linear1", || activation.after_linear(linear1, x))?;
+    let hidden = dropout.try_forward_as("dropout", hidden)?;
+    let y = linear2.try_forward_as("linear2", hidden)?;
+    out.try_forward_as(out_name, y)
+}
 
 /// The feed-forward activation, PyTorch's `activation="relu"` or `"gelu"`
 /// (the exact GELU).
@@ -176,18 +214,21 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         x: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
-        let y = scope::run("self_attn", || self.self_attn.attend_erased(x, x, x, masks))?;
-        self.dropout1.try_forward_as("dropout1", y)
+        attention_block(
+            ("self_attn", &self.self_attn),
+            ("dropout1", &self.dropout1),
+            x,
+            x,
+            masks,
+        )
     }
 
     fn ff_block(
         &self,
         x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
-        let hidden = scope::run("linear1", || self.activation.after_linear(&self.linear1, x))?;
-        let hidden = self.dropout.try_forward_as("dropout", hidden)?;
-        let y = self.linear2.try_forward_as("linear2", hidden)?;
-        self.dropout2.try_forward_as("dropout2", y)
+        let ff = (self.activation, &self.linear1, &self.dropout, &self.linear2);
+        feed_forward_block(ff, ("dropout2", &self.dropout2), x)
     }
 
     /// The layer with masks, like `layer(src, src_mask=..., src_key_padding_mask=..., is_causal=...)`:
@@ -203,10 +244,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         src: Tensor<(B, T, C<D_MODEL>), E, D>,
         masks: AttnMasks<'_, B, T, T, E, D>,
     ) -> Tensor<(B, T, C<D_MODEL>), E, D> {
-        match self.try_forward_with(src, masks) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_forward_with(src, masks))
     }
 
     /// Fallible [`TransformerEncoderLayer::forward_with`].
@@ -351,8 +389,13 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         x: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
-        let y = scope::run("self_attn", || self.self_attn.attend_erased(x, x, x, masks))?;
-        self.dropout1.try_forward_as("dropout1", y)
+        attention_block(
+            ("self_attn", &self.self_attn),
+            ("dropout1", &self.dropout1),
+            x,
+            x,
+            masks,
+        )
     }
 
     fn mha_block(
@@ -361,20 +404,16 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         memory: &Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
         masks: &Masks<E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
-        let y = scope::run("multihead_attn", || {
-            self.multihead_attn.attend_erased(x, memory, memory, masks)
-        })?;
-        self.dropout2.try_forward_as("dropout2", y)
+        let attn = ("multihead_attn", &self.multihead_attn);
+        attention_block(attn, ("dropout2", &self.dropout2), x, memory, masks)
     }
 
     fn ff_block(
         &self,
         x: Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<D_MODEL>), E, D>> {
-        let hidden = scope::run("linear1", || self.activation.after_linear(&self.linear1, x))?;
-        let hidden = self.dropout.try_forward_as("dropout", hidden)?;
-        let y = self.linear2.try_forward_as("linear2", hidden)?;
-        self.dropout3.try_forward_as("dropout3", y)
+        let ff = (self.activation, &self.linear1, &self.dropout, &self.linear2);
+        feed_forward_block(ff, ("dropout3", &self.dropout3), x)
     }
 
     /// The layer with masks, like
@@ -395,10 +434,7 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         tgt_masks: AttnMasks<'_, B, T, T, E, D>,
         memory_masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Tensor<(B, T, C<D_MODEL>), E, D> {
-        match self.try_forward_with(tgt, memory, tgt_masks, memory_masks) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_forward_with(tgt, memory, tgt_masks, memory_masks))
     }
 
     /// Fallible [`TransformerDecoderLayer::forward_with`].

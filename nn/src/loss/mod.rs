@@ -59,6 +59,7 @@ pub use regression::{
 };
 pub use shape::{LossDim, LossShape, LossSizes};
 
+use crate::module::ok;
 use forma_core::device::Device;
 use forma_core::error::fmt_dims;
 use forma_core::{Dyn, Error, Float, Shape, Tensor};
@@ -110,15 +111,6 @@ impl LossError {
             op,
             msg: msg.into(),
         }
-    }
-}
-
-/// Unwraps the result of a `try_` loss for its panicking form.
-#[track_caller]
-fn ok<T>(r: Result<T, LossError>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
     }
 }
 

@@ -2,6 +2,16 @@
 
 use forma_core::Result;
 
+/// Unwraps the result of a `try_` method for its panicking form: the
+/// error's message is the panic's, at the caller's location.
+#[track_caller]
+pub(crate) fn ok<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// A layer that maps an input `X` to an output `Y`, like `nn.Module.forward`.
 ///
 /// Implement [`Forward::try_forward`]; [`Forward::forward`] is the same call
@@ -36,10 +46,7 @@ pub trait Forward<X, Y> {
     /// On any error `try_forward` returns, with its message.
     #[track_caller]
     fn forward(&self, x: X) -> Y {
-        match self.try_forward(x) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        ok(self.try_forward(x))
     }
 
     /// Runs the layer as the child `name` of the module now running (its

@@ -15,6 +15,7 @@ mod params;
 mod repr;
 
 pub use cx::{Cx, Phase, Role};
+pub(crate) use forward::ok;
 pub use forward::Forward;
 pub use impls::{TensorField, Training};
 pub use params::{parameters, ParamRef};
