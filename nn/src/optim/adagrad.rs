@@ -4,8 +4,8 @@ use super::fused;
 use super::options::options;
 use super::{non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
 use forma_core::device::Device;
-use forma_core::dtype::Real;
-use forma_core::ops::update::UpdateOp;
+
+use forma_core::ops::update::{Lane, UpdateOp};
 use forma_core::Float;
 use forma_cpu::Cpu;
 
@@ -81,34 +81,20 @@ impl Algorithm for AdagradOptions {
         let step = state.step as f64;
         let clr = self.lr / (1.0 + (step - 1.0) * self.lr_decay);
         let init = || param.full_like(E::from_f64(self.initial_accumulator_value));
-        if fused::enabled::<E>() {
-            let op = AdagradStep {
-                maximize: self.maximize,
-                l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
-                eps: self.eps,
-                neg_clr: -clr,
-            };
-            let sum = state.buffer_init("sum", init);
-            if Flat::try_fused_update(op, &grad, [param, &sum])? {
-                return Ok(());
-            }
-        }
-        let mut g = if self.maximize { -&grad } else { grad };
-        if self.weight_decay != 0.0 {
-            g = &g + &param.mul_scalar(self.weight_decay);
-        }
-        let sum = state.buffer_or("sum", init);
-        // `state_sum.addcmul_(grad, grad, value=1)`.
-        let sum = &sum + &(&g.mul_scalar(1.0) * &g);
-        let std = sum.sqrt().add_scalar(self.eps);
-        param.try_assign(&(param + &(&g.mul_scalar(-clr) / &std)))?;
-        state.set_buffer("sum", sum);
-        Ok(())
+        let op = AdagradStep {
+            maximize: self.maximize,
+            l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
+            eps: self.eps,
+            neg_clr: -clr,
+        };
+        let sum = state.buffer_init("sum", init);
+        // `state_sum.addcmul_(grad, grad, value=1)` is `sum + g * 1 * g` in `apply`.
+        fused::update(op, &grad, [param, &sum])
     }
 }
 
-/// One Adagrad step on one element, `[param, sum]`: the composed path's
-/// operations in its order, on its scalars.
+/// One Adagrad step on one element, `[param, sum]`, in PyTorch's order of
+/// operations.
 #[derive(Clone, Copy, Debug)]
 struct AdagradStep {
     maximize: bool,
@@ -122,7 +108,7 @@ impl UpdateOp<2> for AdagradStep {
     const NAME: &'static str = "adagrad";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 2]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 2]) {
         let [p, sum] = state;
         let mut g = if self.maximize { -grad } else { grad };
         if let Some(wd) = self.l2 {

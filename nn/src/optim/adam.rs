@@ -3,11 +3,10 @@
 
 use super::fused::{self, Lerp};
 use super::options::options;
-use super::{lerp, non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
+use super::{non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
 use forma_core::device::Device;
-use forma_core::dtype::Real;
-use forma_core::ops::binary::{BinaryOp, Maximum};
-use forma_core::ops::update::UpdateOp;
+
+use forma_core::ops::update::{Lane, UpdateOp};
 use forma_core::Float;
 use forma_cpu::Cpu;
 
@@ -120,66 +119,30 @@ impl Rule {
         let bias_correction2 = 1.0 - beta2.powf(step);
         let step_size = self.lr / bias_correction1;
         let bias_correction2_sqrt = bias_correction2.powf(0.5);
-        if fused::enabled::<E>() {
-            let op = AdamStep {
-                maximize: self.maximize,
-                decay: (self.weight_decay != 0.0 && self.decoupled)
-                    .then_some(1.0 - self.lr * self.weight_decay),
-                l2: (self.weight_decay != 0.0 && !self.decoupled).then_some(self.weight_decay),
-                lerp: Lerp::new::<E>(1.0 - beta1),
-                beta2,
-                one_minus_beta2: 1.0 - beta2,
-                bias_correction2_sqrt,
-                eps: self.eps,
-                neg_step_size: -step_size,
-            };
-            let m = state.buffer_init("exp_avg", || param.zeros_like());
-            let v = state.buffer_init("exp_avg_sq", || param.zeros_like());
-            let ran = if self.amsgrad {
-                let max = state.buffer_init("max_exp_avg_sq", || param.zeros_like());
-                Flat::try_fused_update(op, &grad, [param, &m, &v, &max])?
-            } else {
-                Flat::try_fused_update(op, &grad, [param, &m, &v])?
-            };
-            if ran {
-                return Ok(());
-            }
-        }
-        let mut g = if self.maximize { -&grad } else { grad };
-        let mut p = param.clone();
-        if self.weight_decay != 0.0 {
-            if self.decoupled {
-                p = p.mul_scalar(1.0 - self.lr * self.weight_decay);
-            } else {
-                g = &g + &p.mul_scalar(self.weight_decay);
-            }
-        }
-        let m = state.buffer_or("exp_avg", || param.zeros_like());
-        let v = state.buffer_or("exp_avg_sq", || param.zeros_like());
-        let m = lerp(&m, &g, 1.0 - beta1);
-        let v = &v.mul_scalar(beta2) + &(&g.mul_scalar(1.0 - beta2) * &g);
-        let second = if self.amsgrad {
-            let prev = state.buffer_or("max_exp_avg_sq", || param.zeros_like());
-            let max = prev.maximum(&v);
-            state.set_buffer("max_exp_avg_sq", max.clone());
-            max
-        } else {
-            v.clone()
+        let op = AdamStep {
+            maximize: self.maximize,
+            decay: (self.weight_decay != 0.0 && self.decoupled)
+                .then_some(1.0 - self.lr * self.weight_decay),
+            l2: (self.weight_decay != 0.0 && !self.decoupled).then_some(self.weight_decay),
+            lerp: Lerp::new::<E>(1.0 - beta1),
+            beta2,
+            one_minus_beta2: 1.0 - beta2,
+            bias_correction2_sqrt,
+            eps: self.eps,
+            neg_step_size: -step_size,
         };
-        let denom = second
-            .sqrt()
-            .div_scalar(bias_correction2_sqrt)
-            .add_scalar(self.eps);
-        let p = &p + &(&m.mul_scalar(-step_size) / &denom);
-        param.try_assign(&p)?;
-        state.set_buffer("exp_avg", m);
-        state.set_buffer("exp_avg_sq", v);
-        Ok(())
+        let m = state.buffer_init("exp_avg", || param.zeros_like());
+        let v = state.buffer_init("exp_avg_sq", || param.zeros_like());
+        if self.amsgrad {
+            let max = state.buffer_init("max_exp_avg_sq", || param.zeros_like());
+            fused::update(op, &grad, [param, &m, &v, &max])
+        } else {
+            fused::update(op, &grad, [param, &m, &v])
+        }
     }
 }
 
-/// One Adam step on one element: the composed path's operations in its
-/// order, on its scalars. The state is `[param, exp_avg, exp_avg_sq]`, and
+/// One Adam step on one element, in PyTorch's order of operations. The state is `[param, exp_avg, exp_avg_sq]`, and
 /// `max_exp_avg_sq` last with AMSGrad.
 #[derive(Clone, Copy, Debug)]
 struct AdamStep {
@@ -199,7 +162,7 @@ struct AdamStep {
 impl AdamStep {
     /// The moments' update; returns the (decayed) parameter.
     #[inline(always)]
-    fn moments<R: Real>(&self, grad: R, p: R, m: &mut R, v: &mut R) -> R {
+    fn moments<R: Lane>(&self, grad: R, p: R, m: &mut R, v: &mut R) -> R {
         let mut g = if self.maximize { -grad } else { grad };
         let mut p = p;
         if let Some(d) = self.decay {
@@ -216,7 +179,7 @@ impl AdamStep {
     /// The parameter's update from the decayed parameter, `exp_avg` and the
     /// second moment used.
     #[inline(always)]
-    fn param<R: Real>(&self, p: R, m: R, second: R) -> R {
+    fn param<R: Lane>(&self, p: R, m: R, second: R) -> R {
         let denom = second.sqrt() / R::c(self.bias_correction2_sqrt) + R::c(self.eps);
         p + m * R::c(self.neg_step_size) / denom
     }
@@ -226,7 +189,7 @@ impl UpdateOp<3> for AdamStep {
     const NAME: &'static str = "adam";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 3]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 3]) {
         let [p, m, v] = state;
         let q = self.moments(grad, *p, m, v);
         *p = self.param(q, *m, *v);
@@ -237,10 +200,10 @@ impl UpdateOp<4> for AdamStep {
     const NAME: &'static str = "adam";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 4]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 4]) {
         let [p, m, v, max] = state;
         let q = self.moments(grad, *p, m, v);
-        *max = Maximum.f(*max, *v);
+        *max = max.maximum(*v);
         *p = self.param(q, *m, *max);
     }
 }

@@ -1,17 +1,33 @@
-//! What the update rules share to run fused: whether to try it, and the
-//! per-element helpers that repeat the composed path's arithmetic.
+//! What the update rules share: how a rule runs, and the per-element
+//! helpers they are written with.
 //!
-//! Each rule tries one fused in-place pass first
-//! ([`forma_core::Tensor::try_fused_update`]) and runs its composed ops when
-//! the backend declines (CUDA, a view that is not dense, shared storages).
-//! The fused rules evaluate the same operations, in the same order, on the
-//! same scalars (each a `f64` cast as `mul_scalar` and friends cast it), so
-//! for f32 and f64, whose accumulation type is their own, the two paths give
-//! bit-identical parameters and buffers.
+//! Each rule is one [`UpdateOp`], written once over a [`Lane`]. [`update`]
+//! tries one fused in-place pass ([`forma_core::Tensor::try_fused_update`])
+//! and, when the backend declines (CUDA, a view that is not dense, shared
+//! storages) or for half types, runs the same `apply` as composed tensor ops
+//! ([`forma_core::Tensor::try_composed_update`]): the same operations in the
+//! same order on the same scalars, so for f32 and f64, whose accumulation
+//! type is their own, the two paths give bit-identical parameters and
+//! buffers.
 
-use super::kernel_scalar;
-use forma_core::dtype::Real;
+use super::{kernel_scalar, Flat, OptimError};
+use forma_core::device::Device;
+use forma_core::ops::update::{Lane, UpdateOp};
 use forma_core::{DType, Float};
+
+/// Runs the rule `op` over `grad` and `state` (`state[0]` the parameter,
+/// then the rule's buffers), in place: fused where [`enabled`] and the
+/// backend can, else as composed ops.
+///
+/// # Errors
+/// A device failure, or operands of other sizes than the gradient.
+pub(crate) fn update<const N: usize, Op: UpdateOp<N>, E: Float, D: Device<E>>(
+    op: Op,
+    grad: &Flat<E, D>,
+    state: [&Flat<E, D>; N],
+) -> Result<(), OptimError> {
+    Ok(Flat::try_update(op, grad, state, enabled::<E>())?)
+}
 
 /// Whether rules over `E` try the fused path. Half types stay on the
 /// composed ops: there every op rounds to the half type as PyTorch's
@@ -45,8 +61,9 @@ pub(crate) fn with_composed_only<T>(f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// `torch.lerp(start, end, weight)` on one element, as [`super::lerp`]
-/// evaluates it for element type `E`.
+/// `torch.lerp(start, end, weight)` with PyTorch's two formulas (the one
+/// used depends on `|weight| < 0.5`, as in its kernel), with `1 - weight`
+/// computed from the weight as the kernel rounds it (for element type `E`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lerp {
     /// The weight as the kernel rounds it.
@@ -70,7 +87,7 @@ impl Lerp {
 
     /// `lerp(start, end)`.
     #[inline(always)]
-    pub(crate) fn apply<R: Real>(&self, start: R, end: R) -> R {
+    pub(crate) fn apply<R: Lane>(&self, start: R, end: R) -> R {
         let diff = end - start;
         if self.small {
             start + diff * R::c(self.w)

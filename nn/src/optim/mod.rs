@@ -9,11 +9,14 @@
 //! [`Optimizer::state_dict`] exports it as named tensors plus plain values
 //! that [`Optimizer::load_state_dict`] takes back for a bit-identical resume.
 //!
-//! On the CPU, f32 and f64 parameters are updated by one fused pass over the
-//! parameter, its gradient and its buffers, in place
-//! ([`forma_core::Tensor::try_fused_update`]), with the same arithmetic, in
-//! the same order, as the composed tensor ops that run elsewhere (other
-//! devices, half types): the two give the same bits.
+//! Each rule is written once, as a per-element [`UpdateOp`]
+//! (`forma_core::ops::update`). On the CPU, f32 and f64 parameters are
+//! updated by one fused pass over the parameter, its gradient and its
+//! buffers, in place ([`forma_core::Tensor::try_fused_update`]); elsewhere
+//! (other devices, half types) the same rule runs as composed tensor ops
+//! ([`forma_core::Tensor::try_composed_update`]). The two give the same bits.
+//!
+//! [`UpdateOp`]: forma_core::ops::update::UpdateOp
 //!
 //! ```
 //! use forma::prelude::*;
@@ -198,9 +201,9 @@ pub trait Algorithm: OptionFields + Clone + std::fmt::Debug + Send + Sync + 'sta
     /// [`OptimError::InvalidOption`] for the first invalid option.
     fn validate(&self) -> Result<(), OptimError>;
 
-    /// One step for one parameter: `param` (updated in place, by a fused
-    /// [`forma_core::Tensor::try_fused_update`] or with
-    /// [`forma_core::Tensor::assign`]) from `grad`, with its `state`.
+    /// One step for one parameter: `param` and the buffers of its `state`
+    /// updated in place from `grad` (by [`fused::update`], which runs the
+    /// rule fused or composed).
     /// Runs under no-grad.
     ///
     /// # Errors
@@ -234,25 +237,6 @@ pub(crate) fn kernel_scalar<E: Float>(v: f64) -> f64 {
         v
     } else {
         f64::from(v as f32)
-    }
-}
-
-/// `torch.lerp(start, end, weight)` with PyTorch's two formulas (the one
-/// used depends on `|weight| < 0.5`, as in its kernel), with `1 - weight`
-/// computed from the weight as the kernel rounds it.
-pub(crate) fn lerp<E: Float, D: Device<E>>(
-    start: &Flat<E, D>,
-    end: &Flat<E, D>,
-    weight: f64,
-) -> Flat<E, D> {
-    let w = kernel_scalar::<E>(weight);
-    let diff = end - start;
-    if w.abs() < 0.5 {
-        start + &diff.mul_scalar(w)
-    } else {
-        // `1 - w` is exact in f64 and rounds (in `mul_scalar`) as the
-        // kernel's own subtraction does.
-        end - &diff.mul_scalar(1.0 - w)
     }
 }
 

@@ -2,10 +2,10 @@
 
 use super::fused::{self, Lerp};
 use super::options::options;
-use super::{lerp, non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
+use super::{non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
 use forma_core::device::Device;
-use forma_core::dtype::Real;
-use forma_core::ops::update::UpdateOp;
+
+use forma_core::ops::update::{Lane, UpdateOp};
 use forma_core::Float;
 use forma_cpu::Cpu;
 
@@ -86,73 +86,38 @@ impl Algorithm for RmsPropOptions {
         grad: Flat<E, D>,
     ) -> Result<(), OptimError> {
         state.step += 1;
-        if fused::enabled::<E>() {
-            let op = RmsPropStep {
-                maximize: self.maximize,
-                l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
-                alpha: self.alpha,
-                one_minus_alpha: 1.0 - self.alpha,
-                lerp: Lerp::new::<E>(1.0 - self.alpha),
-                centered: self.centered,
-                eps: self.eps,
-                momentum: self.momentum,
-                neg_lr: -self.lr,
-            };
-            let v = state.buffer_init("square_avg", || param.zeros_like());
-            let ran = match (self.centered, self.momentum > 0.0) {
-                (false, false) => Flat::try_fused_update(op, &grad, [param, &v])?,
-                (true, false) => {
-                    let ga = state.buffer_init("grad_avg", || param.zeros_like());
-                    Flat::try_fused_update(op, &grad, [param, &v, &ga])?
-                }
-                (false, true) => {
-                    let buf = state.buffer_init("momentum_buffer", || param.zeros_like());
-                    Flat::try_fused_update(op, &grad, [param, &v, &buf])?
-                }
-                (true, true) => {
-                    let ga = state.buffer_init("grad_avg", || param.zeros_like());
-                    let buf = state.buffer_init("momentum_buffer", || param.zeros_like());
-                    Flat::try_fused_update(op, &grad, [param, &v, &ga, &buf])?
-                }
-            };
-            if ran {
-                return Ok(());
+        let op = RmsPropStep {
+            maximize: self.maximize,
+            l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
+            alpha: self.alpha,
+            one_minus_alpha: 1.0 - self.alpha,
+            lerp: Lerp::new::<E>(1.0 - self.alpha),
+            centered: self.centered,
+            eps: self.eps,
+            momentum: self.momentum,
+            neg_lr: -self.lr,
+        };
+        let v = state.buffer_init("square_avg", || param.zeros_like());
+        match (self.centered, self.momentum > 0.0) {
+            (false, false) => fused::update(op, &grad, [param, &v]),
+            (true, false) => {
+                let ga = state.buffer_init("grad_avg", || param.zeros_like());
+                fused::update(op, &grad, [param, &v, &ga])
+            }
+            (false, true) => {
+                let buf = state.buffer_init("momentum_buffer", || param.zeros_like());
+                fused::update(op, &grad, [param, &v, &buf])
+            }
+            (true, true) => {
+                let ga = state.buffer_init("grad_avg", || param.zeros_like());
+                let buf = state.buffer_init("momentum_buffer", || param.zeros_like());
+                fused::update(op, &grad, [param, &v, &ga, &buf])
             }
         }
-        let mut g = if self.maximize { -&grad } else { grad };
-        if self.weight_decay != 0.0 {
-            g = &g + &param.mul_scalar(self.weight_decay);
-        }
-        let v = state.buffer_or("square_avg", || param.zeros_like());
-        let v = &v.mul_scalar(self.alpha) + &(&g.mul_scalar(1.0 - self.alpha) * &g);
-        let avg = if self.centered {
-            let ga = state.buffer_or("grad_avg", || param.zeros_like());
-            let ga = lerp(&ga, &g, 1.0 - self.alpha);
-            // `square_avg.addcmul(grad_avg, grad_avg, value=-1)`.
-            let avg = (&v + &(&ga.mul_scalar(-1.0) * &ga)).sqrt();
-            state.set_buffer("grad_avg", ga);
-            avg
-        } else {
-            v.sqrt()
-        };
-        let avg = avg.add_scalar(self.eps);
-        let p = if self.momentum > 0.0 {
-            let buf = state.buffer_or("momentum_buffer", || param.zeros_like());
-            let buf = &buf.mul_scalar(self.momentum) + &(&g / &avg);
-            let p = param + &buf.mul_scalar(-self.lr);
-            state.set_buffer("momentum_buffer", buf);
-            p
-        } else {
-            param + &(&g.mul_scalar(-self.lr) / &avg)
-        };
-        param.try_assign(&p)?;
-        state.set_buffer("square_avg", v);
-        Ok(())
     }
 }
 
-/// One RMSprop step on one element: the composed path's operations in its
-/// order, on its scalars. The state is `[param, square_avg]`, then
+/// One RMSprop step on one element, in PyTorch's order of operations. The state is `[param, square_avg]`, then
 /// `grad_avg` when centered, then `momentum_buffer` with momentum.
 #[derive(Clone, Copy, Debug)]
 struct RmsPropStep {
@@ -172,7 +137,7 @@ impl RmsPropStep {
     /// Updates `square_avg` (and `grad_avg`); returns the gradient and the
     /// denominator `avg`.
     #[inline(always)]
-    fn avg<R: Real>(&self, grad: R, p: R, v: &mut R, ga: Option<&mut R>) -> (R, R) {
+    fn avg<R: Lane>(&self, grad: R, p: R, v: &mut R, ga: Option<&mut R>) -> (R, R) {
         let mut g = if self.maximize { -grad } else { grad };
         if let Some(wd) = self.l2 {
             g = g + p * R::c(wd);
@@ -190,13 +155,13 @@ impl RmsPropStep {
 
     /// The parameter's update without momentum.
     #[inline(always)]
-    fn plain<R: Real>(&self, p: R, g: R, avg: R) -> R {
+    fn plain<R: Lane>(&self, p: R, g: R, avg: R) -> R {
         p + g * R::c(self.neg_lr) / avg
     }
 
     /// The parameter's update with the momentum buffer.
     #[inline(always)]
-    fn with_momentum<R: Real>(&self, p: R, g: R, avg: R, buf: &mut R) -> R {
+    fn with_momentum<R: Lane>(&self, p: R, g: R, avg: R, buf: &mut R) -> R {
         *buf = *buf * R::c(self.momentum) + g / avg;
         p + *buf * R::c(self.neg_lr)
     }
@@ -206,7 +171,7 @@ impl UpdateOp<2> for RmsPropStep {
     const NAME: &'static str = "rmsprop";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 2]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 2]) {
         let [p, v] = state;
         let (g, avg) = self.avg(grad, *p, v, None);
         *p = self.plain(*p, g, avg);
@@ -217,7 +182,7 @@ impl UpdateOp<3> for RmsPropStep {
     const NAME: &'static str = "rmsprop";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 3]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 3]) {
         // The third buffer is `grad_avg` when centered, else the momentum.
         let [p, v, x] = state;
         if self.centered {
@@ -234,7 +199,7 @@ impl UpdateOp<4> for RmsPropStep {
     const NAME: &'static str = "rmsprop";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 4]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 4]) {
         let [p, v, ga, buf] = state;
         let (g, avg) = self.avg(grad, *p, v, Some(ga));
         *p = self.with_momentum(*p, g, avg, buf);

@@ -5,8 +5,7 @@ use super::fused;
 use super::options::options;
 use super::{non_negative, Algorithm, Flat, GroupedOptimizer, OptimError, ParamState};
 use forma_core::device::Device;
-use forma_core::dtype::Real;
-use forma_core::ops::update::UpdateOp;
+use forma_core::ops::update::{Lane, UpdateOp};
 use forma_core::Float;
 use forma_cpu::Cpu;
 
@@ -92,51 +91,25 @@ impl Algorithm for SgdOptions {
         state.step += 1;
         // PyTorch's first step copies the gradient into the buffer.
         let first = state.buffer("momentum_buffer").is_none();
-        if fused::enabled::<E>() {
-            let op = SgdStep {
-                maximize: self.maximize,
-                l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
-                momentum: self.momentum,
-                one_minus_dampening: 1.0 - self.dampening,
-                first,
-                nesterov: self.nesterov,
-                neg_lr: -self.lr,
-            };
-            let ran = if self.momentum != 0.0 {
-                let buf = state.buffer_init("momentum_buffer", || param.zeros_like());
-                Flat::try_fused_update(op, &grad, [param, &buf])?
-            } else {
-                Flat::try_fused_update(op, &grad, [param])?
-            };
-            if ran {
-                return Ok(());
-            }
-        }
-        let mut g = if self.maximize { -&grad } else { grad };
-        if self.weight_decay != 0.0 {
-            g = &g + &param.mul_scalar(self.weight_decay);
-        }
+        let op = SgdStep {
+            maximize: self.maximize,
+            l2: (self.weight_decay != 0.0).then_some(self.weight_decay),
+            momentum: self.momentum,
+            one_minus_dampening: 1.0 - self.dampening,
+            first,
+            nesterov: self.nesterov,
+            neg_lr: -self.lr,
+        };
         if self.momentum != 0.0 {
-            let buf = match state.buffer("momentum_buffer") {
-                Some(b) if !first => {
-                    &b.mul_scalar(self.momentum) + &g.mul_scalar(1.0 - self.dampening)
-                }
-                _ => g.clone(),
-            };
-            g = if self.nesterov {
-                &g + &buf.mul_scalar(self.momentum)
-            } else {
-                buf.clone()
-            };
-            state.set_buffer("momentum_buffer", buf);
+            let buf = state.buffer_init("momentum_buffer", || param.zeros_like());
+            fused::update(op, &grad, [param, &buf])
+        } else {
+            fused::update(op, &grad, [param])
         }
-        param.try_assign(&(param + &g.mul_scalar(-self.lr)))?;
-        Ok(())
     }
 }
 
-/// One SGD step on one element: the composed path's operations in its
-/// order, on its scalars. The state is `[param]`, and `momentum_buffer`
+/// One SGD step on one element, in PyTorch's order of operations. The state is `[param]`, and `momentum_buffer`
 /// second with momentum.
 #[derive(Clone, Copy, Debug)]
 struct SgdStep {
@@ -154,7 +127,7 @@ struct SgdStep {
 impl SgdStep {
     /// The gradient after maximize and weight decay.
     #[inline(always)]
-    fn grad<R: Real>(&self, grad: R, p: R) -> R {
+    fn grad<R: Lane>(&self, grad: R, p: R) -> R {
         let g = if self.maximize { -grad } else { grad };
         match self.l2 {
             Some(wd) => g + p * R::c(wd),
@@ -167,7 +140,7 @@ impl UpdateOp<1> for SgdStep {
     const NAME: &'static str = "sgd";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 1]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 1]) {
         let [p] = state;
         let g = self.grad(grad, *p);
         *p = *p + g * R::c(self.neg_lr);
@@ -178,7 +151,7 @@ impl UpdateOp<2> for SgdStep {
     const NAME: &'static str = "sgd";
 
     #[inline(always)]
-    fn apply<R: Real>(&self, grad: R, state: &mut [R; 2]) {
+    fn apply<R: Lane>(&self, grad: R, state: &mut [R; 2]) {
         let [p, buf] = state;
         let g = self.grad(grad, *p);
         *buf = if self.first {

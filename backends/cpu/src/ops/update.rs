@@ -129,7 +129,7 @@ fn block<E: Float, const N: usize, Op: UpdateOp<N>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use forma_core::dtype::Real;
+    use forma_core::ops::update::Lane;
     use forma_core::Dtype;
 
     /// `m = 0.5 * m + g; p = p - m / 4` (exact in binary floating point for
@@ -138,7 +138,7 @@ mod tests {
     struct Momentum;
     impl UpdateOp<2> for Momentum {
         const NAME: &'static str = "momentum";
-        fn apply<R: Real>(&self, g: R, s: &mut [R; 2]) {
+        fn apply<R: Lane>(&self, g: R, s: &mut [R; 2]) {
             s[1] = s[1] * R::c(0.5) + g;
             s[0] = s[0] - s[1] / R::c(4.0);
         }
