@@ -566,7 +566,7 @@ where
     let (wc, wg) = (up::<E, _>(&Cpu, &w), up::<E, _>(g, &w));
     let yc = Cpu.conv2d(&xc, &lx, &wc, &lw, &p).unwrap();
     let yg = g.conv2d(&xg, &lx, &wg, &lw, &p).unwrap();
-    let oh = forma::core::ops::conv::conv_out_size(
+    let oh = forma::core::shape::window::window_out(
         xd[2],
         wd[2],
         p.stride[0],
@@ -574,7 +574,7 @@ where
         p.dilation[0],
     )
     .unwrap();
-    let ow = forma::core::ops::conv::conv_out_size(
+    let ow = forma::core::shape::window::window_out(
         xd[3],
         wd[3],
         p.stride[1],
@@ -652,7 +652,7 @@ fn pooling_matches_the_cpu() {
             count_include_pad: incl,
         };
         let out = [0, 1].map(|i| {
-            forma::core::ops::pool::pool_out_size(
+            forma::core::shape::window::pool_window_out(
                 d[2 + i],
                 kernel[i],
                 stride[i],

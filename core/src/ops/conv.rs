@@ -7,6 +7,7 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::shape::window::{transposed_window_out, window_out};
 use crate::shape::{Dim, Dyn, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
@@ -33,20 +34,6 @@ impl Default for Conv2dParams {
             groups: 1,
         }
     }
-}
-
-/// Output size of one spatial dim: `(in + 2p - d(k - 1) - 1) / s + 1`, or
-/// `None` when the window does not fit.
-pub fn conv_out_size(
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    padding: usize,
-    dilation: usize,
-) -> Option<usize> {
-    let span = dilation * (kernel.checked_sub(1)?) + 1;
-    let padded = input + 2 * padding;
-    (stride > 0 && padded >= span).then(|| (padded - span) / stride + 1)
 }
 
 /// Backend support for convolution.
@@ -102,8 +89,8 @@ fn check_conv(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<[usize; 4]> 
             x,
         ));
     }
-    let oh = conv_out_size(x[2], w[2], p.stride[0], p.padding[0], p.dilation[0]);
-    let ow = conv_out_size(x[3], w[3], p.stride[1], p.padding[1], p.dilation[1]);
+    let oh = window_out(x[2], w[2], p.stride[0], p.padding[0], p.dilation[0]);
+    let ow = window_out(x[3], w[3], p.stride[1], p.padding[1], p.dilation[1]);
     match (oh, ow) {
         (Some(oh), Some(ow)) if p.dilation.iter().all(|&d| d > 0) => Ok([x[0], w[0], oh, ow]),
         _ => Err(Error::invalid(
@@ -310,22 +297,6 @@ impl ConvTranspose2dParams {
     }
 }
 
-/// Output size of one spatial dim of a transposed convolution,
-/// `(in - 1) s - 2p + d(k - 1) + output_padding + 1`, or `None` when that is
-/// not positive.
-pub fn conv_transpose_out_size(
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    padding: usize,
-    output_padding: usize,
-    dilation: usize,
-) -> Option<usize> {
-    let full =
-        input.checked_sub(1)? * stride + dilation * kernel.checked_sub(1)? + output_padding + 1;
-    full.checked_sub(2 * padding).filter(|&n| n > 0)
-}
-
 fn check_conv_transpose(x: &[usize], w: &[usize], p: &ConvTranspose2dParams) -> Result<[usize; 4]> {
     let op = "conv_transpose2d";
     let g = p.groups;
@@ -358,7 +329,7 @@ fn check_conv_transpose(x: &[usize], w: &[usize], p: &ConvTranspose2dParams) -> 
         ));
     }
     let size = |i: usize| {
-        conv_transpose_out_size(
+        transposed_window_out(
             x[2 + i],
             w[2 + i],
             p.stride[i],
@@ -423,9 +394,9 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         let covered = [
             xdims[0],
             xdims[1],
-            conv_out_size(out[2], wdims[2], p.stride[0], p.padding[0], p.dilation[0])
+            window_out(out[2], wdims[2], p.stride[0], p.padding[0], p.dilation[0])
                 .expect("the transposed size fits its convolution"),
-            conv_out_size(out[3], wdims[3], p.stride[1], p.padding[1], p.dilation[1])
+            window_out(out[3], wdims[3], p.stride[1], p.padding[1], p.dilation[1])
                 .expect("the transposed size fits its convolution"),
         ];
         let xr = if covered[..] == xdims[..] {

@@ -5,6 +5,7 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::shape::window::pool_window_out;
 use crate::shape::{Dim, Dyn};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
@@ -39,32 +40,6 @@ impl Pool2dParams {
             count_include_pad: true,
         }
     }
-}
-
-/// Output size of a pooled dim with PyTorch's rule (with `ceil_mode`, the last
-/// window must start inside the input or its left padding).
-pub fn pool_out_size(
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    padding: usize,
-    dilation: usize,
-    ceil_mode: bool,
-) -> Option<usize> {
-    let span = dilation * kernel.checked_sub(1)? + 1;
-    let padded = input + 2 * padding;
-    if stride == 0 || padded < span {
-        return None;
-    }
-    let mut out = if ceil_mode {
-        (padded - span).div_ceil(stride) + 1
-    } else {
-        (padded - span) / stride + 1
-    };
-    if ceil_mode && (out - 1) * stride >= input + padding {
-        out -= 1;
-    }
-    Some(out)
 }
 
 /// Backend support for pooling.
@@ -122,7 +97,7 @@ fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<[usi
             format!("padding must be at most half the window and sizes positive, got {p:?}"),
         ));
     }
-    let oh = pool_out_size(
+    let oh = pool_window_out(
         dims[2],
         p.kernel[0],
         p.stride[0],
@@ -131,7 +106,7 @@ fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<[usi
         p.ceil_mode,
     )
     .ok_or_else(bad)?;
-    let ow = pool_out_size(
+    let ow = pool_window_out(
         dims[3],
         p.kernel[1],
         p.stride[1],

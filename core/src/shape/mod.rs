@@ -17,6 +17,7 @@
 pub mod check;
 mod dims;
 mod generated;
+pub mod window;
 
 pub use dims::*;
 pub use generated::*;

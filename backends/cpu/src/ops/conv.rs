@@ -20,7 +20,8 @@ use super::matmul::{
 use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
-use forma_core::ops::conv::{conv_out_size, Conv2dParams, ConvKernel};
+use forma_core::ops::conv::{Conv2dParams, ConvKernel};
+use forma_core::shape::window::window_out;
 use forma_core::{Error, Float, Layout, Result};
 
 /// Sizes of one convolution, dense `[n, c_in, h, w]` by `[c_out, cg, kh, kw]`.
@@ -348,7 +349,7 @@ fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
     }
     let size = |i: usize| {
         (p.dilation[i] > 0)
-            .then(|| conv_out_size(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
+            .then(|| window_out(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
             .flatten()
     };
     let (Some(oh), Some(ow)) = (size(0), size(1)) else {
@@ -622,8 +623,8 @@ mod tests {
     fn naive(x: &[f64], xd: [usize; 4], w: &[f64], wd: [usize; 4], p: &Conv2dParams) -> Vec<f64> {
         let [n, ci, h, wi] = xd;
         let [co, cg, kh, kw] = wd;
-        let oh = conv_out_size(h, kh, p.stride[0], p.padding[0], p.dilation[0]).unwrap();
-        let ow = conv_out_size(wi, kw, p.stride[1], p.padding[1], p.dilation[1]).unwrap();
+        let oh = window_out(h, kh, p.stride[0], p.padding[0], p.dilation[0]).unwrap();
+        let ow = window_out(wi, kw, p.stride[1], p.padding[1], p.dilation[1]).unwrap();
         let og = co / p.groups;
         let mut out = vec![0.0; n * co * oh * ow];
         for b in 0..n {
@@ -835,8 +836,8 @@ mod tests {
     ) -> (Vec<f64>, Vec<f64>) {
         let [n, ci, h, wi] = xd;
         let [co, cg, kh, kw] = wd;
-        let oh = conv_out_size(h, kh, p.stride[0], p.padding[0], p.dilation[0]).unwrap();
-        let ow = conv_out_size(wi, kw, p.stride[1], p.padding[1], p.dilation[1]).unwrap();
+        let oh = window_out(h, kh, p.stride[0], p.padding[0], p.dilation[0]).unwrap();
+        let ow = window_out(wi, kw, p.stride[1], p.padding[1], p.dilation[1]).unwrap();
         let og = co / p.groups;
         let (mut dx, mut dw) = (vec![0.0; x.len()], vec![0.0; w.len()]);
         for b in 0..n {

@@ -556,7 +556,7 @@ impl<E: Float> PoolKernel<E> for Cpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use forma_core::ops::pool::pool_out_size;
+    use forma_core::shape::window::pool_window_out;
     use forma_core::Rng;
     use half::{bf16, f16};
 
@@ -566,7 +566,7 @@ mod tests {
 
     fn out_size(d: [usize; 4], p: &Pool2dParams) -> [usize; 2] {
         let o = |i: usize| {
-            pool_out_size(
+            pool_window_out(
                 d[2 + i],
                 p.kernel[i],
                 p.stride[i],

@@ -10,7 +10,8 @@ use crate::ops::matmul::Mat;
 use crate::{Cuda, CudaStorage};
 use cudarc::driver::DeviceRepr;
 use forma_core::error::fmt_dims;
-use forma_core::ops::conv::{conv_out_size, Conv2dParams, ConvKernel};
+use forma_core::ops::conv::{Conv2dParams, ConvKernel};
+use forma_core::shape::window::window_out;
 use forma_core::{Backend, DType, Dtype, Error, Float, Layout, Result};
 
 /// The convolution module source for dtype `d`.
@@ -76,7 +77,7 @@ fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
     }
     let size = |i: usize| {
         (p.dilation[i] > 0)
-            .then(|| conv_out_size(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
+            .then(|| window_out(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
             .flatten()
     };
     let (Some(oh), Some(ow)) = (size(0), size(1)) else {
