@@ -59,8 +59,8 @@ pub trait DefaultDevice: Backend {
     fn default_device() -> Self;
 }
 
-/// Declares [`Device`] and its blanket impl from one list of kernel traits:
-/// a new kernel family is one line here.
+/// Declares [`Device`] and its blanket impl from the op list
+/// (`kernel_ops!` in `ops/mod.rs`, where a new kernel family is one line).
 macro_rules! device_kernels {
     ($($family:ident :: $kernel:ident),* $(,)?) => {
         /// Every kernel a float dtype needs on a backend: the bound generic
@@ -74,19 +74,4 @@ macro_rules! device_kernels {
     };
 }
 
-device_kernels! {
-    unary::UnaryKernel,
-    binary::BinaryKernel,
-    cmp::CmpKernel,
-    reduce::ReduceKernel,
-    softmax::SoftmaxKernel,
-    matmul::MatmulKernel,
-    index::IndexKernel,
-    conv::ConvKernel,
-    pool::PoolKernel,
-    update::UpdateKernel,
-    fused::FusedKernel,
-    attention::AttentionKernel,
-    norm::NormKernel,
-    linear::LinearKernel,
-}
+crate::kernel_ops!(device_kernels);

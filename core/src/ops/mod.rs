@@ -15,6 +15,33 @@ macro_rules! reads {
 }
 pub(crate) use reads;
 
+/// The op list: every op family with a kernel trait, once. Each line is
+/// `module::KernelTrait`; [`crate::device::Device`] and its blanket impl
+/// are built from it, so a new kernel op is its module (declared below)
+/// and one line here. Calls `$callback! { family::Kernel, ... }`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! kernel_ops {
+    ($callback:ident) => {
+        $callback! {
+            unary::UnaryKernel,
+            binary::BinaryKernel,
+            cmp::CmpKernel,
+            reduce::ReduceKernel,
+            softmax::SoftmaxKernel,
+            matmul::MatmulKernel,
+            index::IndexKernel,
+            conv::ConvKernel,
+            pool::PoolKernel,
+            update::UpdateKernel,
+            fused::FusedKernel,
+            attention::AttentionKernel,
+            norm::NormKernel,
+            linear::LinearKernel,
+        }
+    };
+}
+
 pub mod attention;
 pub mod binary;
 pub mod cat;
