@@ -10,7 +10,7 @@ It writes one safetensors file per op family to `tools/fixtures/`:
 
     unary.safetensors    binary.safetensors   cmp.safetensors
     reduce.safetensors   softmax.safetensors  matmul.safetensors
-    attention.safetensors
+    attention.safetensors  cumsum.safetensors
     index.safetensors    shape.safetensors    conv.safetensors
     pool.safetensors     create.safetensors
 
@@ -750,6 +750,35 @@ def gen_attention():
     return f
 
 
+# ---------------------------------------------------------------- cumsum
+def gen_cumsum():
+    f = Family("cumsum", 13)
+
+    def case(name, x, dims):
+        for d in dims:
+            f.put(f"cumsum.{name}.ax{d}.out", torch.cumsum(x, d))
+
+    case("x", f.put("x.in0", f.normal((3, 4), 2.0)), [0, 1])
+    case("x3", f.put("x3.in0", f.normal((2, 3, 4), 2.0)), [0, 1, 2])
+    # non-contiguous: stored [4,3], the test uses base.t()
+    case("nc", f.put("nc.in0", f.normal((4, 3), 2.0)).t(), [0, 1])
+    # Inf and NaN propagate along the lane only.
+    case("special", f.put("special.in0", t([[1.0, INF, -INF, 2.0], [NAN, 1.0, 2.0, 3.0]])), [1])
+    case("empty", f.put("empty.in0", torch.zeros(0, 3)), [0, 1])
+    case("x64", f.put("x64.in0", f.normal((3, 5), 2.0, F64)), [1])
+    # Long lanes in half types: PyTorch's CPU kernel accumulates in float32.
+    case("f16", f.put("f16.in0", f.uniform((2, 300), 0.0, 2.0, torch.float16)), [1])
+    case("bf16", f.put("bf16.in0", f.uniform((2, 300), 0.0, 2.0, torch.bfloat16)), [1])
+    # Gradient of sum(cumsum(x, d) * w) for each axis of x3.
+    x3 = f.tensors["x3.in0"]
+    w = f.put("grad.in1", f.normal((2, 3, 4)))
+    for d in range(3):
+        xg = x3.clone().requires_grad_()
+        (torch.cumsum(xg, d) * w).sum().backward()
+        f.put(f"grad.ax{d}.out", xg.grad)
+    return f
+
+
 def main():
     families = [
         gen_unary,
@@ -757,6 +786,7 @@ def main():
         gen_cmp,
         gen_reduce,
         gen_softmax,
+        gen_cumsum,
         gen_attention,
         gen_matmul,
         gen_index,

@@ -421,6 +421,23 @@ mod gradcheck_reduce {
     }
 }
 
+mod gradcheck_cumsum {
+    use super::*;
+
+    #[test]
+    fn cumsum() {
+        let mut g = Gc::default();
+        let x = rt::<R3>(seed("cumsum"), Dom::U(-3.0, 3.0));
+        g.check("axis 0", &x, |x| wsum(&x.cumsum::<0>()));
+        g.check("axis 1", &x, |x| wsum(&x.cumsum::<1>()));
+        g.check("axis 2", &x, |x| wsum(&x.cumsum::<2>()));
+        g.check("axis 1 of a transposed view", &x, |x| {
+            wsum(&x.transpose::<1, 2>().cumsum::<1>())
+        });
+        g.finish();
+    }
+}
+
 mod gradcheck_softmax {
     use super::*;
 

@@ -32,6 +32,7 @@ mod ops_binary;
 mod ops_cmp;
 mod ops_conv_pool;
 mod ops_create;
+mod ops_cumsum;
 mod ops_fused;
 mod ops_index;
 mod ops_linear;

@@ -28,6 +28,7 @@ macro_rules! kernel_ops {
             binary::BinaryKernel,
             cmp::CmpKernel,
             reduce::ReduceKernel,
+            cumsum::CumsumKernel,
             softmax::SoftmaxKernel,
             matmul::MatmulKernel,
             index::IndexKernel,
@@ -47,6 +48,7 @@ pub mod binary;
 pub mod cat;
 pub mod cmp;
 pub mod conv;
+pub mod cumsum;
 pub mod fused;
 pub mod index;
 pub mod linear;

@@ -5,6 +5,7 @@ mod attention;
 mod binary;
 mod cmp;
 mod conv;
+mod cumsum;
 mod fused;
 mod index;
 mod linear;

@@ -31,7 +31,7 @@ macro_rules! cuda_families {
 }
 
 cuda_families! {
-    float: [binary, cmp, conv, index, pool, reduce, softmax, unary],
+    float: [binary, cmp, conv, cumsum, index, pool, reduce, softmax, unary],
     own: [copy, matmul],
 }
 
