@@ -4,9 +4,8 @@
 //! (inside [`super::SequentialLR`]) uses the closed form, as PyTorch's
 //! `_get_closed_form_lr()`.
 
-use super::{group_lrs, initial_step, rule_scheduler, Base, Rule};
-use crate::optim::options::decode_value;
-use crate::optim::{LrGroups, OptimError, OptionValue};
+use super::{group_lrs, new_from_try, rule_plumbing, rule_scheduler, start, Base, Rule};
+use crate::optim::{LrGroups, OptimError};
 use std::f64::consts::PI;
 
 /// Multiplies each group's learning rate by `gamma` every `step_size`
@@ -44,34 +43,26 @@ impl StepLR {
                 "it must be at least 1",
             ));
         }
-        let mut s = StepLR {
-            base: Base::attach(opt),
+        start(opt, |base| StepLR {
+            base,
             step_size,
             gamma,
-        };
-        initial_step(&mut s, opt)?;
-        Ok(s)
+        })
     }
+}
 
+new_from_try!(
     /// [`StepLR::try_new`], panicking on an invalid option.
     ///
     /// # Panics
     /// For `step_size == 0`.
-    pub fn new(opt: &mut dyn LrGroups, step_size: u64, gamma: f64) -> Self {
-        Self::try_new(opt, step_size, gamma).unwrap_or_else(|e| panic!("{e}"))
-    }
-}
+    StepLR,
+    (step_size: u64, gamma: f64)
+);
 
 impl Rule for StepLR {
     const NAME: &'static str = "StepLR";
-
-    fn base(&self) -> &Base {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut Base {
-        &mut self.base
-    }
+    rule_plumbing!("step_size" => step_size, "gamma" => gamma);
 
     fn get_lr(&mut self, opt: &mut dyn LrGroups, _initial: bool) -> Result<Vec<f64>, OptimError> {
         let e = self.base.last_epoch;
@@ -91,22 +82,6 @@ impl Rule for StepLR {
                 .map(|b| b * self.gamma.powf(k))
                 .collect(),
         )
-    }
-
-    fn config(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("step_size", self.step_size.encode()),
-            ("gamma", self.gamma.encode()),
-        ]
-    }
-
-    fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError> {
-        match name {
-            "step_size" => self.step_size = decode_value(name, text)?,
-            "gamma" => self.gamma = decode_value(name, text)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
     }
 }
 
@@ -135,38 +110,26 @@ impl MultiStepLR {
     ) -> Result<Self, OptimError> {
         let mut milestones: Vec<i64> = milestones.into_iter().collect();
         milestones.sort_unstable();
-        let mut s = MultiStepLR {
-            base: Base::attach(opt),
+        start(opt, |base| MultiStepLR {
+            base,
             milestones,
             gamma,
-        };
-        initial_step(&mut s, opt)?;
-        Ok(s)
+        })
     }
+}
 
+new_from_try!(
     /// [`MultiStepLR::try_new`].
     ///
     /// # Panics
     /// Never for now.
-    pub fn new(
-        opt: &mut dyn LrGroups,
-        milestones: impl IntoIterator<Item = i64>,
-        gamma: f64,
-    ) -> Self {
-        Self::try_new(opt, milestones, gamma).unwrap_or_else(|e| panic!("{e}"))
-    }
-}
+    MultiStepLR,
+    (milestones: impl IntoIterator<Item = i64>, gamma: f64)
+);
 
 impl Rule for MultiStepLR {
     const NAME: &'static str = "MultiStepLR";
-
-    fn base(&self) -> &Base {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut Base {
-        &mut self.base
-    }
+    rule_plumbing!("milestones" => milestones, "gamma" => gamma);
 
     fn get_lr(&mut self, opt: &mut dyn LrGroups, _initial: bool) -> Result<Vec<f64>, OptimError> {
         let e = self.base.last_epoch;
@@ -196,22 +159,6 @@ impl Rule for MultiStepLR {
                 .collect(),
         )
     }
-
-    fn config(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("milestones", self.milestones.encode()),
-            ("gamma", self.gamma.encode()),
-        ]
-    }
-
-    fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError> {
-        match name {
-            "milestones" => self.milestones = decode_value(name, text)?,
-            "gamma" => self.gamma = decode_value(name, text)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
 }
 
 rule_scheduler!(MultiStepLR);
@@ -231,33 +178,22 @@ impl ExponentialLR {
     /// # Errors
     /// Never for now; the form matches the other schedulers'.
     pub fn try_new(opt: &mut dyn LrGroups, gamma: f64) -> Result<Self, OptimError> {
-        let mut s = ExponentialLR {
-            base: Base::attach(opt),
-            gamma,
-        };
-        initial_step(&mut s, opt)?;
-        Ok(s)
+        start(opt, |base| ExponentialLR { base, gamma })
     }
+}
 
+new_from_try!(
     /// [`ExponentialLR::try_new`].
     ///
     /// # Panics
     /// Never for now.
-    pub fn new(opt: &mut dyn LrGroups, gamma: f64) -> Self {
-        Self::try_new(opt, gamma).unwrap_or_else(|e| panic!("{e}"))
-    }
-}
+    ExponentialLR,
+    (gamma: f64)
+);
 
 impl Rule for ExponentialLR {
     const NAME: &'static str = "ExponentialLR";
-
-    fn base(&self) -> &Base {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut Base {
-        &mut self.base
-    }
+    rule_plumbing!("gamma" => gamma);
 
     fn get_lr(&mut self, opt: &mut dyn LrGroups, initial: bool) -> Result<Vec<f64>, OptimError> {
         let lrs = group_lrs(opt);
@@ -276,18 +212,6 @@ impl Rule for ExponentialLR {
                 .map(|b| b * self.gamma.powf(e))
                 .collect(),
         )
-    }
-
-    fn config(&self) -> Vec<(&'static str, String)> {
-        vec![("gamma", self.gamma.encode())]
-    }
-
-    fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError> {
-        match name {
-            "gamma" => self.gamma = decode_value(name, text)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
     }
 }
 
@@ -343,40 +267,31 @@ impl LinearLR {
                 "it must be at least 1",
             ));
         }
-        let mut s = LinearLR {
-            base: Base::attach(opt),
+        start(opt, |base| LinearLR {
+            base,
             start_factor,
             end_factor,
             total_iters,
-        };
-        initial_step(&mut s, opt)?;
-        Ok(s)
+        })
     }
+}
 
+new_from_try!(
     /// [`LinearLR::try_new`], panicking on an invalid option.
     ///
     /// # Panics
     /// On a factor out of range or `total_iters == 0`.
-    pub fn new(
-        opt: &mut dyn LrGroups,
-        start_factor: f64,
-        end_factor: f64,
-        total_iters: u64,
-    ) -> Self {
-        Self::try_new(opt, start_factor, end_factor, total_iters).unwrap_or_else(|e| panic!("{e}"))
-    }
-}
+    LinearLR,
+    (start_factor: f64, end_factor: f64, total_iters: u64)
+);
 
 impl Rule for LinearLR {
     const NAME: &'static str = "LinearLR";
-
-    fn base(&self) -> &Base {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut Base {
-        &mut self.base
-    }
+    rule_plumbing!(
+        "start_factor" => start_factor,
+        "end_factor" => end_factor,
+        "total_iters" => total_iters,
+    );
 
     fn get_lr(&mut self, opt: &mut dyn LrGroups, initial: bool) -> Result<Vec<f64>, OptimError> {
         let e = self.base.last_epoch;
@@ -397,24 +312,6 @@ impl Rule for LinearLR {
         let done = (self.total_iters as i64).min(self.base.last_epoch) as f64;
         let factor = s + (f - s) * done / self.total_iters as f64;
         Some(self.base.base_lrs.iter().map(|b| b * factor).collect())
-    }
-
-    fn config(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("start_factor", self.start_factor.encode()),
-            ("end_factor", self.end_factor.encode()),
-            ("total_iters", self.total_iters.encode()),
-        ]
-    }
-
-    fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError> {
-        match name {
-            "start_factor" => self.start_factor = decode_value(name, text)?,
-            "end_factor" => self.end_factor = decode_value(name, text)?,
-            "total_iters" => self.total_iters = decode_value(name, text)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
     }
 }
 
@@ -446,34 +343,26 @@ impl CosineAnnealingLR {
                 "it must be at least 1",
             ));
         }
-        let mut s = CosineAnnealingLR {
-            base: Base::attach(opt),
+        start(opt, |base| CosineAnnealingLR {
+            base,
             t_max,
             eta_min,
-        };
-        initial_step(&mut s, opt)?;
-        Ok(s)
+        })
     }
+}
 
+new_from_try!(
     /// [`CosineAnnealingLR::try_new`], panicking on an invalid option.
     ///
     /// # Panics
     /// For `t_max == 0`.
-    pub fn new(opt: &mut dyn LrGroups, t_max: u64, eta_min: f64) -> Self {
-        Self::try_new(opt, t_max, eta_min).unwrap_or_else(|e| panic!("{e}"))
-    }
-}
+    CosineAnnealingLR,
+    (t_max: u64, eta_min: f64)
+);
 
 impl Rule for CosineAnnealingLR {
     const NAME: &'static str = "CosineAnnealingLR";
-
-    fn base(&self) -> &Base {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut Base {
-        &mut self.base
-    }
+    rule_plumbing!("T_max" => t_max, "eta_min" => eta_min);
 
     fn get_lr(&mut self, opt: &mut dyn LrGroups, initial: bool) -> Result<Vec<f64>, OptimError> {
         let (e, t, eta) = (self.base.last_epoch, self.t_max as i64, self.eta_min);
@@ -510,22 +399,6 @@ impl Rule for CosineAnnealingLR {
                 .map(|b| eta + (b - eta) * (1.0 + (PI * ef / tf).cos()) / 2.0)
                 .collect(),
         )
-    }
-
-    fn config(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("T_max", self.t_max.encode()),
-            ("eta_min", self.eta_min.encode()),
-        ]
-    }
-
-    fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError> {
-        match name {
-            "T_max" => self.t_max = decode_value(name, text)?,
-            "eta_min" => self.eta_min = decode_value(name, text)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
     }
 }
 

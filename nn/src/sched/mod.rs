@@ -211,6 +211,7 @@ const BASE_KEYS: &[&str] = &[
 ];
 
 /// A scheduler built on [`Base`]: its rule for the next learning rates.
+/// `rule_plumbing!` writes the parts that only name fields.
 pub(crate) trait Rule: Clone {
     const NAME: &'static str;
     fn base(&self) -> &Base;
@@ -226,6 +227,65 @@ pub(crate) trait Rule: Clone {
     /// Sets one configuration value; `Ok(false)` for an unknown name.
     fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError>;
 }
+
+/// The tail of every [`Rule`] scheduler's `try_new`, after its checks:
+/// attaches to `opt` (what `make` builds holds the [`Base`]) and takes
+/// PyTorch's initial step.
+fn start<R: Rule>(opt: &mut dyn LrGroups, make: impl FnOnce(Base) -> R) -> Result<R, OptimError> {
+    let mut s = make(Base::attach(opt));
+    initial_step(&mut s, opt)?;
+    Ok(s)
+}
+
+/// The parts of a [`Rule`] impl that only name fields: `base`/`base_mut` on
+/// the `base` field and, given `"key" => field` pairs, `config`/`set_config`
+/// reading and writing those fields under those keys (one list, so a key
+/// cannot be exported without being restored).
+macro_rules! rule_plumbing {
+    () => {
+        fn base(&self) -> &$crate::sched::Base {
+            &self.base
+        }
+
+        fn base_mut(&mut self) -> &mut $crate::sched::Base {
+            &mut self.base
+        }
+    };
+    ($($key:literal => $field:ident),+ $(,)?) => {
+        $crate::sched::rule_plumbing!();
+
+        fn config(&self) -> Vec<(&'static str, String)> {
+            vec![$(($key, $crate::optim::OptionValue::encode(&self.$field))),+]
+        }
+
+        fn set_config(
+            &mut self,
+            name: &str,
+            text: &str,
+        ) -> Result<bool, $crate::optim::OptimError> {
+            match name {
+                $($key => self.$field = $crate::optim::options::decode_value(name, text)?,)+
+                _ => return Ok(false),
+            }
+            Ok(true)
+        }
+    };
+}
+pub(crate) use rule_plumbing;
+
+/// A scheduler's panicking `new`, forwarding its arguments to `try_new`:
+/// `new_from_try!(/// docs Type, (arg: Ty, ...))`.
+macro_rules! new_from_try {
+    ($(#[$doc:meta])* $t:ty, ($($arg:ident: $ty:ty),* $(,)?)) => {
+        impl $t {
+            $(#[$doc])*
+            pub fn new(opt: &mut dyn $crate::optim::LrGroups, $($arg: $ty),*) -> Self {
+                Self::try_new(opt, $($arg),*).unwrap_or_else(|e| panic!("{e}"))
+            }
+        }
+    };
+}
+pub(crate) use new_from_try;
 
 /// PyTorch's `_update_lr(epoch)`.
 fn update_lr<R: Rule>(

@@ -3,7 +3,7 @@
 //! to `initial_lr / final_div_factor`, with the momentum (Adam's `beta1`)
 //! cycled inversely.
 
-use super::{initial_step, rule_scheduler, Base, Rule};
+use super::{new_from_try, rule_plumbing, rule_scheduler, start, Base, Rule};
 use crate::optim::options::decode_value;
 use crate::optim::{LrGroups, OptimError, OptionValue};
 use std::f64::consts::PI;
@@ -300,38 +300,30 @@ impl OneCycleLR {
                 momenta: [base_m[i], max_m[i]],
             });
         }
-        let mut s = OneCycleLR {
-            base: Base::attach(opt),
+        start(opt, |base| OneCycleLR {
+            base,
             total_steps: o.total_steps,
             phases: phases(o.total_steps, o.pct_start, o.three_phase),
             anneal: o.anneal_strategy,
             cycle_momentum: o.cycle_momentum,
             groups,
             options: options.clone(),
-        };
-        initial_step(&mut s, opt)?;
-        Ok(s)
+        })
     }
+}
 
+new_from_try!(
     /// [`OneCycleLR::try_new`], panicking on an invalid option.
     ///
     /// # Panics
     /// On the errors of [`OneCycleLR::try_new`].
-    pub fn new(opt: &mut dyn LrGroups, options: OneCycleOptions) -> Self {
-        Self::try_new(opt, options).unwrap_or_else(|e| panic!("{e}"))
-    }
-}
+    OneCycleLR,
+    (options: OneCycleOptions)
+);
 
 impl Rule for OneCycleLR {
     const NAME: &'static str = "OneCycleLR";
-
-    fn base(&self) -> &Base {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut Base {
-        &mut self.base
-    }
+    rule_plumbing!();
 
     fn get_lr(&mut self, opt: &mut dyn LrGroups, _initial: bool) -> Result<Vec<f64>, OptimError> {
         let step = self.base.last_epoch;

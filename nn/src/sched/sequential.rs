@@ -2,7 +2,7 @@
 //! milestone epochs, like `torch.optim.lr_scheduler.SequentialLR`: the usual
 //! way to put a warmup ([`super::LinearLR`]) before another schedule.
 
-use super::{LrScheduler, SchedulerState};
+use super::{new_from_try, LrScheduler, SchedulerState};
 use crate::optim::{LrGroups, OptimError};
 
 /// Runs `schedulers[0]` until `milestones[0]`, then `schedulers[1]` (started
@@ -107,23 +107,20 @@ impl SequentialLR {
         })
     }
 
-    /// [`SequentialLR::try_new`], panicking on its errors.
-    ///
-    /// # Panics
-    /// On the errors of [`SequentialLR::try_new`].
-    pub fn new(
-        opt: &mut dyn LrGroups,
-        schedulers: Vec<Box<dyn LrScheduler>>,
-        milestones: Vec<i64>,
-    ) -> Self {
-        Self::try_new(opt, schedulers, milestones).unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// The schedulers, in order.
     pub fn schedulers(&self) -> &[Box<dyn LrScheduler>] {
         &self.schedulers
     }
 }
+
+new_from_try!(
+    /// [`SequentialLR::try_new`], panicking on its errors.
+    ///
+    /// # Panics
+    /// On the errors of [`SequentialLR::try_new`].
+    SequentialLR,
+    (schedulers: Vec<Box<dyn LrScheduler>>, milestones: Vec<i64>)
+);
 
 /// Python's `bisect_right`: how many milestones are `<= x`.
 fn bisect_right(milestones: &[i64], x: i64) -> usize {
