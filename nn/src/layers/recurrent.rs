@@ -269,26 +269,146 @@ fn rnn_extra_repr(
     s
 }
 
-/// Runs a stack of recurrent layers over erased sizes. `init` holds one
-/// state per layer and direction; `step` advances a state by one input
-/// projection `[batch, G * H]`; `hidden` reads a state's output `[batch, H]`.
-/// Returns the last layer's outputs `[batch, T, H * directions]` and the
-/// final states.
-#[allow(clippy::too_many_arguments)] // the stack's settings, its input and the cell
-fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
+/// What sets LSTM and GRU apart in [`run_stack`]: everything else about a
+/// stack of gated layers (weights, directions, dropout between layers, the
+/// caller's state layout) is the same.
+trait RnnCell<const H: usize, E: Float, D: Device<E>> {
+    /// The gates stacked along the weights' rows.
+    const GATES: usize;
+    /// One layer's and direction's state, erased.
+    type State;
+    /// The state the caller passes in and gets back, one
+    /// `[layers * directions, batch, H]` tensor per part.
+    type Outer<B: Dim>;
+
+    /// Advances `state` by one input projection `[batch, G * H]`.
+    fn step(
+        w: &RnnWeights<H, E, D>,
+        xt: Tensor<(Dyn, Dyn), E, D>,
+        state: &Self::State,
+    ) -> Self::State;
+    /// A state's output `[batch, H]`.
+    fn output(state: &Self::State) -> Tensor<(Dyn, Dyn), E, D>;
+    /// `n` per-layer states from the caller's (zeros when `None`).
+    fn split<B: Dim>(
+        outer: Option<&Self::Outer<B>>,
+        n: usize,
+        b: usize,
+        device: &D,
+    ) -> Result<Vec<Self::State>>;
+    /// The caller's final state from the per-layer ones.
+    fn join<B: Dim>(states: Vec<Self::State>) -> Self::Outer<B>;
+}
+
+/// LSTM's cell: gates input, forget, cell, output; the state is `(h, c)`.
+struct LstmCell;
+
+impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for LstmCell {
+    const GATES: usize = 4;
+    type State = (Tensor<(Dyn, Dyn), E, D>, Tensor<(Dyn, Dyn), E, D>);
+    type Outer<B: Dim> = LstmState<B, H, E, D>;
+
+    fn step(
+        w: &RnnWeights<H, E, D>,
+        xt: Tensor<(Dyn, Dyn), E, D>,
+        (h, c): &Self::State,
+    ) -> Self::State {
+        let gates = &xt + &w.hidden_projection(h);
+        let i = gates.narrow::<1>(0, H).sigmoid();
+        let f = gates.narrow::<1>(H, H).sigmoid();
+        let g = gates.narrow::<1>(2 * H, H).tanh();
+        let o = gates.narrow::<1>(3 * H, H).sigmoid();
+        let c = &(&f * c) + &(&i * &g);
+        let h = &o * &c.tanh();
+        (h, c)
+    }
+
+    fn output((h, _): &Self::State) -> Tensor<(Dyn, Dyn), E, D> {
+        h.clone()
+    }
+
+    fn split<B: Dim>(
+        outer: Option<&Self::Outer<B>>,
+        n: usize,
+        b: usize,
+        device: &D,
+    ) -> Result<Vec<Self::State>> {
+        let (h0, c0) = match outer {
+            Some((h, c)) => (Some(h), Some(c)),
+            None => (None, None),
+        };
+        let h0 = split_state("LSTM", h0, n, b, device)?;
+        let c0 = split_state("LSTM", c0, n, b, device)?;
+        Ok(h0.into_iter().zip(c0).collect())
+    }
+
+    fn join<B: Dim>(states: Vec<Self::State>) -> Self::Outer<B> {
+        let (hs, cs): (Vec<_>, Vec<_>) = states.into_iter().unzip();
+        (join_state(&hs), join_state(&cs))
+    }
+}
+
+/// GRU's cell: gates reset, update, new; the state is `h`.
+struct GruCell;
+
+impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for GruCell {
+    const GATES: usize = 3;
+    type State = Tensor<(Dyn, Dyn), E, D>;
+    type Outer<B: Dim> = Tensor<(Dyn, B, C<H>), E, D>;
+
+    fn step(w: &RnnWeights<H, E, D>, xt: Tensor<(Dyn, Dyn), E, D>, h: &Self::State) -> Self::State {
+        let hg = w.hidden_projection(h);
+        let r = (&xt.narrow::<1>(0, H) + &hg.narrow::<1>(0, H)).sigmoid();
+        let z = (&xt.narrow::<1>(H, H) + &hg.narrow::<1>(H, H)).sigmoid();
+        let n = (&xt.narrow::<1>(2 * H, H) + &(&r * &hg.narrow::<1>(2 * H, H))).tanh();
+        // PyTorch's form of (1 - z) * n + z * h.
+        &(&(h - &n) * &z) + &n
+    }
+
+    fn output(h: &Self::State) -> Tensor<(Dyn, Dyn), E, D> {
+        h.clone()
+    }
+
+    fn split<B: Dim>(
+        outer: Option<&Self::Outer<B>>,
+        n: usize,
+        b: usize,
+        device: &D,
+    ) -> Result<Vec<Self::State>> {
+        split_state("GRU", outer, n, b, device)
+    }
+
+    fn join<B: Dim>(states: Vec<Self::State>) -> Self::Outer<B> {
+        join_state(&states)
+    }
+}
+
+/// Runs a stack of `K` layers over `x` from the caller's `state`, on erased
+/// sizes: the last layer's outputs `[batch, T, H * directions]` and the
+/// final state.
+fn run_stack<K, B, T, O, const I: usize, const H: usize, E, D>(
+    _cell: K,
     params: &RnnParams<H, E, D>,
-    dropout: f64,
-    training: bool,
+    options: &RnnOptions,
+    training: &Training,
     drop: &DropoutRng,
-    x: Tensor<(Dyn, Dyn, Dyn), E, D>,
-    mut init: Vec<St>,
-    step: impl Fn(&RnnWeights<H, E, D>, Tensor<(Dyn, Dyn), E, D>, &St) -> St,
-    hidden: impl Fn(&St) -> Tensor<(Dyn, Dyn), E, D>,
-) -> Result<(Tensor<(Dyn, Dyn, Dyn), E, D>, Vec<St>)> {
+    x: Tensor<(B, T, C<I>), E, D>,
+    state: Option<K::Outer<B>>,
+) -> Result<(Tensor<(B, T, O), E, D>, K::Outer<B>)>
+where
+    K: RnnCell<H, E, D>,
+    B: Dim,
+    T: Dim,
+    O: Dim,
+    E: Float,
+    D: Device<E>,
+{
     let dirs = params.directions;
     let layers = params.num_layers();
     let (b, t) = (x.size(0), x.size(1));
-    let mut input = x;
+    let dev = x.device().clone();
+    let mut init = K::split(state.as_ref(), params.cells.len(), b, &dev)?;
+    let mut input: Tensor<(Dyn, Dyn, Dyn), E, D> = restore(x);
     let mut finals = Vec::with_capacity(init.len());
     init.reverse(); // popped in order below
     for layer in 0..layers {
@@ -308,8 +428,8 @@ fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
             };
             for i in order {
                 let xt = xw.narrow::<1>(i, 1).try_reshape_to((Dyn(b), Dyn(gh)))?;
-                state = step(w, xt, &state);
-                seq.push(hidden(&state));
+                state = K::step(w, xt, &state);
+                seq.push(K::output(&state));
             }
             if dir == 1 {
                 seq.reverse();
@@ -322,13 +442,13 @@ fn run_stack<const H: usize, E: Float, D: Device<E>, St>(
         } else {
             cat::<2, _, E, D>(&outs)
         };
-        input = if training && dropout > 0.0 && layer + 1 < layers {
-            drop.apply(out, dropout)?
+        input = if training.is_on() && options.dropout > 0.0 && layer + 1 < layers {
+            drop.apply(out, options.dropout)?
         } else {
             out
         };
     }
-    Ok((input, finals))
+    Ok((restore(input), K::join(finals)))
 }
 
 /// Splits an initial state `[layers * directions, batch, H]` into one
@@ -372,93 +492,132 @@ fn join_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
     restore(stack::<0, _, E, D>(states))
 }
 
+/// Defines a recurrent layer on `$cell`: the struct (PyTorch's class name
+/// `$py`), its constructors and repr, and a `Forward` from a zero state (as
+/// `$call(x)[0]`). Each layer writes its `forward_with` itself, its state
+/// type (and so its signature) being its own.
+macro_rules! rnn_layer {
+    ($(#[$doc:meta])* $name:ident, $py:tt, $call:tt, $cell:ty) => {
+        $(#[$doc])*
+        #[derive(Module, Clone, Debug)]
+        #[module(crate = "crate", name = $py, extra_repr = "Self::extra_repr")]
+        pub struct $name<
+            const I: usize,
+            const H: usize,
+            const BIDIR: bool = false,
+            E: Float = f32,
+            D: Device<E> = Cpu,
+        > {
+            /// The weights, under PyTorch's names.
+            #[module(flatten)]
+            pub params: RnnParams<H, E, D>,
+            /// The constructor arguments.
+            #[module(skip)]
+            pub options: RnnOptions,
+            /// Train/eval mode (dropout between layers).
+            pub training: Training,
+            #[module(skip)]
+            drop: DropoutRng,
+        }
+
+        impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
+            $name<I, H, BIDIR, E, D>
+        {
+            /// `num_layers` stacked layers with PyTorch's other defaults and
+            /// initialisation (`U(-1/sqrt(H), 1/sqrt(H))`).
+            pub fn new(num_layers: usize, device: &D, rng: &mut Rng) -> Self {
+                Self::with_options(
+                    RnnOptions {
+                        num_layers,
+                        ..RnnOptions::default()
+                    },
+                    device,
+                    rng,
+                )
+            }
+
+            /// A stack with the given options.
+            ///
+            /// # Panics
+            /// If `options.dropout` is outside `[0, 1]` or `num_layers` is 0.
+            pub fn with_options(options: RnnOptions, device: &D, rng: &mut Rng) -> Self {
+                check_dropout($py, options.dropout);
+                assert!(
+                    options.num_layers > 0,
+                    concat!($py, ": num_layers must be at least 1")
+                );
+                let gates = <$cell as RnnCell<H, E, D>>::GATES;
+                $name {
+                    params: RnnParams::init(gates, I, BIDIR, &options, device, rng),
+                    options,
+                    training: Training::default(),
+                    drop: DropoutRng::new(rng),
+                }
+            }
+
+            fn extra_repr(&self) -> String {
+                rnn_extra_repr(I, H, &self.options, BIDIR)
+            }
+        }
+
+        impl<
+                B: Dim,
+                T: Dim,
+                O: Dim,
+                const I: usize,
+                const H: usize,
+                const BIDIR: bool,
+                E: Float,
+                D: Device<E>,
+            > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>>
+            for $name<I, H, BIDIR, E, D>
+        {
+            #[doc = concat!(" The outputs from a zero state, like `", $call, "(x)[0]`.")]
+            fn try_forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Result<Tensor<(B, T, O), E, D>> {
+                Ok(self.try_forward_with(x, None)?.0)
+            }
+        }
+    };
+}
+
 /// The final `(h_n, c_n)` of an LSTM, each `[layers * directions, batch, H]`.
 pub type LstmState<B, const H: usize, E = f32, D = Cpu> =
     (Tensor<(Dyn, B, C<H>), E, D>, Tensor<(Dyn, B, C<H>), E, D>);
 
-/// A stack of LSTM layers, like
-/// `nn.LSTM(I, H, num_layers, batch_first=True, bidirectional=BIDIR)`.
-/// Inputs are `[batch, T, I]`; the output is `[batch, T, H]`, or
-/// `[batch, T, 2 * H]` when bidirectional (stated by the caller's type and
-/// checked when the program is built; `Dyn` accepts either). Gates follow
-/// PyTorch's order (input, forget, cell, output):
-///
-/// `c' = f * c + i * g`, `h' = o * tanh(c')`.
-///
-/// ```
-/// use forma::prelude::*;
-/// use forma::nn::layers::Lstm;
-/// use forma::nn::Module;
-/// let mut rng = Rng::seed_from(0);
-/// let lstm = Lstm::<3, 4>::new(2, &Cpu, &mut rng);
-/// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
-/// let (y, (h_n, c_n)): (Tensor<(Dyn, Dyn, C<4>)>, _) = lstm.forward_with(x, None);
-/// assert_eq!(y.dims()[..], [2, 5, 4]);
-/// assert_eq!(h_n.dims()[..], [2, 2, 4]);
-/// assert_eq!(c_n.dims()[..], [2, 2, 4]);
-/// let keys: Vec<String> = lstm.state_dict().keys().map(String::from).collect();
-/// assert_eq!(keys[..4], ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"]);
-/// assert_eq!(lstm.repr(), "LSTM(3, 4, num_layers=2, batch_first=True)");
-/// ```
-#[derive(Module, Clone, Debug)]
-#[module(crate = "crate", name = "LSTM", extra_repr = "Self::extra_repr")]
-pub struct Lstm<
-    const I: usize,
-    const H: usize,
-    const BIDIR: bool = false,
-    E: Float = f32,
-    D: Device<E> = Cpu,
-> {
-    /// The weights, under PyTorch's names.
-    #[module(flatten)]
-    pub params: RnnParams<H, E, D>,
-    /// The constructor arguments.
-    #[module(skip)]
-    pub options: RnnOptions,
-    /// Train/eval mode (dropout between layers).
-    pub training: Training,
-    #[module(skip)]
-    drop: DropoutRng,
-}
+rnn_layer!(
+    /// A stack of LSTM layers, like
+    /// `nn.LSTM(I, H, num_layers, batch_first=True, bidirectional=BIDIR)`.
+    /// Inputs are `[batch, T, I]`; the output is `[batch, T, H]`, or
+    /// `[batch, T, 2 * H]` when bidirectional (stated by the caller's type and
+    /// checked when the program is built; `Dyn` accepts either). Gates follow
+    /// PyTorch's order (input, forget, cell, output):
+    ///
+    /// `c' = f * c + i * g`, `h' = o * tanh(c')`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::layers::Lstm;
+    /// use forma::nn::Module;
+    /// let mut rng = Rng::seed_from(0);
+    /// let lstm = Lstm::<3, 4>::new(2, &Cpu, &mut rng);
+    /// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
+    /// let (y, (h_n, c_n)): (Tensor<(Dyn, Dyn, C<4>)>, _) = lstm.forward_with(x, None);
+    /// assert_eq!(y.dims()[..], [2, 5, 4]);
+    /// assert_eq!(h_n.dims()[..], [2, 2, 4]);
+    /// assert_eq!(c_n.dims()[..], [2, 2, 4]);
+    /// let keys: Vec<String> = lstm.state_dict().keys().map(String::from).collect();
+    /// assert_eq!(keys[..4], ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"]);
+    /// assert_eq!(lstm.repr(), "LSTM(3, 4, num_layers=2, batch_first=True)");
+    /// ```
+    Lstm,
+    "LSTM",
+    "lstm",
+    LstmCell
+);
 
 impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
     Lstm<I, H, BIDIR, E, D>
 {
-    /// `num_layers` stacked layers with PyTorch's other defaults and
-    /// initialisation (`U(-1/sqrt(H), 1/sqrt(H))`).
-    pub fn new(num_layers: usize, device: &D, rng: &mut Rng) -> Self {
-        Self::with_options(
-            RnnOptions {
-                num_layers,
-                ..RnnOptions::default()
-            },
-            device,
-            rng,
-        )
-    }
-
-    /// A stack with the given options.
-    ///
-    /// # Panics
-    /// If `options.dropout` is outside `[0, 1]` or `num_layers` is 0.
-    pub fn with_options(options: RnnOptions, device: &D, rng: &mut Rng) -> Self {
-        check_dropout("LSTM", options.dropout);
-        assert!(
-            options.num_layers > 0,
-            "LSTM: num_layers must be at least 1"
-        );
-        Lstm {
-            params: RnnParams::init(4, I, BIDIR, &options, device, rng),
-            options,
-            training: Training::default(),
-            drop: DropoutRng::new(rng),
-        }
-    }
-
-    fn extra_repr(&self) -> String {
-        rnn_extra_repr(I, H, &self.options, BIDIR)
-    }
-
     /// The stack over `x` from the initial `(h_0, c_0)` (zeros when `None`),
     /// like `lstm(x, (h_0, c_0))`: the last layer's outputs and the final
     /// `(h_n, c_n)`.
@@ -485,133 +644,46 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
         state: Option<LstmState<B, H, E, D>>,
     ) -> Result<(Tensor<(B, T, O), E, D>, LstmState<B, H, E, D>)> {
         const { assert_rnn_features("LSTM", H, BIDIR, O::STATIC) };
-        let n = self.params.cells.len();
-        let b = x.size(0);
-        let dev = x.device().clone();
-        let (h0, c0) = match &state {
-            Some((h, c)) => (Some(h), Some(c)),
-            None => (None, None),
-        };
-        let h0 = split_state("LSTM", h0, n, b, &dev)?;
-        let c0 = split_state("LSTM", c0, n, b, &dev)?;
-        let init: Vec<_> = h0.into_iter().zip(c0).collect();
-        let (y, finals) = run_stack(
-            &self.params,
-            self.options.dropout,
-            self.training.is_on(),
-            &self.drop,
-            restore(x),
-            init,
-            |w, xt, (h, c)| {
-                let gates = &xt + &w.hidden_projection(h);
-                let i = gates.narrow::<1>(0, H).sigmoid();
-                let f = gates.narrow::<1>(H, H).sigmoid();
-                let g = gates.narrow::<1>(2 * H, H).tanh();
-                let o = gates.narrow::<1>(3 * H, H).sigmoid();
-                let c = &(&f * c) + &(&i * &g);
-                let h = &o * &c.tanh();
-                (h, c)
-            },
-            |(h, _)| h.clone(),
-        )?;
-        let (hs, cs): (Vec<_>, Vec<_>) = finals.into_iter().unzip();
-        Ok((restore(y), (join_state(&hs), join_state(&cs))))
+        let Self {
+            params,
+            options,
+            training,
+            drop,
+        } = self;
+        run_stack(LstmCell, params, options, training, drop, x, state)
     }
 }
 
-impl<
-        B: Dim,
-        T: Dim,
-        O: Dim,
-        const I: usize,
-        const H: usize,
-        const BIDIR: bool,
-        E: Float,
-        D: Device<E>,
-    > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>> for Lstm<I, H, BIDIR, E, D>
-{
-    /// The outputs from a zero state, like `lstm(x)[0]`.
-    fn try_forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Result<Tensor<(B, T, O), E, D>> {
-        Ok(self.try_forward_with(x, None)?.0)
-    }
-}
-
-/// A stack of GRU layers, like
-/// `nn.GRU(I, H, num_layers, batch_first=True, bidirectional=BIDIR)`.
-/// Inputs are `[batch, T, I]`; the output is `[batch, T, H]`, or
-/// `[batch, T, 2 * H]` when bidirectional (stated by the caller's type).
-/// Gates follow PyTorch's order (reset, update, new):
-///
-/// `n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`, `h' = (1 - z) * n + z * h`.
-///
-/// ```
-/// use forma::prelude::*;
-/// use forma::nn::layers::Gru;
-/// use forma::nn::Module;
-/// let mut rng = Rng::seed_from(0);
-/// let gru = Gru::<3, 4, true>::new(1, &Cpu, &mut rng);   // bidirectional
-/// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
-/// let (y, h_n): (Tensor<(Dyn, Dyn, C<8>)>, _) = gru.forward_with(x, None);
-/// assert_eq!(y.dims()[..], [2, 5, 8]);
-/// assert_eq!(h_n.dims()[..], [2, 2, 4]);
-/// assert_eq!(gru.repr(), "GRU(3, 4, batch_first=True, bidirectional=True)");
-/// ```
-#[derive(Module, Clone, Debug)]
-#[module(crate = "crate", name = "GRU", extra_repr = "Self::extra_repr")]
-pub struct Gru<
-    const I: usize,
-    const H: usize,
-    const BIDIR: bool = false,
-    E: Float = f32,
-    D: Device<E> = Cpu,
-> {
-    /// The weights, under PyTorch's names.
-    #[module(flatten)]
-    pub params: RnnParams<H, E, D>,
-    /// The constructor arguments.
-    #[module(skip)]
-    pub options: RnnOptions,
-    /// Train/eval mode (dropout between layers).
-    pub training: Training,
-    #[module(skip)]
-    drop: DropoutRng,
-}
+rnn_layer!(
+    /// A stack of GRU layers, like
+    /// `nn.GRU(I, H, num_layers, batch_first=True, bidirectional=BIDIR)`.
+    /// Inputs are `[batch, T, I]`; the output is `[batch, T, H]`, or
+    /// `[batch, T, 2 * H]` when bidirectional (stated by the caller's type).
+    /// Gates follow PyTorch's order (reset, update, new):
+    ///
+    /// `n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`, `h' = (1 - z) * n + z * h`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::layers::Gru;
+    /// use forma::nn::Module;
+    /// let mut rng = Rng::seed_from(0);
+    /// let gru = Gru::<3, 4, true>::new(1, &Cpu, &mut rng);   // bidirectional
+    /// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
+    /// let (y, h_n): (Tensor<(Dyn, Dyn, C<8>)>, _) = gru.forward_with(x, None);
+    /// assert_eq!(y.dims()[..], [2, 5, 8]);
+    /// assert_eq!(h_n.dims()[..], [2, 2, 4]);
+    /// assert_eq!(gru.repr(), "GRU(3, 4, batch_first=True, bidirectional=True)");
+    /// ```
+    Gru,
+    "GRU",
+    "gru",
+    GruCell
+);
 
 impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
     Gru<I, H, BIDIR, E, D>
 {
-    /// `num_layers` stacked layers with PyTorch's other defaults and
-    /// initialisation (`U(-1/sqrt(H), 1/sqrt(H))`).
-    pub fn new(num_layers: usize, device: &D, rng: &mut Rng) -> Self {
-        Self::with_options(
-            RnnOptions {
-                num_layers,
-                ..RnnOptions::default()
-            },
-            device,
-            rng,
-        )
-    }
-
-    /// A stack with the given options.
-    ///
-    /// # Panics
-    /// If `options.dropout` is outside `[0, 1]` or `num_layers` is 0.
-    pub fn with_options(options: RnnOptions, device: &D, rng: &mut Rng) -> Self {
-        check_dropout("GRU", options.dropout);
-        assert!(options.num_layers > 0, "GRU: num_layers must be at least 1");
-        Gru {
-            params: RnnParams::init(3, I, BIDIR, &options, device, rng),
-            options,
-            training: Training::default(),
-            drop: DropoutRng::new(rng),
-        }
-    }
-
-    fn extra_repr(&self) -> String {
-        rnn_extra_repr(I, H, &self.options, BIDIR)
-    }
-
     /// The stack over `x` from the initial `h_0` (zeros when `None`), like
     /// `gru(x, h_0)`: the last layer's outputs and the final `h_n`
     /// (`[layers * directions, batch, H]`).
@@ -638,45 +710,13 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
         state: Option<Tensor<(Dyn, B, C<H>), E, D>>,
     ) -> Result<(Tensor<(B, T, O), E, D>, Tensor<(Dyn, B, C<H>), E, D>)> {
         const { assert_rnn_features("GRU", H, BIDIR, O::STATIC) };
-        let n = self.params.cells.len();
-        let b = x.size(0);
-        let dev = x.device().clone();
-        let init = split_state("GRU", state.as_ref(), n, b, &dev)?;
-        let (y, finals) = run_stack(
-            &self.params,
-            self.options.dropout,
-            self.training.is_on(),
-            &self.drop,
-            restore(x),
-            init,
-            |w, xt, h| {
-                let hg = w.hidden_projection(h);
-                let r = (&xt.narrow::<1>(0, H) + &hg.narrow::<1>(0, H)).sigmoid();
-                let z = (&xt.narrow::<1>(H, H) + &hg.narrow::<1>(H, H)).sigmoid();
-                let n = (&xt.narrow::<1>(2 * H, H) + &(&r * &hg.narrow::<1>(2 * H, H))).tanh();
-                // PyTorch's form of (1 - z) * n + z * h.
-                &(&(h - &n) * &z) + &n
-            },
-            Tensor::clone,
-        )?;
-        Ok((restore(y), join_state(&finals)))
-    }
-}
-
-impl<
-        B: Dim,
-        T: Dim,
-        O: Dim,
-        const I: usize,
-        const H: usize,
-        const BIDIR: bool,
-        E: Float,
-        D: Device<E>,
-    > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>> for Gru<I, H, BIDIR, E, D>
-{
-    /// The outputs from a zero state, like `gru(x)[0]`.
-    fn try_forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Result<Tensor<(B, T, O), E, D>> {
-        Ok(self.try_forward_with(x, None)?.0)
+        let Self {
+            params,
+            options,
+            training,
+            drop,
+        } = self;
+        run_stack(GruCell, params, options, training, drop, x, state)
     }
 }
 
