@@ -2,12 +2,84 @@
 
 use super::check::{assert_transposed_window, assert_window};
 use super::fan_in_uniform;
+use super::pool::stated_output;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::conv::{add_channel_bias, Conv2dParams, ConvTranspose2dParams};
+use forma_core::shape::Shape;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
+
+/// Panics unless `groups` divides both channel counts, as PyTorch's
+/// `_ConvNd` does.
+fn check_groups(layer: &str, groups: usize, i: usize, o: usize) {
+    assert!(
+        groups > 0 && i.is_multiple_of(groups) && o.is_multiple_of(groups),
+        "{layer}: groups={groups} must divide in_channels={i} and out_channels={o}"
+    );
+}
+
+/// A convolution's weight and optional bias from PyTorch's default, which
+/// draws both from `U(-1/sqrt(fan_in), ..)`.
+fn weight_and_bias<S: Shape, const O: usize, E: Float, D: Device<E>>(
+    shape: S,
+    fan_in: usize,
+    bias: bool,
+    device: &D,
+    rng: &mut Rng,
+) -> (Tensor<S, E, D>, Option<Tensor<(C<O>,), E, D>>) {
+    let weight = fan_in_uniform(shape, fan_in, device, rng);
+    (
+        weight,
+        bias.then(|| fan_in_uniform((C,), fan_in, device, rng)),
+    )
+}
+
+/// PyTorch's `_ConvNd.extra_repr` for a `rank`-d convolution whose sizes
+/// are the same along every axis: `[kernel, stride, padding, dilation,
+/// output_padding]`, each written as a tuple, left out at its default.
+fn conv_repr(
+    rank: usize,
+    (i, o): (usize, usize),
+    [k, s, p, l, op]: [usize; 5],
+    groups: usize,
+    bias: bool,
+) -> String {
+    // Python writes a 1-tuple with a trailing comma.
+    let tuple = |v: usize| match rank {
+        1 => format!("({v},)"),
+        _ => format!("({})", vec![v.to_string(); rank].join(", ")),
+    };
+    let mut r = format!("{i}, {o}, kernel_size={}, stride={}", tuple(k), tuple(s));
+    if p != 0 {
+        r += &format!(", padding={}", tuple(p));
+    }
+    if l != 1 {
+        r += &format!(", dilation={}", tuple(l));
+    }
+    if op != 0 {
+        r += &format!(", output_padding={}", tuple(op));
+    }
+    if groups != 1 {
+        r += &format!(", groups={groups}");
+    }
+    if !bias {
+        r += ", bias=False";
+    }
+    r
+}
+
+/// Adds the per-channel bias, when there is one.
+fn with_bias<S: Shape, const O: usize, E: Float, D: Device<E>>(
+    y: Tensor<S, E, D>,
+    bias: Option<&Tensor<(C<O>,), E, D>>,
+) -> Tensor<S, E, D> {
+    match bias {
+        Some(b) => add_channel_bias(&y, b),
+        None => y,
+    }
+}
 
 /// A 2-d convolution from `I` to `O` channels with a `K`x`K` kernel, stride
 /// `S`, zero padding `P` and dilation `L`, like
@@ -68,13 +140,9 @@ impl<
     /// # Panics
     /// If `groups` does not divide both channel counts.
     pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
-        assert!(
-            groups > 0 && I.is_multiple_of(groups) && O.is_multiple_of(groups),
-            "Conv2d: groups={groups} must divide in_channels={I} and out_channels={O}"
-        );
+        check_groups("Conv2d", groups, I, O);
         let fan_in = I / groups * K * K;
-        let weight = fan_in_uniform((C, Dyn(I / groups), C, C), fan_in, device, rng);
-        let bias = bias.then(|| fan_in_uniform((C,), fan_in, device, rng));
+        let (weight, bias) = weight_and_bias((C, Dyn(I / groups), C, C), fan_in, bias, device, rng);
         Conv2d {
             weight,
             bias,
@@ -83,20 +151,7 @@ impl<
     }
 
     fn extra_repr(&self) -> String {
-        let mut s = format!("{I}, {O}, kernel_size=({K}, {K}), stride=({S}, {S})");
-        if P != 0 {
-            s += &format!(", padding=({P}, {P})");
-        }
-        if L != 1 {
-            s += &format!(", dilation=({L}, {L})");
-        }
-        if self.groups != 1 {
-            s += &format!(", groups={}", self.groups);
-        }
-        if self.bias.is_none() {
-            s += ", bias=False";
-        }
-        s
+        conv_repr(2, (I, O), [K, S, P, L, 0], self.groups, self.bias.is_some())
     }
 }
 
@@ -132,11 +187,7 @@ impl<
             groups: self.groups,
         };
         let y = x.try_conv2d(&self.weight, p)?;
-        let y = match &self.bias {
-            Some(b) => add_channel_bias(&y, b),
-            None => y,
-        };
-        super::pool::stated_output("Conv2d", y)
+        stated_output("Conv2d", with_bias(y, self.bias.as_ref()))
     }
 }
 
@@ -198,13 +249,9 @@ impl<
     /// # Panics
     /// If `groups` does not divide both channel counts.
     pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
-        assert!(
-            groups > 0 && I.is_multiple_of(groups) && O.is_multiple_of(groups),
-            "Conv1d: groups={groups} must divide in_channels={I} and out_channels={O}"
-        );
+        check_groups("Conv1d", groups, I, O);
         let fan_in = I / groups * K;
-        let weight = fan_in_uniform((C, Dyn(I / groups), C), fan_in, device, rng);
-        let bias = bias.then(|| fan_in_uniform((C,), fan_in, device, rng));
+        let (weight, bias) = weight_and_bias((C, Dyn(I / groups), C), fan_in, bias, device, rng);
         Conv1d {
             weight,
             bias,
@@ -213,20 +260,7 @@ impl<
     }
 
     fn extra_repr(&self) -> String {
-        let mut s = format!("{I}, {O}, kernel_size=({K},), stride=({S},)");
-        if P != 0 {
-            s += &format!(", padding=({P},)");
-        }
-        if L != 1 {
-            s += &format!(", dilation=({L},)");
-        }
-        if self.groups != 1 {
-            s += &format!(", groups={}", self.groups);
-        }
-        if self.bias.is_none() {
-            s += ", bias=False";
-        }
-        s
+        conv_repr(1, (I, O), [K, S, P, L, 0], self.groups, self.bias.is_some())
     }
 }
 
@@ -253,16 +287,14 @@ impl<
             assert_window("Conv1d", "length", Len::STATIC, K, S, P, L, Len2::STATIC);
         };
         let y = x.try_conv1d(&self.weight, S, P, L, self.groups)?;
-        let y = match &self.bias {
-            Some(b) => add_channel_bias(&y, b),
-            None => y,
-        };
-        y.try_into_shape().map_err(|e| {
-            Error::invalid(
-                "Conv1d",
-                format!("the stated output length does not fit: {e}"),
-            )
-        })
+        with_bias(y, self.bias.as_ref())
+            .try_into_shape()
+            .map_err(|e| {
+                Error::invalid(
+                    "Conv1d",
+                    format!("the stated output length does not fit: {e}"),
+                )
+            })
     }
 }
 
@@ -334,15 +366,11 @@ impl<
     /// # Panics
     /// If `groups` does not divide both channel counts.
     pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
-        assert!(
-            groups > 0 && I.is_multiple_of(groups) && O.is_multiple_of(groups),
-            "ConvTranspose2d: groups={groups} must divide in_channels={I} and out_channels={O}"
-        );
+        check_groups("ConvTranspose2d", groups, I, O);
         // PyTorch computes the fan-in from the weight's dim 1, which for a
         // transposed convolution is the output channels per group.
         let fan_in = O / groups * K * K;
-        let weight = fan_in_uniform((C, Dyn(O / groups), C, C), fan_in, device, rng);
-        let bias = bias.then(|| fan_in_uniform((C,), fan_in, device, rng));
+        let (weight, bias) = weight_and_bias((C, Dyn(O / groups), C, C), fan_in, bias, device, rng);
         ConvTranspose2d {
             weight,
             bias,
@@ -351,23 +379,13 @@ impl<
     }
 
     fn extra_repr(&self) -> String {
-        let mut s = format!("{I}, {O}, kernel_size=({K}, {K}), stride=({S}, {S})");
-        if P != 0 {
-            s += &format!(", padding=({P}, {P})");
-        }
-        if L != 1 {
-            s += &format!(", dilation=({L}, {L})");
-        }
-        if OP != 0 {
-            s += &format!(", output_padding=({OP}, {OP})");
-        }
-        if self.groups != 1 {
-            s += &format!(", groups={}", self.groups);
-        }
-        if self.bias.is_none() {
-            s += ", bias=False";
-        }
-        s
+        conv_repr(
+            2,
+            (I, O),
+            [K, S, P, L, OP],
+            self.groups,
+            self.bias.is_some(),
+        )
     }
 }
 
@@ -425,15 +443,13 @@ impl<
             groups: self.groups,
         };
         let y = x.try_conv_transpose2d(&self.weight, p)?;
-        let y = match &self.bias {
-            Some(b) => add_channel_bias(&y, b),
-            None => y,
-        };
-        y.try_into_shape().map_err(|e| {
-            Error::invalid(
-                "ConvTranspose2d",
-                format!("the stated output size does not fit: {e}"),
-            )
-        })
+        with_bias(y, self.bias.as_ref())
+            .try_into_shape()
+            .map_err(|e| {
+                Error::invalid(
+                    "ConvTranspose2d",
+                    format!("the stated output size does not fit: {e}"),
+                )
+            })
     }
 }
