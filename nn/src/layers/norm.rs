@@ -11,80 +11,92 @@ use forma_core::{Dim, Dtype, Dyn, Float, One, Result, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
-/// Batch normalisation over the channels of `[n, CH, h, w]`, like
-/// `nn.BatchNorm2d(CH)`: `weight` (ones) and `bias` (zeros) are parameters;
-/// `running_mean`, `running_var` and `num_batches_tracked` are buffers. In
-/// training mode it normalises with the batch statistics and updates the
-/// running ones (momentum 0.1, unbiased variance); in eval mode it uses the
-/// running statistics.
-///
-/// ```
-/// use forma::prelude::*;
-/// use forma::nn::{layers::BatchNorm2d, Forward, Module};
-/// let bn = BatchNorm2d::<3>::new(&Cpu);
-/// let keys: Vec<String> = bn.state_dict().keys().map(String::from).collect();
-/// assert_eq!(keys, ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]);
-/// ```
-#[derive(Module, Clone, Debug)]
-#[module(crate = "crate", extra_repr = "Self::extra_repr")]
-pub struct BatchNorm2d<const CH: usize, E: Float = f32, D: Device<E> = Cpu> {
-    /// The scale `gamma`, `[CH]`.
-    pub weight: Tensor<(C<CH>,), E, D>,
-    /// The shift `beta`, `[CH]`.
-    pub bias: Tensor<(C<CH>,), E, D>,
-    /// Running mean per channel.
-    #[module(buffer)]
-    pub running_mean: Tensor<(C<CH>,), E, D>,
-    /// Running (unbiased) variance per channel.
-    #[module(buffer)]
-    pub running_var: Tensor<(C<CH>,), E, D>,
-    /// Number of training batches seen.
-    #[module(buffer)]
-    pub num_batches_tracked: Tensor<(), i64, D>,
-    /// Weight of the newest batch in the running statistics.
-    pub momentum: f64,
-    /// Added to the variance for stability.
-    pub eps: f64,
-    /// Train/eval mode.
-    pub training: Training,
+/// Defines a batch-norm layer: `BatchNorm1d` and `BatchNorm2d` hold the same
+/// parameters, buffers and settings and differ only in the inputs they take
+/// (their `Forward` impls).
+macro_rules! batch_norm_layer {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Module, Clone, Debug)]
+        #[module(crate = "crate", extra_repr = "Self::extra_repr")]
+        pub struct $name<const CH: usize, E: Float = f32, D: Device<E> = Cpu> {
+            /// The scale `gamma`, `[CH]`.
+            pub weight: Tensor<(C<CH>,), E, D>,
+            /// The shift `beta`, `[CH]`.
+            pub bias: Tensor<(C<CH>,), E, D>,
+            /// Running mean per channel.
+            #[module(buffer)]
+            pub running_mean: Tensor<(C<CH>,), E, D>,
+            /// Running (unbiased) variance per channel.
+            #[module(buffer)]
+            pub running_var: Tensor<(C<CH>,), E, D>,
+            /// Number of training batches seen.
+            #[module(buffer)]
+            pub num_batches_tracked: Tensor<(), i64, D>,
+            /// Weight of the newest batch in the running statistics.
+            pub momentum: f64,
+            /// Added to the variance for stability.
+            pub eps: f64,
+            /// Train/eval mode.
+            pub training: Training,
+        }
+
+        impl<const CH: usize, E: Float, D: Device<E>> $name<CH, E, D> {
+            /// A layer with PyTorch's defaults (eps 1e-5, momentum 0.1).
+            pub fn new(device: &D) -> Self {
+                $name {
+                    weight: filled((C,), 1.0, device).requires_grad(),
+                    bias: filled((C,), 0.0, device).requires_grad(),
+                    running_mean: filled((C,), 0.0, device),
+                    running_var: filled((C,), 1.0, device),
+                    num_batches_tracked: Tensor::full_on((), 0, device),
+                    momentum: 0.1,
+                    eps: 1e-5,
+                    training: Training::default(),
+                }
+            }
+
+            fn extra_repr(&self) -> String {
+                format!(
+                    "{CH}, eps={}, momentum={}, affine=True, bias=True, track_running_stats=True",
+                    py_float(self.eps),
+                    py_float(self.momentum)
+                )
+            }
+
+            fn state(&self) -> BatchNormState<'_, CH, E, D> {
+                BatchNormState {
+                    weight: &self.weight,
+                    bias: &self.bias,
+                    running_mean: &self.running_mean,
+                    running_var: &self.running_var,
+                    num_batches_tracked: &self.num_batches_tracked,
+                    momentum: self.momentum,
+                    eps: self.eps,
+                    training: self.training.is_on(),
+                }
+            }
+        }
+    };
 }
 
-impl<const CH: usize, E: Float, D: Device<E>> BatchNorm2d<CH, E, D> {
-    /// A layer with PyTorch's defaults (eps 1e-5, momentum 0.1).
-    pub fn new(device: &D) -> Self {
-        BatchNorm2d {
-            weight: filled((C,), 1.0, device).requires_grad(),
-            bias: filled((C,), 0.0, device).requires_grad(),
-            running_mean: filled((C,), 0.0, device),
-            running_var: filled((C,), 1.0, device),
-            num_batches_tracked: Tensor::full_on((), 0, device),
-            momentum: 0.1,
-            eps: 1e-5,
-            training: Training::default(),
-        }
-    }
-
-    fn extra_repr(&self) -> String {
-        format!(
-            "{CH}, eps={}, momentum={}, affine=True, bias=True, track_running_stats=True",
-            py_float(self.eps),
-            py_float(self.momentum)
-        )
-    }
-
-    fn state(&self) -> BatchNormState<'_, CH, E, D> {
-        BatchNormState {
-            weight: &self.weight,
-            bias: &self.bias,
-            running_mean: &self.running_mean,
-            running_var: &self.running_var,
-            num_batches_tracked: &self.num_batches_tracked,
-            momentum: self.momentum,
-            eps: self.eps,
-            training: self.training.is_on(),
-        }
-    }
-}
+batch_norm_layer!(
+    /// Batch normalisation over the channels of `[n, CH, h, w]`, like
+    /// `nn.BatchNorm2d(CH)`: `weight` (ones) and `bias` (zeros) are parameters;
+    /// `running_mean`, `running_var` and `num_batches_tracked` are buffers. In
+    /// training mode it normalises with the batch statistics and updates the
+    /// running ones (momentum 0.1, unbiased variance); in eval mode it uses the
+    /// running statistics.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::{layers::BatchNorm2d, Forward, Module};
+    /// let bn = BatchNorm2d::<3>::new(&Cpu);
+    /// let keys: Vec<String> = bn.state_dict().keys().map(String::from).collect();
+    /// assert_eq!(keys, ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]);
+    /// ```
+    BatchNorm2d
+);
 
 impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
     Forward<Tensor<(B, C<CH>, H, W), E, D>, Tensor<(B, C<CH>, H, W), E, D>>
@@ -163,81 +175,24 @@ fn update_running_stats<const CH: usize, E: Float, D: Device<E>>(
     bn.num_batches_tracked.try_assign(&seen)
 }
 
-/// Batch normalisation over the channels of `[n, CH]` or `[n, CH, l]`, like
-/// `nn.BatchNorm1d(CH)`: the same parameters (`weight` ones, `bias` zeros),
-/// buffers (`running_mean`, `running_var`, `num_batches_tracked`) and modes
-/// as [`BatchNorm2d`]; the statistics run over the batch (and the length).
-///
-/// ```
-/// use forma::prelude::*;
-/// use forma::nn::{layers::BatchNorm1d, Forward, Module};
-/// let mut bn = BatchNorm1d::<2, f64>::new(&Cpu);
-/// let x = Tensor::<(Dyn, C<2>), f64>::from_vec(vec![1., 10., 3., 30.], (Dyn(2), C)).unwrap();
-/// let y = bn.forward(x);
-/// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4); // (1 - 2) / sqrt(1 + eps)
-/// assert_eq!(bn.running_mean.to_vec(), [0.2, 2.0]);
-/// bn.eval();
-/// ```
-#[derive(Module, Clone, Debug)]
-#[module(crate = "crate", extra_repr = "Self::extra_repr")]
-pub struct BatchNorm1d<const CH: usize, E: Float = f32, D: Device<E> = Cpu> {
-    /// The scale `gamma`, `[CH]`.
-    pub weight: Tensor<(C<CH>,), E, D>,
-    /// The shift `beta`, `[CH]`.
-    pub bias: Tensor<(C<CH>,), E, D>,
-    /// Running mean per channel.
-    #[module(buffer)]
-    pub running_mean: Tensor<(C<CH>,), E, D>,
-    /// Running (unbiased) variance per channel.
-    #[module(buffer)]
-    pub running_var: Tensor<(C<CH>,), E, D>,
-    /// Number of training batches seen.
-    #[module(buffer)]
-    pub num_batches_tracked: Tensor<(), i64, D>,
-    /// Weight of the newest batch in the running statistics.
-    pub momentum: f64,
-    /// Added to the variance for stability.
-    pub eps: f64,
-    /// Train/eval mode.
-    pub training: Training,
-}
-
-impl<const CH: usize, E: Float, D: Device<E>> BatchNorm1d<CH, E, D> {
-    /// A layer with PyTorch's defaults (eps 1e-5, momentum 0.1).
-    pub fn new(device: &D) -> Self {
-        BatchNorm1d {
-            weight: filled((C,), 1.0, device).requires_grad(),
-            bias: filled((C,), 0.0, device).requires_grad(),
-            running_mean: filled((C,), 0.0, device),
-            running_var: filled((C,), 1.0, device),
-            num_batches_tracked: Tensor::full_on((), 0, device),
-            momentum: 0.1,
-            eps: 1e-5,
-            training: Training::default(),
-        }
-    }
-
-    fn extra_repr(&self) -> String {
-        format!(
-            "{CH}, eps={}, momentum={}, affine=True, bias=True, track_running_stats=True",
-            py_float(self.eps),
-            py_float(self.momentum)
-        )
-    }
-
-    fn state(&self) -> BatchNormState<'_, CH, E, D> {
-        BatchNormState {
-            weight: &self.weight,
-            bias: &self.bias,
-            running_mean: &self.running_mean,
-            running_var: &self.running_var,
-            num_batches_tracked: &self.num_batches_tracked,
-            momentum: self.momentum,
-            eps: self.eps,
-            training: self.training.is_on(),
-        }
-    }
-}
+batch_norm_layer!(
+    /// Batch normalisation over the channels of `[n, CH]` or `[n, CH, l]`, like
+    /// `nn.BatchNorm1d(CH)`: the same parameters (`weight` ones, `bias` zeros),
+    /// buffers (`running_mean`, `running_var`, `num_batches_tracked`) and modes
+    /// as [`BatchNorm2d`]; the statistics run over the batch (and the length).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::{layers::BatchNorm1d, Forward, Module};
+    /// let mut bn = BatchNorm1d::<2, f64>::new(&Cpu);
+    /// let x = Tensor::<(Dyn, C<2>), f64>::from_vec(vec![1., 10., 3., 30.], (Dyn(2), C)).unwrap();
+    /// let y = bn.forward(x);
+    /// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4); // (1 - 2) / sqrt(1 + eps)
+    /// assert_eq!(bn.running_mean.to_vec(), [0.2, 2.0]);
+    /// bn.eval();
+    /// ```
+    BatchNorm1d
+);
 
 impl<B: Dim, const CH: usize, E: Float, D: Device<E>>
     Forward<Tensor<(B, C<CH>), E, D>, Tensor<(B, C<CH>), E, D>> for BatchNorm1d<CH, E, D>
