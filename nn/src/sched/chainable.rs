@@ -4,7 +4,8 @@
 //! (inside [`super::SequentialLR`]) uses the closed form, as PyTorch's
 //! `_get_closed_form_lr()`.
 
-use super::{group_lrs, new_from_try, rule_plumbing, rule_scheduler, start, Base, Rule};
+use super::{at_least_one, group_lrs, new_from_try, rule_plumbing, rule_scheduler, start};
+use super::{Base, Rule};
 use crate::optim::{LrGroups, OptimError};
 use std::f64::consts::PI;
 
@@ -35,14 +36,7 @@ impl StepLR {
     /// # Errors
     /// [`OptimError::InvalidOption`] for `step_size == 0`.
     pub fn try_new(opt: &mut dyn LrGroups, step_size: u64, gamma: f64) -> Result<Self, OptimError> {
-        if step_size == 0 {
-            return Err(OptimError::invalid(
-                "StepLR",
-                "step_size",
-                0,
-                "it must be at least 1",
-            ));
-        }
+        at_least_one("StepLR", "step_size", step_size)?;
         start(opt, |base| StepLR {
             base,
             step_size,
@@ -259,14 +253,7 @@ impl LinearLR {
                 "it must be in [0, 1]",
             ));
         }
-        if total_iters == 0 {
-            return Err(OptimError::invalid(
-                "LinearLR",
-                "total_iters",
-                0,
-                "it must be at least 1",
-            ));
-        }
+        at_least_one("LinearLR", "total_iters", total_iters)?;
         start(opt, |base| LinearLR {
             base,
             start_factor,
@@ -335,14 +322,7 @@ impl CosineAnnealingLR {
     /// # Errors
     /// [`OptimError::InvalidOption`] for `t_max == 0`.
     pub fn try_new(opt: &mut dyn LrGroups, t_max: u64, eta_min: f64) -> Result<Self, OptimError> {
-        if t_max == 0 {
-            return Err(OptimError::invalid(
-                "CosineAnnealingLR",
-                "T_max",
-                0,
-                "it must be at least 1",
-            ));
-        }
+        at_least_one("CosineAnnealingLR", "T_max", t_max)?;
         start(opt, |base| CosineAnnealingLR {
             base,
             t_max,

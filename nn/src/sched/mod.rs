@@ -228,6 +228,19 @@ pub(crate) trait Rule: Clone {
     fn set_config(&mut self, name: &str, text: &str) -> Result<bool, OptimError>;
 }
 
+/// Rejects a zero step count or period: the schedules divide by it.
+fn at_least_one(owner: &'static str, option: &'static str, value: u64) -> Result<(), OptimError> {
+    if value == 0 {
+        return Err(OptimError::invalid(
+            owner,
+            option,
+            0,
+            "it must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
 /// The tail of every [`Rule`] scheduler's `try_new`, after its checks:
 /// attaches to `opt` (what `make` builds holds the [`Base`]) and takes
 /// PyTorch's initial step.

@@ -3,7 +3,7 @@
 //! to `initial_lr / final_div_factor`, with the momentum (Adam's `beta1`)
 //! cycled inversely.
 
-use super::{new_from_try, rule_plumbing, rule_scheduler, start, Base, Rule};
+use super::{at_least_one, new_from_try, rule_plumbing, rule_scheduler, start, Base, Rule};
 use crate::optim::options::decode_value;
 use crate::optim::{LrGroups, OptimError, OptionValue};
 use std::f64::consts::PI;
@@ -260,14 +260,7 @@ impl OneCycleLR {
     /// cycling on an optimizer without momentum.
     pub fn try_new(opt: &mut dyn LrGroups, options: OneCycleOptions) -> Result<Self, OptimError> {
         let o = &options;
-        if o.total_steps == 0 {
-            return Err(OptimError::invalid(
-                "OneCycleLR",
-                "total_steps",
-                0,
-                "it must be at least 1",
-            ));
-        }
+        at_least_one("OneCycleLR", "total_steps", o.total_steps)?;
         if !(0.0..=1.0).contains(&o.pct_start) {
             return Err(OptimError::invalid(
                 "OneCycleLR",
