@@ -6,18 +6,19 @@
 //! A backend may add the bias inside the product ([`LinearKernel`]), as
 //! PyTorch's `addmm` does: each output element is written once, its sum
 //! plus the bias, where the composed ops write the product and then make a
-//! second pass (and a second allocation) to add the bias. The fused form
-//! runs when no gradient is recorded (inference); with the tape on, or on
-//! a backend without the kernel, the composed ops run and are
-//! differentiable. Both add the bias to the finished sum, so they give the
-//! same bits.
+//! second pass (and a second allocation) to add the bias. Both add the bias
+//! to the finished sum, so they give the same bits. The fused form records
+//! its own backward (`dx = g @ w`, `dw = g^T @ x`, `db = sum(g)`, the
+//! composed ops' products and sum), so training runs it too; a backend
+//! without the kernel runs the composed ops.
 
 use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::{Dim, Dyn, MatmulShape, Shape};
-use crate::tape::is_grad_enabled;
+use crate::tape::util::{reshape, sum_to};
+use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
 /// The op's name, for errors.
@@ -101,10 +102,8 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             ));
         }
         let dims = &self.layout.dims[..];
-        let taped =
-            is_grad_enabled() && (self.needs_grad() || weight.needs_grad() || b.needs_grad());
-        if taped || dims.last() != Some(&k) {
-            // Recorded, or a size mismatch that `matmul` reports.
+        if dims.last() != Some(&k) {
+            // A size mismatch that `matmul` reports.
             return composed(self, weight, b);
         }
         // The rows of `x` as one `[rows, k]` matrix (a view when they fold).
@@ -115,14 +114,52 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             (&weight.storage(), &weight.layout),
             (&b.storage(), &b.layout),
         )?;
-        match fused {
-            Some(s) => {
-                let mut out = dims.to_vec();
-                *out.last_mut().expect("x has rank 1 or more") = n;
-                Ok(Tensor::from_storage(s, &out, self.device.clone()))
-            }
-            None => composed(self, weight, b),
-        }
+        let Some(s) = fused else {
+            return composed(self, weight, b);
+        };
+        let mut out = dims.to_vec();
+        *out.last_mut().expect("x has rank 1 or more") = n;
+        let y = Tensor::from_storage(s, &out, self.device.clone());
+        let need = [self.var.is_some(), weight.var.is_some(), b.var.is_some()];
+        let (xr, wr, xdims) = (x2.raw(), weight.raw(), self.layout.dims);
+        let saved = [need[1].then(|| xr.saved()), need[0].then(|| wr.saved())];
+        Ok(y.record(
+            NAME,
+            &[self.var.clone(), weight.var.clone(), b.var.clone()],
+            saved.into_iter().flatten().collect(),
+            move |g| {
+                let g = reshape(g, &[rows, n])?;
+                let dev = &g.device;
+                // The composed ops' gradients: `g @ w` for `x @ w^T`, `w`'s
+                // as `g^T @ x` (row-major in `w`'s orientation, as matmul's
+                // backward gives a transposed right operand), the bias's
+                // summed over the rows as the broadcast add's backward does.
+                let gx = match need[0] {
+                    true => {
+                        let s = dev.matmul(&g.storage(), &g.layout, &wr.storage(), &wr.layout)?;
+                        Some(reshape(&Raw::new(s, &[rows, k], dev.clone()), &xdims)?)
+                    }
+                    false => None,
+                };
+                let gw = match need[1] {
+                    true => {
+                        let s = dev.matmul(
+                            &g.storage(),
+                            &g.layout.swap(0, 1),
+                            &xr.storage(),
+                            &xr.layout,
+                        )?;
+                        Some(Raw::new(s, &[n, k], dev.clone()))
+                    }
+                    false => None,
+                };
+                let gb = match need[2] {
+                    true => Some(sum_to(&g, &[n])?),
+                    false => None,
+                };
+                Ok(vec![gx, gw, gb])
+            },
+        ))
     }
 }
 

@@ -6,29 +6,46 @@
 //! A backend may run it fused ([`NormKernel`]): one pass per row for the
 //! statistics and one for the output, where the composed ops (mean,
 //! variance, `rsqrt`, the scale, the shift) each make a pass over the
-//! tensor and allocate a result. The fused form runs when no gradient is
-//! recorded (inference); with the tape on, or on a backend without the
-//! kernel, the composed ops run and are differentiable. The two agree to
-//! rounding.
+//! tensor and allocate a result. The fused form also returns each row's
+//! mean and `rstd`, which its backward reads, as PyTorch's does:
+//! `dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))` with
+//! `xhat = (x - mean) * rstd` and `gw = g * weight`, `dweight = sum(g * xhat)`,
+//! `dbias = sum(g)` over the rows. So training runs it too. Half types on
+//! the tape, and backends without the kernel, run the composed ops, which
+//! are differentiable (the statistics in a half type would cost the
+//! gradient precision PyTorch keeps in f32). The two agree to rounding.
 
 use crate::device::Backend;
-use crate::dtype::Float;
+use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
-use crate::ops::fused::fused;
+use crate::ops::fused::{fused, try_fused};
 use crate::shape::{Dyn, Shape};
-use crate::tape::is_grad_enabled;
+use crate::tape::util::{reshape, sum_to};
+use crate::tape::{is_grad_enabled, Raw};
 use crate::tensor::{ok, Tensor};
 
 /// The op's name, for errors.
 const NAME: &str = "layer_norm";
+
+/// What a fused layer norm returns: the output and each row's statistics.
+#[derive(Debug)]
+pub struct LayerNormOut<St> {
+    /// The normalised rows, row-major in the input's sizes.
+    pub out: St,
+    /// Each row's mean (one value per row).
+    pub mean: St,
+    /// Each row's `1 / sqrt(var + eps)` (one value per row).
+    pub rstd: St,
+}
 
 /// Backend support for fused layer normalisation.
 pub trait NormKernel<E: Float>: Backend {
     /// `(x - mean) * rstd * weight + bias` over the last axis of `x` (any
     /// strides, rank at least 1), with `mean` and the biased variance `var`
     /// of each row and `rstd = 1 / sqrt(var + eps)`; `weight` and `bias`
-    /// (when given) are `[n]`. The result is row-major.
+    /// (when given) are `[n]`. The result is row-major; `mean` and `rstd`
+    /// are returned too, rounded to `E`.
     ///
     /// `Ok(None)` (the default) means the backend has no fused kernel, and
     /// the caller runs the composed ops.
@@ -38,7 +55,7 @@ pub trait NormKernel<E: Float>: Backend {
         weight: Option<(&Self::Storage<E>, &Layout)>,
         bias: Option<(&Self::Storage<E>, &Layout)>,
         eps: f64,
-    ) -> Result<Option<Self::Storage<E>>> {
+    ) -> Result<Option<LayerNormOut<Self::Storage<E>>>> {
         let _ = (x, weight, bias, eps);
         Ok(None)
     }
@@ -110,7 +127,8 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             && (self.needs_grad()
                 || weight.is_some_and(|w| w.needs_grad())
                 || bias.is_some_and(|b| b.needs_grad()));
-        if !taped {
+        let exact_stats = matches!(E::DTYPE, DType::F32 | DType::F64);
+        if !taped || exact_stats {
             let (ws, bs) = (weight.map(|w| w.storage()), bias.map(|b| b.storage()));
             let fused = self.device.layer_norm(
                 (&self.storage(), &self.layout),
@@ -118,11 +136,65 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 bs.as_deref().zip(bias.map(|b| &b.layout)),
                 eps,
             )?;
-            if let Some(s) = fused {
-                return Ok(Self::from_storage(s, dims, self.device.clone()));
+            if let Some(f) = fused {
+                return Ok(self.record_fused(f, n, weight, bias));
             }
         }
         composed(self, n, weight, bias, eps)
+    }
+
+    /// The fused output, recorded with its backward from the saved
+    /// statistics.
+    fn record_fused(
+        &self,
+        f: LayerNormOut<D::Storage<E>>,
+        n: usize,
+        weight: Option<&Tensor<(Dyn,), E, D>>,
+        bias: Option<&Tensor<(Dyn,), E, D>>,
+    ) -> Self {
+        let dims = self.layout.dims;
+        let y = Self::from_storage(f.out, &dims, self.device.clone());
+        let rows = self.layout.numel().checked_div(n).unwrap_or(0);
+        let stat = |s| Raw::new(s, &[rows, 1], self.device.clone());
+        let (mean, rstd) = (stat(f.mean), stat(f.rstd));
+        let (x, w) = (self.raw(), weight.map(Tensor::raw));
+        let need = [
+            self.var.is_some(),
+            weight.is_some_and(|w| w.var.is_some()),
+            bias.is_some_and(|b| b.var.is_some()),
+        ];
+        let mut saved = vec![x.saved(), mean.saved(), rstd.saved()];
+        saved.extend(w.as_ref().map(Raw::saved));
+        let inputs = [
+            self.var.clone(),
+            weight.and_then(|w| w.var.clone()),
+            bias.and_then(|b| b.var.clone()),
+        ];
+        y.record(NAME, &inputs, saved, move |g| {
+            let t =
+                |r: &Raw<E, D>, d: &[usize]| Tensor::<(Dyn, Dyn), E, D>::from_raw(reshape(r, d)?);
+            let (x, g) = (t(&x, &[rows, n])?, t(g, &[rows, n])?);
+            let (mean, rstd) = (t(&mean, &[rows, 1])?, t(&rstd, &[rows, 1])?);
+            let xhat = try_fused((&x, &mean, &rstd), |(x, m, r)| (x - m) * r)?;
+            let gw = match &w {
+                Some(w) => &g * &t(w, &[1, n])?,
+                None => g.clone(),
+            };
+            let gx = need[0]
+                .then(|| -> Result<Raw<E, D>> {
+                    let c1 = gw.mean_keepdim::<1>().into_dyn();
+                    let c2 = (&gw * &xhat).mean_keepdim::<1>().into_dyn();
+                    let gx =
+                        try_fused((&gw, &xhat, &c1, &c2), |(gw, xh, c1, c2)| gw - c1 - xh * c2)?;
+                    reshape(&(&gx * &rstd).raw(), &dims)
+                })
+                .transpose()?;
+            let gwt = need[1]
+                .then(|| sum_to(&(&g * &xhat).raw(), &[n]))
+                .transpose()?;
+            let gb = need[2].then(|| sum_to(&g.raw(), &[n])).transpose()?;
+            Ok(vec![gx, gwt, gb])
+        })
     }
 }
 
