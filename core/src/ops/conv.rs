@@ -5,7 +5,7 @@
 
 use crate::device::Backend;
 use crate::dtype::Float;
-use crate::error::{Error, Result};
+use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::window::{transposed_window_out, window_out};
 use crate::shape::{Dim, Dyn, Shape};
@@ -66,40 +66,117 @@ pub trait ConvKernel<E: Float>: Backend {
     ) -> Result<(Option<Self::Storage<E>>, Option<Self::Storage<E>>)>;
 }
 
-fn check_conv(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<[usize; 4]> {
-    let op = "conv2d";
-    let g = p.groups;
-    if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "{} input and {} output channels do not divide into {g} groups",
-                x[1], w[0]
-            ),
-        ));
+/// The sizes of a 2-d convolution, validated: built only by
+/// [`Conv2dGeometry::new`], which core runs before it dispatches and the
+/// backends run again (the same checks, written once here) when their
+/// kernels are called directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    /// Batch size.
+    pub n: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Input channels per group.
+    pub cg: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Output height.
+    pub oh: usize,
+    /// Output width.
+    pub ow: usize,
+    /// The options.
+    pub p: Conv2dParams,
+}
+
+impl Conv2dGeometry {
+    /// Checks an input of sizes `x` (`[n, c_in, h, w]`) against a weight of
+    /// sizes `w` (`[c_out, c_in / groups, kh, kw]`) and the options, and
+    /// derives the output size.
+    ///
+    /// # Errors
+    /// When an operand is not 4-d, the channels do not divide into the
+    /// groups or do not match the weight, a dilation is zero, or the kernel
+    /// does not fit the padded input.
+    pub fn new(x: &[usize], w: &[usize], p: &Conv2dParams) -> Result<Self> {
+        let op = "conv2d";
+        if x.len() != 4 || w.len() != 4 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "input {} and weight {} must be 4-d",
+                    fmt_dims(x),
+                    fmt_dims(w)
+                ),
+            ));
+        }
+        let g = p.groups;
+        if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "{} input and {} output channels do not divide into {g} groups",
+                    x[1], w[0]
+                ),
+            ));
+        }
+        if w[1] * g != x[1] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "[_, {}, _, _] (weight expects {} channels per group)",
+                    w[1] * g,
+                    w[1]
+                ),
+                x,
+            ));
+        }
+        let oh = window_out(x[2], w[2], p.stride[0], p.padding[0], p.dilation[0]);
+        let ow = window_out(x[3], w[3], p.stride[1], p.padding[1], p.dilation[1]);
+        match (oh, ow) {
+            (Some(oh), Some(ow)) if p.dilation.iter().all(|&d| d > 0) => Ok(Conv2dGeometry {
+                n: x[0],
+                c_in: x[1],
+                h: x[2],
+                w: x[3],
+                c_out: w[0],
+                cg: w[1],
+                kh: w[2],
+                kw: w[3],
+                oh,
+                ow,
+                p: *p,
+            }),
+            _ => Err(Error::invalid(
+                op,
+                format!(
+                    "a {}x{} kernel does not fit a padded {}x{} input with {p:?}",
+                    w[2], w[3], x[2], x[3]
+                ),
+            )),
+        }
     }
-    if w[1] * g != x[1] {
-        return Err(Error::shape(
-            op,
-            format!(
-                "[_, {}, _, _] (weight expects {} channels per group)",
-                w[1] * g,
-                w[1]
-            ),
-            x,
-        ));
+
+    /// The output's sizes, `[n, c_out, oh, ow]`.
+    pub fn out_dims(&self) -> [usize; 4] {
+        [self.n, self.c_out, self.oh, self.ow]
     }
-    let oh = window_out(x[2], w[2], p.stride[0], p.padding[0], p.dilation[0]);
-    let ow = window_out(x[3], w[3], p.stride[1], p.padding[1], p.dilation[1]);
-    match (oh, ow) {
-        (Some(oh), Some(ow)) if p.dilation.iter().all(|&d| d > 0) => Ok([x[0], w[0], oh, ow]),
-        _ => Err(Error::invalid(
-            op,
-            format!(
-                "a {}x{} kernel does not fit a padded {}x{} input with {p:?}",
-                w[2], w[3], x[2], x[3]
-            ),
-        )),
+
+    /// Rows of a group's column matrix: `cg * kh * kw`.
+    pub fn patch(&self) -> usize {
+        self.cg * self.kh * self.kw
+    }
+
+    /// Output positions per channel: `oh * ow`.
+    pub fn positions(&self) -> usize {
+        self.oh * self.ow
     }
 }
 
@@ -118,7 +195,7 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         p: Conv2dParams,
     ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
         self.same_device("conv2d", weight)?;
-        let out = check_conv(&self.layout.dims, &weight.layout.dims, &p)?;
+        let out = Conv2dGeometry::new(&self.layout.dims, &weight.layout.dims, &p)?.out_dims();
         let s = self.device.conv2d(
             &self.storage(),
             &self.layout,

@@ -10,6 +10,46 @@ use crate::shape::{AppendDim, Dim, Dyn, HasAxis, Shape, C};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
+/// The sizes `gather` and `scatter_add` need, checked here once for every
+/// backend (core runs it before it dispatches; kernels run it again when
+/// called directly): the index has `x`'s rank, `axis` exists, the index is
+/// no larger than `x` outside `axis`, and a scattered `src` has the
+/// index's sizes. Index values are the kernels' to check (they live on the
+/// device).
+///
+/// # Errors
+/// An invalid-argument error naming `op` and the sizes.
+pub fn check_index_layouts(
+    op: &'static str,
+    lx: &Layout,
+    li: &Layout,
+    axis: usize,
+    src: Option<&Layout>,
+) -> Result<()> {
+    if li.rank() != lx.rank()
+        || axis >= lx.rank()
+        || (0..lx.rank()).any(|d| d != axis && li.dims[d] > lx.dims[d])
+    {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "an index of sizes {:?} does not fit sizes {:?} outside axis {axis}",
+                &*li.dims, &*lx.dims
+            ),
+        ));
+    }
+    match src {
+        Some(ls) if ls.dims != li.dims => Err(Error::invalid(
+            op,
+            format!(
+                "the index has sizes {:?} but the source {:?}",
+                &*li.dims, &*ls.dims
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Backend support for index ops.
 pub trait IndexKernel<E: Float>: Backend {
     /// Picks entries of `axis` by a rank-1 index; the result is row-major with

@@ -20,42 +20,15 @@ use super::matmul::{
 use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
-use forma_core::ops::conv::{Conv2dParams, ConvKernel};
-use forma_core::shape::window::window_out;
+use forma_core::ops::conv::{Conv2dGeometry, Conv2dParams, ConvKernel};
 use forma_core::{Error, Float, Layout, Result};
 
-/// Sizes of one convolution, dense `[n, c_in, h, w]` by `[c_out, cg, kh, kw]`.
-#[derive(Clone, Copy, Debug)]
-struct Geometry {
-    n: usize,
-    c_in: usize,
-    h: usize,
-    w: usize,
-    c_out: usize,
-    /// Input channels per group.
-    cg: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    p: Conv2dParams,
-}
+/// The sizes of a convolution, validated by core's one set of checks.
+type Geometry = Conv2dGeometry;
 
-impl Geometry {
-    /// Rows of the column matrix: `cg * kh * kw`.
-    fn patch(&self) -> usize {
-        self.cg * self.kh * self.kw
-    }
-
-    /// Columns of the column matrix: `oh * ow`.
-    fn positions(&self) -> usize {
-        self.oh * self.ow
-    }
-
-    /// Whether the input plane already is the column matrix.
-    fn is_pointwise(&self) -> bool {
-        self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
-    }
+/// Whether the input plane already is the column matrix.
+fn is_pointwise(g: &Geometry) -> bool {
+    g.kh == 1 && g.kw == 1 && g.p.stride == [1, 1] && g.p.padding == [0, 0]
 }
 
 /// The taps `t` of `0..count` with `0 <= start + t * step < size`, as a range
@@ -269,7 +242,7 @@ fn conv_image<A: Real>(
     let inner_par = !matches!(parallelism, Parallelism::None);
     for (gi, dst) in out.chunks_exact_mut(og * l).enumerate() {
         let xg = &x[gi * plane..(gi + 1) * plane];
-        let rhs = if g.is_pointwise() {
+        let rhs = if is_pointwise(g) {
             Operand {
                 data: xg,
                 off: 0,
@@ -327,50 +300,10 @@ fn conv2d_acc<A: Real>(x: &[A], wt: &[A], g: &Geometry) -> Vec<A> {
     out
 }
 
-/// Checks the operands (the core validated them; this keeps the kernel safe
-/// to call directly) and derives the sizes.
+/// Checks the operands with core's checks (core ran them before it
+/// dispatched; a direct call gets them too) and derives the sizes.
 fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
-    let bad = |msg: String| Error::invalid("conv2d", msg);
-    if lx.rank() != 4 || lw.rank() != 4 {
-        return Err(bad(format!(
-            "input {} and weight {} must be 4-d",
-            fmt_dims(&lx.dims),
-            fmt_dims(&lw.dims)
-        )));
-    }
-    let (x, w) = (&lx.dims, &lw.dims);
-    let groups = p.groups;
-    if groups == 0 || w[0] % groups != 0 || w[1] * groups != x[1] {
-        return Err(bad(format!(
-            "input {} and weight {} do not match in {groups} groups",
-            fmt_dims(x),
-            fmt_dims(w)
-        )));
-    }
-    let size = |i: usize| {
-        (p.dilation[i] > 0)
-            .then(|| window_out(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
-            .flatten()
-    };
-    let (Some(oh), Some(ow)) = (size(0), size(1)) else {
-        return Err(bad(format!(
-            "a {}x{} kernel does not fit a padded {}x{} input with {p:?}",
-            w[2], w[3], x[2], x[3]
-        )));
-    };
-    Ok(Geometry {
-        n: x[0],
-        c_in: x[1],
-        h: x[2],
-        w: x[3],
-        c_out: w[0],
-        cg: w[1],
-        kh: w[2],
-        kw: w[3],
-        oh,
-        ow,
-        p: *p,
-    })
+    Conv2dGeometry::new(&lx.dims, &lw.dims, p)
 }
 
 /// Adds the column matrix `dcol` (`[cg * kh * kw, oh * ow]`) back into one
@@ -612,6 +545,7 @@ impl<E: Float> ConvKernel<E> for Cpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use forma_core::shape::window::window_out;
     use forma_core::{Dtype, Rng};
     use half::{bf16, f16};
 

@@ -6,7 +6,7 @@
 
 use crate::strided::StridedIter;
 use crate::{gather_vec, Cpu, PAR_CHUNK};
-use forma_core::ops::index::IndexKernel;
+use forma_core::ops::index::{check_index_layouts, IndexKernel};
 use forma_core::shape::Dims;
 use forma_core::{Error, Float, Layout, Result};
 
@@ -24,24 +24,6 @@ fn checked_indices(op: &'static str, idx: &[i64], li: &Layout, size: usize) -> R
             }
         })
         .collect()
-}
-
-/// Checks that the index view fits `x` (same rank, no larger on the other
-/// axes), which keeps every read and write in bounds.
-fn check_fits(op: &'static str, lx: &Layout, li: &Layout, axis: usize) -> Result<()> {
-    if li.rank() != lx.rank()
-        || axis >= lx.rank()
-        || (0..lx.rank()).any(|d| d != axis && li.dims[d] > lx.dims[d])
-    {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "an index of sizes {:?} does not fit sizes {:?} outside axis {axis}",
-                &*li.dims, &*lx.dims
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A view of `lx` over the index's sizes with the indexed axis's stride
@@ -125,7 +107,7 @@ impl<E: Float> IndexKernel<E> for Cpu {
         idx: &Vec<i64>,
         li: &Layout,
     ) -> Result<Vec<E>> {
-        check_fits("gather", lx, li, axis)?;
+        check_index_layouts("gather", lx, li, axis, None)?;
         let ids = checked_indices("gather", idx, li, lx.dims[axis])?;
         let mut out = vec![E::default(); ids.len()];
         if ids.is_empty() {
@@ -157,16 +139,7 @@ impl<E: Float> IndexKernel<E> for Cpu {
         src: &Vec<E>,
         ls: &Layout,
     ) -> Result<Vec<E>> {
-        check_fits("scatter_add", lx, li, axis)?;
-        if ls.dims != li.dims {
-            return Err(Error::invalid(
-                "scatter_add",
-                format!(
-                    "the index has sizes {:?} but the source {:?}",
-                    &*li.dims, &*ls.dims
-                ),
-            ));
-        }
+        check_index_layouts("scatter_add", lx, li, axis, Some(ls))?;
         let ids = checked_indices("scatter_add", idx, li, lx.dims[axis])?;
         let mut out = gather_vec(x, lx);
         if ids.is_empty() {

@@ -9,10 +9,8 @@ use crate::kernels::{float_module, tag};
 use crate::ops::matmul::Mat;
 use crate::{Cuda, CudaStorage};
 use cudarc::driver::DeviceRepr;
-use forma_core::error::fmt_dims;
-use forma_core::ops::conv::{Conv2dParams, ConvKernel};
-use forma_core::shape::window::window_out;
-use forma_core::{Backend, DType, Dtype, Error, Float, Layout, Result};
+use forma_core::ops::conv::{Conv2dGeometry, Conv2dParams, ConvKernel};
+use forma_core::{Backend, DType, Dtype, Float, Layout, Result};
 
 /// The convolution module source for dtype `d`.
 pub(crate) fn source(d: DType) -> String {
@@ -42,7 +40,8 @@ struct ConvGeo {
 // SAFETY: plain `repr(C)` data matching the CUDA struct.
 unsafe impl DeviceRepr for ConvGeo {}
 
-/// Sizes of a convolution, validated as the CPU backend does.
+/// Sizes of a convolution (validated by core's checks) and the kernels'
+/// view of them.
 #[derive(Clone, Copy, Debug)]
 struct Geometry {
     n: usize,
@@ -57,44 +56,19 @@ struct Geometry {
     kernel: ConvGeo,
 }
 
+/// Checks the operands with core's checks (core ran them before it
+/// dispatched; a direct call gets them too) and derives the sizes.
 fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
-    let bad = |msg: String| Error::invalid("conv2d", msg);
-    if lx.rank() != 4 || lw.rank() != 4 {
-        return Err(bad(format!(
-            "input {} and weight {} must be 4-d",
-            fmt_dims(&lx.dims),
-            fmt_dims(&lw.dims)
-        )));
-    }
-    let (x, w) = (&lx.dims, &lw.dims);
-    let groups = p.groups;
-    if groups == 0 || w[0] % groups != 0 || w[1] * groups != x[1] {
-        return Err(bad(format!(
-            "input {} and weight {} do not match in {groups} groups",
-            fmt_dims(x),
-            fmt_dims(w)
-        )));
-    }
-    let size = |i: usize| {
-        (p.dilation[i] > 0)
-            .then(|| window_out(x[2 + i], w[2 + i], p.stride[i], p.padding[i], p.dilation[i]))
-            .flatten()
-    };
-    let (Some(oh), Some(ow)) = (size(0), size(1)) else {
-        return Err(bad(format!(
-            "a {}x{} kernel does not fit a padded {}x{} input with {p:?}",
-            w[2], w[3], x[2], x[3]
-        )));
-    };
+    let g = Conv2dGeometry::new(&lx.dims, &lw.dims, p)?;
     let kernel = ConvGeo {
-        n: x[0] as i64,
-        c: x[1] as i64,
-        h: x[2] as i64,
-        w: x[3] as i64,
-        kh: w[2] as i64,
-        kw: w[3] as i64,
-        oh: oh as i64,
-        ow: ow as i64,
+        n: g.n as i64,
+        c: g.c_in as i64,
+        h: g.h as i64,
+        w: g.w as i64,
+        kh: g.kh as i64,
+        kw: g.kw as i64,
+        oh: g.oh as i64,
+        ow: g.ow as i64,
         sh: p.stride[0] as i32,
         sw: p.stride[1] as i32,
         ph: p.padding[0] as i32,
@@ -103,15 +77,15 @@ fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
         dw: p.dilation[1] as i32,
     };
     Ok(Geometry {
-        n: x[0],
-        c_in: x[1],
-        c_out: w[0],
-        cg: w[1],
-        kh: w[2],
-        kw: w[3],
-        oh,
-        ow,
-        groups,
+        n: g.n,
+        c_in: g.c_in,
+        c_out: g.c_out,
+        cg: g.cg,
+        kh: g.kh,
+        kw: g.kw,
+        oh: g.oh,
+        ow: g.ow,
+        groups: p.groups,
         kernel,
     })
 }

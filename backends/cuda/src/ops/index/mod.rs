@@ -10,7 +10,7 @@
 use crate::device::{cfg_1d, Lay};
 use crate::kernels::{float_module, tag};
 use crate::{Cuda, CudaStorage};
-use forma_core::ops::index::IndexKernel;
+use forma_core::ops::index::{IndexKernel, check_index_layouts};
 use forma_core::{Backend, DType, Error, Float, Layout, Result};
 
 /// The index module source for dtype `d`.
@@ -26,23 +26,6 @@ fn offset_of(l: &Layout, mut p: usize) -> usize {
         p /= l.dims[d];
     }
     off
-}
-
-/// Checks that the index view fits `x` (same rank, no larger outside `axis`).
-fn check_fits(op: &'static str, lx: &Layout, li: &Layout, axis: usize) -> Result<()> {
-    if li.rank() != lx.rank()
-        || axis >= lx.rank()
-        || (0..lx.rank()).any(|d| d != axis && li.dims[d] > lx.dims[d])
-    {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "an index of sizes {:?} does not fit sizes {:?} outside axis {axis}",
-                &*li.dims, &*lx.dims
-            ),
-        ));
-    }
-    Ok(())
 }
 
 impl Cuda {
@@ -122,7 +105,7 @@ impl<E: Float> IndexKernel<E> for Cuda {
         idx: &CudaStorage<i64>,
         li: &Layout,
     ) -> Result<CudaStorage<E>> {
-        check_fits("gather", lx, li, axis)?;
+        check_index_layouts("gather", lx, li, axis, None)?;
         self.check_indices::<E>("gather", idx, li, lx.dims[axis])?;
         let n = li.numel();
         let out = self.alloc::<E>(n)?;
@@ -147,16 +130,7 @@ impl<E: Float> IndexKernel<E> for Cuda {
         src: &CudaStorage<E>,
         ls: &Layout,
     ) -> Result<CudaStorage<E>> {
-        check_fits("scatter_add", lx, li, axis)?;
-        if ls.dims != li.dims {
-            return Err(Error::invalid(
-                "scatter_add",
-                format!(
-                    "the index has sizes {:?} but the source {:?}",
-                    &*li.dims, &*ls.dims
-                ),
-            ));
-        }
+        check_index_layouts("scatter_add", lx, li, axis, Some(ls))?;
         self.check_indices::<E>("scatter_add", idx, li, lx.dims[axis])?;
         let out = self.contiguous(x, lx)?;
         let n = li.numel();
