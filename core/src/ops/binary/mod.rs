@@ -146,6 +146,18 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     }
 }
 
+/// `op(a, b)` for two raw tensors of one size, outside the tape.
+pub(crate) fn raw_binary<Op: BinaryOp, E: Float, D: Device<E>>(
+    op: Op,
+    a: &Raw<E, D>,
+    b: &Raw<E, D>,
+) -> Result<Raw<E, D>> {
+    let s = a
+        .device
+        .binary(op, &a.storage(), &a.layout, &b.storage(), &b.layout)?;
+    Ok(Raw::new(s, &a.layout.dims, a.device.clone()))
+}
+
 /// `(g * df/da, g * df/db)` for raw operands whose views have `g`'s sizes:
 /// row-major, over `g`'s sizes (not yet summed back to the operands').
 pub(crate) fn raw_binary_backward<Op: BinaryOp, E: Float, D: Device<E>>(

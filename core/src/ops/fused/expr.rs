@@ -10,7 +10,7 @@
 use crate::device::Device;
 use crate::dtype::{Float, Real};
 use crate::error::Result;
-use crate::ops::binary::{raw_binary_backward, Add, BinaryOp, Div, Mul, Sub};
+use crate::ops::binary::{raw_binary as binary, raw_binary_backward, Add, BinaryOp, Div, Mul, Sub};
 use crate::ops::unary::{AddScalar, DivScalar, MulScalar, Neg, UnaryOp};
 use crate::tape::Raw;
 
@@ -154,18 +154,6 @@ impl<Op: BinaryOp, A: Expr, B: Expr> Expr for Binary<Op, A, B> {
         self.1.compose_grad(x, ga, grads)?;
         self.2.compose_grad(x, gb, grads)
     }
-}
-
-/// `op(a, b)` for two raw tensors of one size.
-fn binary<Op: BinaryOp, E: Float, D: Device<E>>(
-    op: Op,
-    a: &Raw<E, D>,
-    b: &Raw<E, D>,
-) -> Result<Raw<E, D>> {
-    let s = a
-        .device
-        .binary(op, &a.storage(), &a.layout, &b.storage(), &b.layout)?;
-    Ok(Raw::new(s, &a.layout.dims, a.device.clone()))
 }
 
 // Operators between expressions, and with an `f64` constant, for every node

@@ -14,7 +14,7 @@ use super::{Lane, UpdateOp};
 use crate::device::Device;
 use crate::dtype::{Float, Real};
 use crate::error::Result;
-use crate::ops::binary::{Add, BinaryOp, Div, Maximum, Mul, Sub};
+use crate::ops::binary::{raw_binary as binary, Add, BinaryOp, Div, Maximum, Mul, Sub};
 use crate::ops::unary::{AddScalar, DivScalar, MulScalar, Neg, Sqrt, UnaryOp};
 use crate::tape::Raw;
 use std::any::Any;
@@ -98,18 +98,6 @@ fn to_f64<R: Real>(v: R) -> f64 {
 fn unary<Op: UnaryOp, E: Float, D: Device<E>>(op: Op, x: &Raw<E, D>) -> Result<Raw<E, D>> {
     let s = x.device.unary(op, &x.storage(), &x.layout)?;
     Ok(Raw::new(s, &x.layout.dims, x.device.clone()))
-}
-
-/// `op(a, b)` over two tensors of one size.
-fn binary<Op: BinaryOp, E: Float, D: Device<E>>(
-    op: Op,
-    a: &Raw<E, D>,
-    b: &Raw<E, D>,
-) -> Result<Raw<E, D>> {
-    let s = a
-        .device
-        .binary(op, &a.storage(), &a.layout, &b.storage(), &b.layout)?;
-    Ok(Raw::new(s, &a.layout.dims, a.device.clone()))
 }
 
 /// A tensor of `like`'s sizes holding `v` (a constant on the side of an op
