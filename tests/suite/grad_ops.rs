@@ -421,6 +421,44 @@ mod gradcheck_reduce {
     }
 }
 
+mod gradcheck_fused_forward {
+    //! layer_norm and linear run their fused kernels with the tape on; their
+    //! recorded backwards against finite differences, for every operand.
+    use super::*;
+
+    #[test]
+    fn layer_norm() {
+        let mut g = Gc::default();
+        let x = rt::<R3>(seed("layer_norm"), Dom::U(-3.0, 3.0));
+        let w = rt::<(C<4>,)>(seed("layer_norm w"), Dom::U(0.5, 2.0)).into_dyn();
+        let b = rt::<(C<4>,)>(seed("layer_norm b"), Dom::U(-1.0, 1.0)).into_dyn();
+        g.check("x", &x, |x| wsum(&x.layer_norm(Some(&w), Some(&b), 1e-5)));
+        g.check("x, no affine", &x, |x| {
+            wsum(&x.layer_norm(None, None, 1e-5))
+        });
+        g.check("x, a transposed view", &x, |x| {
+            wsum(&x.transpose::<1, 2>().layer_norm(None, None, 1e-5))
+        });
+        g.check("weight", &w, |w| {
+            wsum(&x.layer_norm(Some(w), Some(&b), 1e-5))
+        });
+        g.check("bias", &b, |b| wsum(&x.layer_norm(Some(&w), Some(b), 1e-5)));
+        g.finish();
+    }
+
+    #[test]
+    fn linear() {
+        let mut g = Gc::default();
+        let x = rt::<R3>(seed("linear"), Dom::U(-3.0, 3.0));
+        let w = rt::<(C<5>, C<4>)>(seed("linear w"), Dom::U(-1.0, 1.0));
+        let b = rt::<(C<5>,)>(seed("linear b"), Dom::U(-1.0, 1.0));
+        g.check("x", &x, |x| wsum(&x.linear(&w, Some(&b))));
+        g.check("weight", &w, |w| wsum(&x.linear(w, Some(&b))));
+        g.check("bias", &b, |b| wsum(&x.linear(&w, Some(b))));
+        g.finish();
+    }
+}
+
 mod gradcheck_cumsum {
     use super::*;
 

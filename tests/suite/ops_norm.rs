@@ -1,6 +1,8 @@
-//! `layer_norm` over the last axis: the fused kernel (no tape) against the
-//! composed ops (the tape on, which also gives the gradients; PyTorch's
-//! values for both are checked in `nn_layer_parity::normalisation`), with
+//! `layer_norm` over the last axis: the fused kernel (which runs with and
+//! without the tape) against the same formula written as composed ops here
+//! (PyTorch's values and gradients are checked in
+//! `nn_layer_parity::normalisation`, the fused backward by gradcheck in
+//! `grad_ops::gradcheck_fused_forward`), with
 //! and without the weight and the bias, on a transposed view, in f64, on
 //! rows long enough to run in parallel; and the errors for a weight of the
 //! wrong size and a scalar input.
@@ -11,10 +13,11 @@ use crate::common;
 use common::*;
 use forma::core::device::Device;
 use forma::core::tape::no_grad;
-use forma::core::{Float, Tensor};
+use forma::core::{Dtype, Float, Tensor};
 use forma::{Dyn, Rng, C};
 
-/// The fused result (no tape) and the composed one (the input on the tape).
+/// The fused result (no tape; and on the tape, which must agree) and the
+/// formula as composed ops: `(x - mean) / sqrt(var + eps) * w + b`.
 fn both<E: Float, D: Device<E>>(
     x: &Tensor<(Dyn, Dyn), E, D>,
     w: Option<&Tensor<(Dyn,), E, D>>,
@@ -24,8 +27,28 @@ fn both<E: Float, D: Device<E>>(
         let _g = no_grad();
         x.layer_norm(w, b, 1e-5).to_vec()
     };
-    let composed = x.clone().requires_grad().layer_norm(w, b, 1e-5).to_vec();
-    (fused, composed)
+    let taped = x.clone().requires_grad().layer_norm(w, b, 1e-5).to_vec();
+    assert_eq!(
+        taped
+            .iter()
+            .map(|v| Dtype::to_f64(*v).to_bits())
+            .collect::<Vec<_>>(),
+        fused
+            .iter()
+            .map(|v| Dtype::to_f64(*v).to_bits())
+            .collect::<Vec<_>>(),
+        "the taped forward is the fused kernel"
+    );
+    let _g = no_grad();
+    let rstd = x.var_keepdim::<1>(false).add_scalar(1e-5).rsqrt();
+    let mut y = &(x - &x.mean_keepdim::<1>()) * &rstd;
+    if let Some(w) = w {
+        y = &y * w;
+    }
+    if let Some(b) = b {
+        y = &y + b;
+    }
+    (fused, y.to_vec())
 }
 
 device_tests! {
