@@ -3,7 +3,7 @@
 
 use crate::device::Backend;
 use crate::dtype::Float;
-use crate::error::{Error, Result};
+use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::window::pool_window_out;
 use crate::shape::{Dim, Dyn};
@@ -81,7 +81,21 @@ pub trait PoolKernel<E: Float>: Backend {
     ) -> Result<Self::Storage<E>>;
 }
 
-fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<[usize; 2]> {
+/// Checks a pooling call on an input of sizes `dims` (`[n, c, h, w]`) and
+/// returns the output's `[oh, ow]`: the one set of checks, which core runs
+/// before it dispatches and the backends' kernels run again when called
+/// directly.
+///
+/// # Errors
+/// When the input is not 4-d, a size or dilation is zero, the padding is
+/// more than half the window, or the window does not fit the padded input.
+pub fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<[usize; 2]> {
+    if dims.len() != 4 {
+        return Err(Error::invalid(
+            op,
+            format!("expected [n, c, h, w], got {}", fmt_dims(dims)),
+        ));
+    }
     let bad = || {
         Error::invalid(
             op,

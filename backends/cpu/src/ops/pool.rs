@@ -12,8 +12,7 @@
 use super::conv::tap_range;
 use crate::{gather_vec, Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
-use forma_core::error::fmt_dims;
-use forma_core::ops::pool::{Pool2dParams, PoolKernel};
+use forma_core::ops::pool::{check_pool, Pool2dParams, PoolKernel};
 use forma_core::{Dtype, Error, Float, Layout, Result};
 use std::borrow::Cow;
 
@@ -203,25 +202,15 @@ fn avg_plane<E: Float>(x: &[E], h: usize, w: usize, out: &mut [E], ow: usize, p:
     }
 }
 
-/// Validates a pooling call and returns the dense input with its sizes.
+/// Validates a pooling call (core's checks, and that the view fits its
+/// storage) and returns the dense input with its sizes.
 fn prepare<'a, E: Dtype>(
     op: &'static str,
     x: &'a [E],
     lx: &Layout,
     p: &Pool2dParams,
 ) -> Result<(Cow<'a, [E]>, [usize; 4])> {
-    if lx.rank() != 4 {
-        return Err(Error::invalid(
-            op,
-            format!("expected [n, c, h, w], got {}", fmt_dims(&lx.dims)),
-        ));
-    }
-    if p.dilation.contains(&0) {
-        return Err(Error::invalid(
-            op,
-            format!("dilation must be positive, got {p:?}"),
-        ));
-    }
+    check_pool(op, &lx.dims, p)?;
     if lx.span() > x.len() {
         return Err(Error::invalid(
             op,

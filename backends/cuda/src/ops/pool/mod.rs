@@ -5,9 +5,8 @@ use crate::device::cfg_1d;
 use crate::kernels::{float_module, tag};
 use crate::{Cuda, CudaStorage};
 use cudarc::driver::DeviceRepr;
-use forma_core::error::fmt_dims;
-use forma_core::ops::pool::{Pool2dParams, PoolKernel};
-use forma_core::{Backend, DType, Error, Float, Layout, Result};
+use forma_core::ops::pool::{check_pool, Pool2dParams, PoolKernel};
+use forma_core::{Backend, DType, Float, Layout, Result};
 
 /// The pooling module source for dtype `d`.
 pub(crate) fn source(d: DType) -> String {
@@ -36,20 +35,9 @@ struct PoolGeo {
 // SAFETY: plain `repr(C)` data matching the CUDA struct.
 unsafe impl DeviceRepr for PoolGeo {}
 
-/// Validates a pooling call (as the CPU backend does); `[n, c, h, w]`.
+/// Validates a pooling call with core's checks; `[n, c, h, w]`.
 fn check(op: &'static str, lx: &Layout, p: &Pool2dParams) -> Result<[usize; 4]> {
-    if lx.rank() != 4 {
-        return Err(Error::invalid(
-            op,
-            format!("expected [n, c, h, w], got {}", fmt_dims(&lx.dims)),
-        ));
-    }
-    if p.dilation.contains(&0) || p.stride.contains(&0) {
-        return Err(Error::invalid(
-            op,
-            format!("stride and dilation must be positive, got {p:?}"),
-        ));
-    }
+    check_pool(op, &lx.dims, p)?;
     let d = &lx.dims;
     Ok([d[0], d[1], d[2], d[3]])
 }
