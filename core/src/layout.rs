@@ -6,7 +6,7 @@
 use crate::shape::{Dims, MAX_RANK};
 
 /// Sizes, strides and offset of a strided view over a storage.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Layout {
     /// Sizes.
     pub dims: Dims,

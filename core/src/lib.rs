@@ -8,6 +8,7 @@
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod graph;
 pub mod layout;
 pub mod ops;
 pub mod rng;

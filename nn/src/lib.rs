@@ -3,6 +3,7 @@
 //! layers. The tensor kernels the layers wrap (conv, pooling, softmax,
 //! embedding) are in `forma-core`.
 
+pub mod capture;
 pub mod data;
 pub mod hooks;
 pub mod init;

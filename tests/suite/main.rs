@@ -18,6 +18,7 @@ mod checkpoint_resume;
 mod display;
 mod grad_composite;
 mod grad_ops;
+mod graph_capture;
 mod module_forward;
 mod nn_data;
 mod nn_init;

@@ -102,12 +102,7 @@ impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
         ok(self.try_scaled_dot_product_attention(key, value, attn_mask, is_causal, scale))
     }
 
-    /// Fallible [`Tensor::scaled_dot_product_attention`].
-    ///
-    /// # Errors
-    /// A [`crate::ShapeError`] when the batch, head or key sizes of the
-    /// operands disagree, or the mask does not broadcast to the scores.
-    pub fn try_scaled_dot_product_attention<S: Dim, V: Dim, Sm: Shape>(
+    fn try_scaled_dot_product_attention_unnoted<S: Dim, V: Dim, Sm: Shape>(
         &self,
         key: &Tensor<(B, H, S, K), E, D>,
         value: &Tensor<(B, H, S, V), E, D>,
@@ -187,6 +182,36 @@ impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
         let (q, k, v) = (self.clone(), key.clone(), value.clone());
         let y = composed(q.retype(), k.retype(), v.retype(), mask, is_causal, scale)?;
         Ok(y.retype())
+    }
+
+    /// Fallible [`Tensor::scaled_dot_product_attention`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the batch, head or key sizes of the
+    /// operands disagree, or the mask does not broadcast to the scores.
+    pub fn try_scaled_dot_product_attention<S: Dim, V: Dim, Sm: Shape>(
+        &self,
+        key: &Tensor<(B, H, S, K), E, D>,
+        value: &Tensor<(B, H, S, V), E, D>,
+        attn_mask: Option<&Tensor<Sm, E, D>>,
+        is_causal: bool,
+        scale: Option<f64>,
+    ) -> Result<Tensor<(B, H, T, V), E, D>>
+    where
+        Sm: ExpandTo<(B, H, T, S)>,
+    {
+        let y =
+            self.try_scaled_dot_product_attention_unnoted(key, value, attn_mask, is_causal, scale)?;
+        Ok(y.noted(|| {
+            let mut ins = vec![self.val(), key.val(), value.val()];
+            ins.extend(attn_mask.map(|m| m.val()));
+            let op = crate::graph::Op::Attention {
+                scale: scale.unwrap_or(1.0 / (self.layout.dims[3] as f64).sqrt()),
+                causal: is_causal,
+                mask: attn_mask.is_some(),
+            };
+            (op, ins)
+        }))
     }
 }
 

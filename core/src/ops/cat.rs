@@ -51,8 +51,8 @@ pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     }
     let lens: Vec<usize> = tensors.iter().map(|t| t.layout.dims[AX]).collect();
     let vars: Vec<_> = tensors.iter().map(|t| t.var.clone()).collect();
-    Ok(
-        Tensor::from_storage(out, &dims, dev.clone()).record("cat", &vars, vec![], move |g| {
+    Ok(Tensor::from_storage(out, &dims, dev.clone())
+        .record("cat", &vars, vec![], move |g| {
             let mut start = 0;
             Ok(lens
                 .iter()
@@ -65,8 +65,11 @@ pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
                     Some(piece)
                 })
                 .collect())
-        }),
-    )
+        })
+        .noted(|| {
+            let ins = tensors.iter().map(|t| t.val()).collect();
+            (crate::graph::Op::Cat { axis: AX }, ins)
+        }))
 }
 
 /// [`try_cat`] that panics on mismatched sizes.

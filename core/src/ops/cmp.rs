@@ -5,6 +5,7 @@
 use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
+use crate::graph::Op;
 use crate::layout::{broadcast_dims, Layout};
 use crate::ops::binary::broadcast_layouts;
 use crate::shape::{BroadcastShape, ExpandTo, Shape};
@@ -27,6 +28,20 @@ pub enum CmpOp {
     Gt,
     /// `>=`
     Ge,
+}
+
+impl CmpOp {
+    /// The method's name (`eq`, `lt`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
 }
 
 /// Backend support for comparisons and selection.
@@ -124,7 +139,12 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let s = self
             .device
             .cmp(op, &self.storage(), &la, &rhs.storage(), &lb)?;
-        Ok(Tensor::from_storage(s, &out, self.device.clone()))
+        Ok(
+            Tensor::from_storage(s, &out, self.device.clone()).noted(|| {
+                let name = op.name();
+                (Op::Compare { name }, vec![self.val(), rhs.val()])
+            }),
+        )
     }
 
     /// Replaces the elements where `mask` is true by `value`, like
@@ -164,23 +184,25 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             layout: lm,
             ..mask.raw()
         };
-        Ok(Self::from_storage(s, &dims, self.device.clone()).record(
-            "masked_fill",
-            std::slice::from_ref(&self.var),
-            vec![m.saved()],
-            move |g| {
-                let (zero, lz) = zeros_like_view(g)?;
-                let gx = g.device.where_cond(
-                    &m.storage(),
-                    &m.layout,
-                    &zero,
-                    &lz,
-                    &g.storage(),
-                    &g.layout,
-                )?;
-                Ok(vec![Some(Raw::new(gx, &g.layout.dims, g.device.clone()))])
-            },
-        ))
+        Ok(Self::from_storage(s, &dims, self.device.clone())
+            .record(
+                "masked_fill",
+                std::slice::from_ref(&self.var),
+                vec![m.saved()],
+                move |g| {
+                    let (zero, lz) = zeros_like_view(g)?;
+                    let gx = g.device.where_cond(
+                        &m.storage(),
+                        &m.layout,
+                        &zero,
+                        &lz,
+                        &g.storage(),
+                        &g.layout,
+                    )?;
+                    Ok(vec![Some(Raw::new(gx, &g.layout.dims, g.device.clone()))])
+                },
+            )
+            .noted(|| (Op::MaskedFill { value }, vec![self.val(), mask.val()])))
     }
 }
 
@@ -235,31 +257,33 @@ where
         ..cond.raw()
     };
     let (da, db) = (a.layout.dims, b.layout.dims);
-    Ok(Tensor::from_storage(s, &out, a.device.clone()).record(
-        "where",
-        &[a.var.clone(), b.var.clone()],
-        vec![c.saved()],
-        move |g| {
-            let (zero, lz) = zeros_like_view(g)?;
-            let ga = g.device.where_cond(
-                &c.storage(),
-                &c.layout,
-                &g.storage(),
-                &g.layout,
-                &zero,
-                &lz,
-            )?;
-            let gb = g.device.where_cond(
-                &c.storage(),
-                &c.layout,
-                &zero,
-                &lz,
-                &g.storage(),
-                &g.layout,
-            )?;
-            let ga = sum_to(&Raw::new(ga, &g.layout.dims, g.device.clone()), &da)?;
-            let gb = sum_to(&Raw::new(gb, &g.layout.dims, g.device.clone()), &db)?;
-            Ok(vec![Some(ga), Some(gb)])
-        },
-    ))
+    Ok(Tensor::from_storage(s, &out, a.device.clone())
+        .record(
+            "where",
+            &[a.var.clone(), b.var.clone()],
+            vec![c.saved()],
+            move |g| {
+                let (zero, lz) = zeros_like_view(g)?;
+                let ga = g.device.where_cond(
+                    &c.storage(),
+                    &c.layout,
+                    &g.storage(),
+                    &g.layout,
+                    &zero,
+                    &lz,
+                )?;
+                let gb = g.device.where_cond(
+                    &c.storage(),
+                    &c.layout,
+                    &zero,
+                    &lz,
+                    &g.storage(),
+                    &g.layout,
+                )?;
+                let ga = sum_to(&Raw::new(ga, &g.layout.dims, g.device.clone()), &da)?;
+                let gb = sum_to(&Raw::new(gb, &g.layout.dims, g.device.clone()), &db)?;
+                Ok(vec![Some(ga), Some(gb)])
+            },
+        )
+        .noted(|| (Op::Where, vec![cond.val(), a.val(), b.val()])))
 }

@@ -183,13 +183,7 @@ impl Conv2dGeometry {
 impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     Tensor<(N, Ci, H, W), E, D>
 {
-    /// 2-d convolution of `[n, c_in, h, w]` by `[c_out, c_in / groups, kh, kw]`,
-    /// like `F.conv2d(x, weight, stride, padding, dilation, groups)`.
-    ///
-    /// # Errors
-    /// When channels do not match the weight or the groups, or the kernel does
-    /// not fit the padded input.
-    pub fn try_conv2d<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+    fn try_conv2d_unnoted<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
         &self,
         weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
         p: Conv2dParams,
@@ -229,6 +223,21 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                 ])
             },
         ))
+    }
+
+    /// 2-d convolution of `[n, c_in, h, w]` by `[c_out, c_in / groups, kh, kw]`,
+    /// like `F.conv2d(x, weight, stride, padding, dilation, groups)`.
+    ///
+    /// # Errors
+    /// When channels do not match the weight or the groups, or the kernel does
+    /// not fit the padded input.
+    pub fn try_conv2d<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        p: Conv2dParams,
+    ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
+        let y = self.try_conv2d_unnoted(weight, p)?;
+        Ok(y.noted(|| (crate::graph::Op::Conv(p), vec![self.val(), weight.val()])))
     }
 
     /// [`Tensor::try_conv2d`] that panics on bad sizes.
@@ -314,20 +323,37 @@ pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>
         &lb,
     ));
     let bdims = bias.layout.dims;
-    Tensor::from_storage(s, &x.layout.dims, x.device.clone()).record(
-        "add_channel_bias",
-        &[x.var.clone(), bias.var.clone()],
-        vec![],
-        move |g| {
-            let mut keep = vec![1; g.layout.rank()];
-            keep[1] = bdims[0];
-            let gb = crate::tape::util::sum_to(g, &keep)?;
-            Ok(vec![
-                Some(g.clone()),
-                Some(crate::tape::util::reshape(&gb, &bdims)?),
-            ])
-        },
-    )
+    Tensor::from_storage(s, &x.layout.dims, x.device.clone())
+        .record(
+            "add_channel_bias",
+            &[x.var.clone(), bias.var.clone()],
+            vec![],
+            move |g| {
+                let mut keep = vec![1; g.layout.rank()];
+                keep[1] = bdims[0];
+                let gb = crate::tape::util::sum_to(g, &keep)?;
+                Ok(vec![
+                    Some(g.clone()),
+                    Some(crate::tape::util::reshape(&gb, &bdims)?),
+                ])
+            },
+        )
+        .noted(|| {
+            // The bias as `[c, 1, ..]`, added with broadcasting.
+            let mut column = Layout::contiguous(&dims[1..]);
+            column.strides[0] = bias.layout.strides[0];
+            column.offset = bias.layout.offset;
+            let column = Raw {
+                layout: column,
+                ..bias.raw()
+            }
+            .val();
+            crate::graph::note_reshape(&bias.val(), &column);
+            (
+                crate::graph::Op::Binary { name: "add" },
+                vec![x.val(), column],
+            )
+        })
 }
 
 /// Options of a 2-d transposed convolution, in PyTorch's names and defaults
@@ -430,31 +456,7 @@ fn check_conv_transpose(x: &[usize], w: &[usize], p: &ConvTranspose2dParams) -> 
 impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     Tensor<(N, Ci, H, W), E, D>
 {
-    /// 2-d transposed convolution of `[n, c_in, h, w]` by
-    /// `[c_in, c_out / groups, kh, kw]`, like `F.conv_transpose2d`: the
-    /// gradient of [`Tensor::conv2d`] with respect to its input, so its
-    /// output is `[n, c_out, (h - 1) s - 2p + d(kh - 1) + output_padding + 1, ..]`.
-    ///
-    /// Computed by the backend's convolution backward kernel; its own gradient
-    /// is a convolution (for the input) and a convolution's weight gradient
-    /// (for the weight).
-    ///
-    /// ```
-    /// use forma::prelude::*;
-    /// use forma::core::ops::conv::ConvTranspose2dParams;
-    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
-    /// let w = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
-    /// let p = ConvTranspose2dParams { stride: [2, 2], ..Default::default() };
-    /// let y = x.conv_transpose2d(&w, p);
-    /// assert_eq!(y.dims()[..], [1, 1, 4, 4]);
-    /// assert_eq!(y.to_vec(), vec![1.0; 16]);
-    /// ```
-    ///
-    /// # Errors
-    /// When the weight's first dim is not the input channels, the channels do
-    /// not divide into the groups, an output padding is not smaller than its
-    /// stride or dilation, or the output would be empty.
-    pub fn try_conv_transpose2d<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+    fn try_conv_transpose2d_unnoted<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
         &self,
         weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
         p: ConvTranspose2dParams,
@@ -546,6 +548,45 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                 Ok(vec![gx, gw])
             },
         ))
+    }
+
+    /// 2-d transposed convolution of `[n, c_in, h, w]` by
+    /// `[c_in, c_out / groups, kh, kw]`, like `F.conv_transpose2d`: the
+    /// gradient of [`Tensor::conv2d`] with respect to its input, so its
+    /// output is `[n, c_out, (h - 1) s - 2p + d(kh - 1) + output_padding + 1, ..]`.
+    ///
+    /// Computed by the backend's convolution backward kernel; its own gradient
+    /// is a convolution (for the input) and a convolution's weight gradient
+    /// (for the weight).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::core::ops::conv::ConvTranspose2dParams;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
+    /// let w = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
+    /// let p = ConvTranspose2dParams { stride: [2, 2], ..Default::default() };
+    /// let y = x.conv_transpose2d(&w, p);
+    /// assert_eq!(y.dims()[..], [1, 1, 4, 4]);
+    /// assert_eq!(y.to_vec(), vec![1.0; 16]);
+    /// ```
+    ///
+    /// # Errors
+    /// When the weight's first dim is not the input channels, the channels do
+    /// not divide into the groups, an output padding is not smaller than its
+    /// stride or dilation, or the output would be empty.
+    pub fn try_conv_transpose2d<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
+        p: ConvTranspose2dParams,
+    ) -> Result<Tensor<(N, Dyn, Dyn, Dyn), E, D>> {
+        let y = self.try_conv_transpose2d_unnoted(weight, p)?;
+        Ok(y.noted(|| {
+            let op = crate::graph::Op::ConvTranspose {
+                p: p.conv(),
+                output_padding: p.output_padding,
+            };
+            (op, vec![self.val(), weight.val()])
+        }))
     }
 
     /// [`Tensor::try_conv_transpose2d`] that panics on bad sizes.

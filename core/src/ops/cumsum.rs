@@ -71,6 +71,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             std::slice::from_ref(&self.var),
             Vec::new(),
             move |g| Ok(vec![Some(scan(g, AX, true)?)]),
-        ))
+        )
+        .noted(|| (crate::graph::Op::Cumsum { axis: AX }, vec![self.val()])))
     }
 }

@@ -87,11 +87,7 @@ pub trait IndexKernel<E: Float>: Backend {
 }
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
-    /// Selects entries along `AX` by index, like `x.index_select(ax, idx)`.
-    ///
-    /// # Errors
-    /// [`Error::IndexOutOfRange`] for an index outside the axis.
-    pub fn try_index_select<const AX: usize, L: Dim>(
+    fn try_index_select_unnoted<const AX: usize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>>
@@ -127,6 +123,26 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         ))
     }
 
+    /// Selects entries along `AX` by index, like `x.index_select(ax, idx)`.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an index outside the axis.
+    pub fn try_index_select<const AX: usize, L: Dim>(
+        &self,
+        idx: &Tensor<(L,), i64, D>,
+    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        let y = self.try_index_select_unnoted::<AX, L>(idx)?;
+        Ok(y.noted(|| {
+            (
+                crate::graph::Op::IndexSelect { axis: AX },
+                vec![self.val(), idx.val()],
+            )
+        }))
+    }
+
     /// [`Tensor::try_index_select`] that panics on a bad index.
     pub fn index_select<const AX: usize, L: Dim>(
         &self,
@@ -138,12 +154,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         ok(self.try_index_select::<AX, L>(idx))
     }
 
-    /// Gathers along `AX`, like `torch.gather(x, ax, idx)`; the result has the
-    /// index's shape.
-    ///
-    /// # Errors
-    /// An out-of-range index, or an index larger than `x` on another axis.
-    pub fn try_gather<const AX: usize, Si: Shape>(
+    fn try_gather_unnoted<const AX: usize, Si: Shape>(
         &self,
         idx: &Tensor<Si, i64, D>,
     ) -> Result<Tensor<Si, E, D>>
@@ -184,6 +195,28 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 },
             ),
         )
+    }
+
+    /// Gathers along `AX`, like `torch.gather(x, ax, idx)`; the result has the
+    /// index's shape.
+    ///
+    /// # Errors
+    /// An out-of-range index, or an index larger than `x` on another axis.
+    pub fn try_gather<const AX: usize, Si: Shape>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+    ) -> Result<Tensor<Si, E, D>>
+    where
+        S: HasAxis<AX>,
+        Si: HasAxis<AX>,
+    {
+        let y = self.try_gather_unnoted::<AX, Si>(idx)?;
+        Ok(y.noted(|| {
+            (
+                crate::graph::Op::Gather { axis: AX },
+                vec![self.val(), idx.val()],
+            )
+        }))
     }
 
     /// [`Tensor::try_gather`] that panics on a bad index.

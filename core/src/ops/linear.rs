@@ -71,13 +71,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         ok(self.try_linear(weight, bias))
     }
 
-    /// Fallible [`Tensor::linear`].
-    ///
-    /// # Errors
-    /// A shape error when the last size of `x` is not the weight's second
-    /// or the bias is not `[out]`; an error when an operand is on another
-    /// device.
-    pub fn try_linear<O: Dim, I: Dim>(
+    fn try_linear_unnoted<O: Dim, I: Dim>(
         &self,
         weight: &Tensor<(O, I), E, D>,
         bias: Option<&Tensor<(O,), E, D>>,
@@ -160,6 +154,28 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 Ok(vec![gx, gw, gb])
             },
         ))
+    }
+
+    /// Fallible [`Tensor::linear`].
+    ///
+    /// # Errors
+    /// A shape error when the last size of `x` is not the weight's second
+    /// or the bias is not `[out]`; an error when an operand is on another
+    /// device.
+    pub fn try_linear<O: Dim, I: Dim>(
+        &self,
+        weight: &Tensor<(O, I), E, D>,
+        bias: Option<&Tensor<(O,), E, D>>,
+    ) -> Result<Tensor<<S as MatmulShape<(I, O)>>::Output, E, D>>
+    where
+        S: MatmulShape<(I, O)>,
+    {
+        let y = self.try_linear_unnoted(weight, bias)?;
+        Ok(y.noted(|| {
+            let mut ins = vec![self.val(), weight.val()];
+            ins.extend(bias.map(|b| b.val()));
+            (crate::graph::Op::Affine, ins)
+        }))
     }
 }
 

@@ -48,11 +48,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         ok(self.try_matmul(rhs))
     }
 
-    /// Fallible [`Tensor::matmul`].
-    ///
-    /// # Errors
-    /// A [`crate::ShapeError`] when the inner sizes or the batch sizes disagree.
-    pub fn try_matmul<S2: Shape>(
+    fn try_matmul_unnoted<S2: Shape>(
         &self,
         rhs: &Tensor<S2, E, D>,
     ) -> Result<Tensor<<S as MatmulShape<S2>>::Output, E, D>>
@@ -188,6 +184,21 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 Ok(vec![ga, gb])
             },
         ))
+    }
+
+    /// Fallible [`Tensor::matmul`].
+    ///
+    /// # Errors
+    /// A [`crate::ShapeError`] when the inner sizes or the batch sizes disagree.
+    pub fn try_matmul<S2: Shape>(
+        &self,
+        rhs: &Tensor<S2, E, D>,
+    ) -> Result<Tensor<<S as MatmulShape<S2>>::Output, E, D>>
+    where
+        S: MatmulShape<S2>,
+    {
+        let y = self.try_matmul_unnoted(rhs)?;
+        Ok(y.noted(|| (crate::graph::Op::Matmul, vec![self.val(), rhs.val()])))
     }
 }
 

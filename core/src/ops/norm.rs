@@ -92,13 +92,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         ok(self.try_layer_norm(weight, bias, eps))
     }
 
-    /// Fallible [`Tensor::layer_norm`].
-    ///
-    /// # Errors
-    /// A shape error when `x` is a scalar or `weight` or `bias` is not
-    /// `[n]` for the last size `n` of `x`; an error when they are on
-    /// another device.
-    pub fn try_layer_norm(
+    fn try_layer_norm_unnoted(
         &self,
         weight: Option<&Tensor<(Dyn,), E, D>>,
         bias: Option<&Tensor<(Dyn,), E, D>>,
@@ -141,6 +135,31 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             }
         }
         composed(self, n, weight, bias, eps)
+    }
+
+    /// Fallible [`Tensor::layer_norm`].
+    ///
+    /// # Errors
+    /// A shape error when `x` is a scalar or `weight` or `bias` is not
+    /// `[n]` for the last size `n` of `x`; an error when they are on
+    /// another device.
+    pub fn try_layer_norm(
+        &self,
+        weight: Option<&Tensor<(Dyn,), E, D>>,
+        bias: Option<&Tensor<(Dyn,), E, D>>,
+        eps: f64,
+    ) -> Result<Self> {
+        let y = self.try_layer_norm_unnoted(weight, bias, eps)?;
+        Ok(y.noted(|| {
+            let mut ins = vec![self.val()];
+            ins.extend(weight.map(|w| w.val()));
+            ins.extend(bias.map(|b| b.val()));
+            let (weight, bias) = (weight.is_some(), bias.is_some());
+            (
+                crate::graph::Op::LayerNormalization { eps, weight, bias },
+                ins,
+            )
+        }))
     }
 
     /// The fused output, recorded with its backward from the saved

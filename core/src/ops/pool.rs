@@ -135,11 +135,7 @@ pub fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<
 impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     Tensor<(N, Ch, H, W), E, D>
 {
-    /// Max pooling, like `F.max_pool2d`.
-    ///
-    /// # Errors
-    /// When the window does not fit the padded input.
-    pub fn try_max_pool2d(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+    fn try_max_pool2d_unnoted(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
         let [oh, ow] = check_pool("max_pool2d", &self.layout.dims, &p)?;
         let s = self
             .device
@@ -167,11 +163,16 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         ))
     }
 
-    /// Average pooling, like `F.avg_pool2d`.
+    /// Max pooling, like `F.max_pool2d`.
     ///
     /// # Errors
     /// When the window does not fit the padded input.
-    pub fn try_avg_pool2d(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+    pub fn try_max_pool2d(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+        let y = self.try_max_pool2d_unnoted(p)?;
+        Ok(y.noted(|| (crate::graph::Op::MaxPool(p), vec![self.val()])))
+    }
+
+    fn try_avg_pool2d_unnoted(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
         let [oh, ow] = check_pool("avg_pool2d", &self.layout.dims, &p)?;
         let s = self
             .device
@@ -193,6 +194,15 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                 Ok(vec![Some(Raw::new(gx, &lx.dims, g.device.clone()))])
             },
         ))
+    }
+
+    /// Average pooling, like `F.avg_pool2d`.
+    ///
+    /// # Errors
+    /// When the window does not fit the padded input.
+    pub fn try_avg_pool2d(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+        let y = self.try_avg_pool2d_unnoted(p)?;
+        Ok(y.noted(|| (crate::graph::Op::AvgPool(p), vec![self.val()])))
     }
 
     /// [`Tensor::try_max_pool2d`] that panics when the window does not fit.

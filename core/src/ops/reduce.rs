@@ -7,6 +7,7 @@ use crate::device::Backend;
 use crate::device::Device;
 use crate::dtype::Float;
 use crate::error::Result;
+use crate::graph::Op;
 use crate::layout::Layout;
 use crate::shape::{Dyn, HasAxis, One, Shape};
 use crate::tape::util::reshape;
@@ -201,7 +202,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 let gx = reduce_backward(op, &x, &yr, ax, g)?;
                 Ok(vec![Some(reshape(&gx, &in_dims)?)])
             },
-        ))
+        )
+        .noted(|| {
+            let keepdim = axis.is_some() && out_dims.len() == S::RANK;
+            (Op::Reduce { op, axis, keepdim }, vec![self.val()])
+        }))
     }
 
     /// Reduces axis `AX` (dropping it) with `op`: the entry point of the named reductions.
@@ -253,11 +258,18 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let s = self
             .device
             .arg_reduce(op, &self.storage(), &self.layout, AX)?;
-        Ok(Tensor::from_storage(
-            s,
-            &self.layout.remove_axis(AX).dims,
-            self.device.clone(),
-        ))
+        Ok(
+            Tensor::from_storage(s, &self.layout.remove_axis(AX).dims, self.device.clone()).noted(
+                || {
+                    let op = Op::ArgReduce {
+                        op,
+                        axis: AX,
+                        keepdim: false,
+                    };
+                    (op, vec![self.val()])
+                },
+            ),
+        )
     }
 
     /// Index of the first maximum along `AX`, like `x.argmax(ax)`.

@@ -46,6 +46,12 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 Ok(vec![Some(reshape(&gx.raw(), &dims)?)])
             },
         )
+        .noted(|| {
+            (
+                crate::graph::Op::SoftmaxAxis { axis, log },
+                vec![self.val()],
+            )
+        })
     }
 
     /// Softmax along `AX`, like `x.softmax(ax)`.

@@ -14,7 +14,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     pub fn full_on(shape: S, value: E, device: &D) -> Self {
         let dims = shape.dims();
         let s = ok(device.full(dims.numel(), value));
-        Self::from_storage(s, &dims, device.clone())
+        Self::from_storage(s, &dims, device.clone()).constant()
     }
 
     /// Zeros of `shape` on `device`.
@@ -58,7 +58,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             });
         }
         let s = device.upload(data)?;
-        Ok(Self::from_storage(s, &dims, device.clone()))
+        Ok(Self::from_storage(s, &dims, device.clone()).constant())
     }
 
     /// Values drawn by `f` from `rng`, one per element, on `device`.
@@ -161,7 +161,11 @@ impl<E: Dtype, D: Backend> Tensor<(Dyn,), E, D> {
         let data = (0..n)
             .map(|i| E::from_f64(start + i as f64 * step))
             .collect();
-        Self::from_vec_on(data, (Dyn(n),), device)
+        let t = Self::from_vec_on(data, (Dyn(n),), device)?;
+        if crate::graph::capturing() {
+            crate::graph::note_arange(start, step, n, &t.val());
+        }
+        Ok(t)
     }
 
     /// `steps` evenly spaced values from `start` to `end` inclusive, like `torch.linspace`.

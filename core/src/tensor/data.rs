@@ -147,7 +147,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             return Err(Error::shape("from_data", S::describe(), data.dims()));
         }
         let s = device.upload(data.to_vec::<E>())?;
-        Ok(Self::from_storage(s, data.dims(), device.clone()))
+        Ok(Self::from_storage(s, data.dims(), device.clone()).constant())
     }
 
     /// Overwrites the values in place (every view and clone sees them; the

@@ -60,13 +60,17 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// Wraps a new storage with a row-major layout of `dims`.
     pub(crate) fn from_storage(storage: D::Storage<E>, dims: &[usize], device: D) -> Self {
         debug_assert_eq!(dims.len(), S::RANK);
-        Tensor {
+        let t = Tensor {
             storage: Arc::new(StorageCell::new(storage)),
             layout: Layout::contiguous(dims),
             device,
             var: None,
             _shape: PhantomData,
+        };
+        if crate::graph::capturing() {
+            crate::graph::born(&t.val());
         }
+        t
     }
 
     /// A new view over the same storage, possibly of another shape type.
@@ -117,6 +121,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// methods ([`Tensor::assign`], [`Tensor::fill`], the optimizers), so a
     /// tensor saved for a backward cannot change behind the tape's back.
     pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, D::Storage<E>> {
+        if crate::graph::capturing() {
+            crate::graph::write(
+                "an in-place op",
+                Arc::as_ptr(&self.storage) as *const () as usize,
+            );
+        }
         self.storage.write()
     }
 
@@ -201,6 +211,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
 
     /// Fallible [`Tensor::to_vec`] (a device copy can fail).
     pub fn try_to_vec(&self) -> Result<Vec<E>> {
+        if crate::graph::capturing() {
+            crate::graph::host_read("to_vec", &self.val());
+        }
         self.device.to_vec(&self.storage(), &self.layout)
     }
 
@@ -226,12 +239,16 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             return self.clone();
         }
         let s = ok(self.device.contiguous(&self.storage(), &self.layout));
-        Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
+        let y = Self::from_storage(s, &self.layout.dims, self.device.clone()).record(
             "contiguous",
             std::slice::from_ref(&self.var),
             vec![],
             |g| Ok(vec![Some(g.clone())]),
-        )
+        );
+        if crate::graph::capturing() {
+            crate::graph::alias(&self.val(), &y.val());
+        }
+        y
     }
 
     /// Converts to another dtype (a copy), like `tensor.to(dtype)`.
@@ -245,7 +262,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             "to_dtype is not differentiable yet: call `.detach()` first to cut the graph explicitly"
         );
         let s = ok(self.device.cast::<E, F>(&self.storage(), &self.layout));
-        Tensor::from_storage(s, &self.layout.dims, self.device.clone())
+        let y = Tensor::from_storage(s, &self.layout.dims, self.device.clone());
+        crate::graph::note_op!(crate::graph::Op::Cast { to: F::DTYPE }, [self], y);
+        y
     }
 
     /// Copies to another device (or another instance of the same backend).

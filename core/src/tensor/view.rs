@@ -6,6 +6,7 @@ use super::{ok, Tensor};
 use crate::device::Backend;
 use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
+use crate::graph::{self, note_op, Op};
 use crate::layout::Layout;
 use crate::shape::check::assert_same_numel;
 use crate::shape::{
@@ -29,12 +30,14 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: SwapAxes<A, B>,
     {
-        self.view_with_grad(self.layout.swap(A, B), "transpose", |g| {
+        let y = self.view_with_grad(self.layout.swap(A, B), "transpose", |g| {
             Ok(Raw {
                 layout: g.layout.swap(A, B),
                 ..g.clone()
             })
-        })
+        });
+        note_op!(Op::Transpose { axes: [A, B] }, [self], y);
+        y
     }
 
     /// Reorders the axes (a view): `x.permute::<(Ax<2>, Ax<0>, Ax<1>)>()`.
@@ -46,12 +49,15 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         for (i, &p) in S::PERM.iter().enumerate() {
             inverse[p] = i;
         }
-        self.view_with_grad(self.layout.permute(S::PERM), "permute", move |g| {
+        let y = self.view_with_grad(self.layout.permute(S::PERM), "permute", move |g| {
             Ok(Raw {
                 layout: g.layout.permute(&inverse[..S::RANK]),
                 ..g.clone()
             })
-        })
+        });
+        let perm = S::PERM.to_vec();
+        note_op!(Op::Permute { perm }, [self], y);
+        y
     }
 
     /// Inserts a size-1 axis at `AX` (a view), like `tensor.unsqueeze(ax)`.
@@ -60,12 +66,14 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: InsertAxis<AX>,
     {
-        self.view_with_grad(self.layout.insert_axis(AX), "unsqueeze", |g| {
+        let y = self.view_with_grad(self.layout.insert_axis(AX), "unsqueeze", |g| {
             Ok(Raw {
                 layout: g.layout.remove_axis(AX),
                 ..g.clone()
             })
-        })
+        });
+        note_op!(Op::Unsqueeze { axis: AX }, [self], y);
+        y
     }
 
     /// Removes the size-1 axis `AX` (a view), like `tensor.squeeze(ax)`.
@@ -96,14 +104,14 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
                 &self.layout.dims,
             ));
         }
-        Ok(
-            self.view_with_grad(self.layout.remove_axis(AX), "squeeze", |g| {
-                Ok(Raw {
-                    layout: g.layout.insert_axis(AX),
-                    ..g.clone()
-                })
-            }),
-        )
+        let y = self.view_with_grad(self.layout.remove_axis(AX), "squeeze", |g| {
+            Ok(Raw {
+                layout: g.layout.insert_axis(AX),
+                ..g.clone()
+            })
+        });
+        note_op!(Op::Squeeze { axis: AX }, [self], y);
+        Ok(y)
     }
 
     /// Keeps `len` elements of axis `AX` from `start` (a view), like
@@ -175,7 +183,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         }
         let len = (end - start).div_ceil(step);
         let dims = self.layout.dims;
-        Ok(self.view_with_grad(
+        let y = self.view_with_grad(
             self.layout.slice_step(AX, start, len, step),
             "slice",
             move |g| {
@@ -185,7 +193,11 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
                     &Layout::contiguous(&dims).slice_step(AX, start, len, step),
                 )
             },
-        ))
+        );
+        if graph::capturing() {
+            graph::note_slice(&self.val(), AX, start, end, step, &y.val());
+        }
+        Ok(y)
     }
 
     /// [`Tensor::try_slice`] that panics on a bad range.
@@ -273,14 +285,18 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             }
         }
         let (dims, ops) = (self.layout.dims, self.var.as_ref().map(|v| v.ops()));
-        Ok(self.view_with_grad(
+        let y = self.view_with_grad(
             self.layout.broadcast_to(target),
             "expand",
             move |g| match ops {
                 Some(ops) => ops.sum_to(g, &dims),
                 None => Ok(g.clone()),
             },
-        ))
+        );
+        if graph::capturing() {
+            graph::note_expand(&self.val(), &y.val());
+        }
+        Ok(y)
     }
 
     /// Broadcasts to the shape of `other`.
@@ -351,7 +367,11 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
             .reshape(&dims)
             .expect("a contiguous layout reshapes");
         let from = self.layout.dims;
-        Ok(src.view_with_grad(layout, "reshape", move |g| reshape(g, &from)))
+        let y = src.view_with_grad(layout, "reshape", move |g| reshape(g, &from));
+        if graph::capturing() {
+            graph::note_reshape(&src.val(), &y.val());
+        }
+        Ok(y)
     }
 
     /// Flattens every axis after the first into one of size `O`, like

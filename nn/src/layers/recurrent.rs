@@ -275,6 +275,8 @@ fn rnn_extra_repr(
 trait RnnCell<const H: usize, E: Float, D: Device<E>> {
     /// The gates stacked along the weights' rows.
     const GATES: usize;
+    /// The layer's name in messages (`LSTM`, `GRU`).
+    const NAME: &'static str;
     /// One layer's and direction's state, erased.
     type State;
     /// The state the caller passes in and gets back, one
@@ -305,6 +307,7 @@ struct LstmCell;
 
 impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for LstmCell {
     const GATES: usize = 4;
+    const NAME: &'static str = "LSTM";
     type State = (Tensor<(Dyn, Dyn), E, D>, Tensor<(Dyn, Dyn), E, D>);
     type Outer<B: Dim> = LstmState<B, H, E, D>;
 
@@ -353,6 +356,7 @@ struct GruCell;
 
 impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for GruCell {
     const GATES: usize = 3;
+    const NAME: &'static str = "GRU";
     type State = Tensor<(Dyn, Dyn), E, D>;
     type Outer<B: Dim> = Tensor<(Dyn, B, C<H>), E, D>;
 
@@ -403,6 +407,31 @@ where
     E: Float,
     D: Device<E>,
 {
+    // Under graph capture the stack is one op (`graph::Op::Rnn`): the loop
+    // below, recorded step by step, would hold this length only. What that
+    // op does not express is refused.
+    let captured = forma_core::graph::capturing().then(|| {
+        if state.is_some() {
+            forma_core::graph::refuse(K::NAME, "an initial state has no graph form yet");
+        }
+        if training.is_on() && options.dropout > 0.0 && params.num_layers() > 1 {
+            forma_core::graph::refuse(K::NAME, "dropout between layers in training mode");
+        }
+        let mut ins = vec![x.val()];
+        for w in &params.cells {
+            ins.push(w.weight_ih.val());
+            ins.push(w.weight_hh.val());
+            ins.extend(w.bias_ih.iter().chain(&w.bias_hh).map(Tensor::val));
+        }
+        let op = forma_core::graph::Op::Rnn {
+            cell: K::NAME,
+            hidden: H,
+            layers: params.num_layers(),
+            bidirectional: params.directions == 2,
+            bias: params.cells.iter().all(|w| w.bias_ih.is_some()),
+        };
+        (op, ins)
+    });
     let dirs = params.directions;
     let layers = params.num_layers();
     let (b, t) = (x.size(0), x.size(1));
@@ -447,6 +476,9 @@ where
         } else {
             out
         };
+    }
+    if let Some((op, ins)) = captured {
+        forma_core::graph::note(op, &ins, &input.val());
     }
     Ok((restore(input), K::join(finals)))
 }

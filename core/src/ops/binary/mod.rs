@@ -142,7 +142,14 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
                 let (ga, gb) = raw_binary_backward(op, &a, &b, g)?;
                 Ok(vec![Some(sum_to(&ga, &da)?), Some(sum_to(&gb, &db)?)])
             },
-        ))
+        )
+        .noted(|| {
+            let name = Op::NAME;
+            (
+                crate::graph::Op::Binary { name },
+                vec![self.val(), rhs.val()],
+            )
+        }))
     }
 }
 

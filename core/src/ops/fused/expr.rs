@@ -33,6 +33,10 @@ pub trait Expr: Copy + Send + Sync + 'static {
     /// stretched to the output's sizes), each op rounding to `E`.
     fn compose<E: Float, D: Device<E>>(&self, x: &[Raw<E, D>]) -> Result<Raw<E, D>>;
 
+    /// Appends this expression's nodes (operands first) to `nodes` for
+    /// graph capture; returns the index of its own.
+    fn graph(&self, nodes: &mut Vec<crate::graph::Elem>) -> usize;
+
     /// The backward of [`Expr::compose`]: adds each input's share of the
     /// output gradient `g` into `grads[i]`.
     fn compose_grad<E: Float, D: Device<E>>(
@@ -70,6 +74,11 @@ impl<const I: usize> Expr for Arg<I> {
         Ok(x[I].clone())
     }
 
+    fn graph(&self, nodes: &mut Vec<crate::graph::Elem>) -> usize {
+        nodes.push(crate::graph::Elem::Arg(I));
+        nodes.len() - 1
+    }
+
     fn compose_grad<E: Float, D: Device<E>>(
         &self,
         _: &[Raw<E, D>],
@@ -85,6 +94,13 @@ impl<const I: usize> Expr for Arg<I> {
 }
 
 impl<Op: UnaryOp, A: Expr> Expr for Unary<Op, A> {
+    fn graph(&self, nodes: &mut Vec<crate::graph::Elem>) -> usize {
+        let x = self.1.graph(nodes);
+        let (name, params) = (Op::NAME, self.0.params());
+        nodes.push(crate::graph::Elem::Unary { name, params, x });
+        nodes.len() - 1
+    }
+
     #[inline(always)]
     fn eval<R: Real, const N: usize>(&self, x: &[R; N]) -> R {
         self.0.f(self.1.eval(x))
@@ -126,6 +142,16 @@ impl<Op: UnaryOp, A: Expr> Expr for Unary<Op, A> {
 }
 
 impl<Op: BinaryOp, A: Expr, B: Expr> Expr for Binary<Op, A, B> {
+    fn graph(&self, nodes: &mut Vec<crate::graph::Elem>) -> usize {
+        let (a, b) = (self.1.graph(nodes), self.2.graph(nodes));
+        nodes.push(crate::graph::Elem::Binary {
+            name: Op::NAME,
+            a,
+            b,
+        });
+        nodes.len() - 1
+    }
+
     #[inline(always)]
     fn eval<R: Real, const N: usize>(&self, x: &[R; N]) -> R {
         self.0.f(self.1.eval(x), self.2.eval(x))

@@ -213,6 +213,7 @@ fn run<S: Shape, X: Expr, E: Float, D: Device<E>, const N: usize>(
     composed: bool,
 ) -> Result<Tensor<S, E, D>> {
     let out = out_dims(&raws)?;
+    let vals = crate::graph::capturing().then(|| raws.each_ref().map(|r| r.val()));
     let dims = raws.each_ref().map(|r| r.layout.dims);
     let stretched = raws.map(|r| Raw {
         layout: r.layout.broadcast_to(&out),
@@ -239,6 +240,12 @@ fn run<S: Shape, X: Expr, E: Float, D: Device<E>, const N: usize>(
             .zip(&dims)
             .map(|(gi, d)| gi.map(|gi| sum_to(&gi, d)).transpose())
             .collect()
+    })
+    .noted(|| {
+        let mut nodes = Vec::new();
+        expr.graph(&mut nodes);
+        let ins = vals.map(Vec::from).unwrap_or_default();
+        (crate::graph::Op::Fused { nodes }, ins)
     }))
 }
 

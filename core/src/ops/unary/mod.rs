@@ -33,6 +33,10 @@ pub trait UnaryOp: Copy + Send + Sync + 'static {
     fn cuda(&self) -> Option<(&'static CudaRow, [f64; 2])> {
         None
     }
+    /// The row's parameters in field order, for graph capture.
+    fn params(&self) -> Vec<f64> {
+        Vec::new()
+    }
 }
 
 /// A unary row in CUDA C: its kernel symbol (the method's name) and its
@@ -102,5 +106,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
                 Ok(vec![Some(Raw::new(s, &g.layout.dims, g.device.clone()))])
             },
         )
+        .noted(|| {
+            let (name, params) = (Op::NAME, op.params());
+            (crate::graph::Op::Unary { name, params }, vec![self.val()])
+        })
     }
 }

@@ -66,6 +66,9 @@ macro_rules! unary_table {
                 let params: [f64; 2] = [$([$p0, $p1],)? [0.0, 0.0]][0];
                 Some((&Self::CUDA, params))
             }
+            fn params(&self) -> Vec<f64> {
+                vec![$(self.$field),*]
+            }
         }
 
         impl $op {
