@@ -27,6 +27,7 @@ use crate::util::{
 };
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
+use forma::core::graph::Traced;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
 use forma::nn::{scope, LoadReport, Module, StateDict};
 use forma::prelude::*;
@@ -562,6 +563,25 @@ pub fn extended_attention_mask<E: Float, D: Device<E>>(
     )
 }
 
+/// Graph capture (ONNX export) reads a BERT forward's two outputs,
+/// `last_hidden_state` and `pooler_output`, in that order.
+impl<const H: usize, E: Float, D: Device<E>> Traced for BertOutputs<H, E, D> {
+    fn traced(&self) -> Vec<(forma::core::graph::Val, Vec<bool>)> {
+        let mut v = self.last_hidden_state.traced();
+        v.extend(self.pooler_output.traced());
+        v
+    }
+
+    fn grown(&self, extra: &[Vec<usize>], next: &mut usize) -> forma::Result<Self> {
+        Ok(BertOutputs {
+            last_hidden_state: self.last_hidden_state.grown(extra, next)?,
+            pooler_output: self.pooler_output.grown(extra, next)?,
+            hidden_states: None,
+            attentions: None,
+        })
+    }
+}
+
 /// Strips `bert.` and drops what is not a `BertModel` weight.
 fn normalize_hf_bert(sd: StateDict) -> (StateDict, HfLoadReport) {
     let mut report = HfLoadReport::default();
@@ -615,10 +635,14 @@ impl<const V: usize, const H: usize, const P: usize, const TV: usize, E: Float, 
                 .token_type_embeddings
                 .try_forward_as("token_type_embeddings", ty.clone())?,
             None => {
-                let zeros =
-                    Tensor::<(Dyn, Dyn), i64, D>::zeros_on(input_ids.shape(), input_ids.device());
-                self.token_type_embeddings
-                    .try_forward_as("token_type_embeddings", zeros)?
+                // Every position of type 0: its row, broadcast (a zeros
+                // tensor of the ids' sizes would be the same, but graph
+                // capture would record it at the example's sizes).
+                let row = self.token_type_embeddings.weight.try_narrow::<0>(0, 1)?;
+                scope::run("token_type_embeddings", || {
+                    row.try_reshape_to((Dyn(1), Dyn(1), C::<H>))
+                })?
+                .try_expand((Dyn(input_ids.size(0)), Dyn(t), C::<H>))?
             }
         };
         let pos = Tensor::<(Dyn,), i64, D>::arange_on(0.0, t as f64, 1.0, input_ids.device())?;

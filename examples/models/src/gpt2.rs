@@ -715,17 +715,21 @@ fn conv1d<const NX: usize, const NF: usize, E: Float, D: Device<E>>(
 /// The additive causal mask `[1, 1, len, past + len]` of `len` new
 /// positions after `past` cached ones: query `i` sits at position `past + i`
 /// and sees the keys up to it (0), not the later ones (the most negative
-/// f32).
+/// f32). Built from tensor ops rather than on the host, so that graph
+/// capture (ONNX export) sees it follow the sequence length.
 fn causal_mask<E: Float, D: Device<E>>(
     len: usize,
     past: usize,
     device: &D,
 ) -> forma::Result<Dyn4<E, D>> {
     let s = past + len;
-    let add: Vec<E> = (0..len)
-        .flat_map(|i| (0..s).map(move |j| E::from_f64(if j > past + i { HIDDEN } else { 0.0 })))
-        .collect();
-    Tensor::from_vec_on(add, (Dyn(1), Dyn(1), Dyn(len), Dyn(s)), device)
+    let query = Tensor::<(Dyn,), E, D>::arange_on(past as f64, s as f64, 1.0, device)?;
+    let key = Tensor::<(Dyn,), E, D>::arange_on(0.0, s as f64, 1.0, device)?;
+    let later = key.unsqueeze::<0>().try_gt(&query.unsqueeze::<1>())?;
+    later
+        .to_dtype::<E>()
+        .mul_scalar(HIDDEN)
+        .try_reshape_to((Dyn(1), Dyn(1), Dyn(len), Dyn(s)))
 }
 
 /// Adds `transformer.` to a bare `GPT2Model` file, and drops the causal-mask
