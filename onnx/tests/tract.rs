@@ -1,0 +1,397 @@
+//! Every exported model runs in tract (a maintained Rust ONNX runtime) and
+//! gives Forma's own output within 1e-5 relative, at two batch sizes (and
+//! two sequence lengths where there is one) from one exported file: the
+//! symbolic axes are real.
+
+use forma::nn::layers::{
+    BatchNorm2d, Conv2d, Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Relu,
+    TransformerEncoderLayer,
+};
+use forma::prelude::*;
+use forma::TensorData;
+use forma_onnx::to_onnx_bytes;
+use tract_onnx::prelude::{self as tp, Framework, InferenceModelExt, IntoRunnable};
+
+/// An input for tract: its sizes and values.
+enum In {
+    F32(Vec<usize>, Vec<f32>),
+    I64(Vec<usize>, Vec<i64>),
+}
+
+/// Runs the ONNX model in `bytes` on `inputs` in tract; the first output.
+fn tract_run(bytes: &[u8], inputs: Vec<In>) -> (Vec<usize>, Vec<f32>) {
+    let model = tract_onnx::onnx()
+        .model_for_read(&mut &bytes[..])
+        .expect("tract reads the file")
+        .into_optimized()
+        .expect("tract optimises the model")
+        .into_runnable()
+        .expect("tract plans the model");
+    let ins: tp::TVec<tp::TValue> = inputs
+        .into_iter()
+        .map(|i| match i {
+            In::F32(d, v) => tp::Tensor::from_shape(&d, &v).unwrap().into(),
+            In::I64(d, v) => tp::Tensor::from_shape(&d, &v).unwrap().into(),
+        })
+        .collect();
+    let out = model.run(ins).expect("tract runs the model");
+    let t = out[0].to_plain_array_view::<f32>().expect("an f32 output");
+    (t.shape().to_vec(), t.iter().copied().collect())
+}
+
+fn assert_close(name: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{name}: lengths");
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * scale.max(w.abs()) + 1e-6,
+            "{name}[{i}]: tract {g} vs forma {w}"
+        );
+    }
+}
+
+/// Exports `model` at the example, then checks tract against Forma at
+/// each of `runs`.
+fn check<M, X, Y>(name: &str, model: &M, example: X, runs: Vec<(X, Vec<In>)>)
+where
+    M: forma::nn::Module + Forward<X, Y>,
+    X: forma_onnx::Traced,
+    Y: forma_onnx::Traced + ToVec,
+{
+    let graph = forma::nn::capture::capture(model, example).expect("capture");
+    let bytes = to_onnx_bytes(&graph, &[]).expect("export");
+    let mut record = Vec::new();
+    for (x, ins) in runs {
+        let want = model.try_forward(x).expect("forma forward");
+        record.push(json_run(&ins, &want.dims_vec(), &want.values()));
+        let (dims, got) = tract_run(&bytes, ins);
+        assert_eq!(dims, want.dims_vec(), "{name}: output sizes");
+        assert_close(name, &got, &want.values());
+    }
+    // `tools/check_onnx.py` sets this to run the same files in ONNX Runtime.
+    if let Some(dir) = std::env::var_os("FORMA_ONNX_OUT") {
+        let dir = std::path::Path::new(&dir);
+        std::fs::write(dir.join(format!("{name}.onnx")), &bytes).unwrap();
+        let runs = format!("{{\"runs\": [{}]}}", record.join(", "));
+        std::fs::write(dir.join(format!("{name}.json")), runs).unwrap();
+    }
+}
+
+/// One run as JSON: the inputs and Forma's output.
+fn json_run(ins: &[In], dims: &[usize], out: &[f32]) -> String {
+    fn list<T: std::fmt::Display>(v: &[T]) -> String {
+        let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+        format!("[{}]", items.join(", "))
+    }
+    let inputs: Vec<String> = ins
+        .iter()
+        .map(|i| match i {
+            In::F32(d, v) => format!(
+                "{{\"dtype\": \"float32\", \"dims\": {}, \"values\": {}}}",
+                list(d),
+                list(v)
+            ),
+            In::I64(d, v) => format!(
+                "{{\"dtype\": \"int64\", \"dims\": {}, \"values\": {}}}",
+                list(d),
+                list(v)
+            ),
+        })
+        .collect();
+    format!(
+        "{{\"inputs\": [{}], \"output\": {{\"dims\": {}, \"values\": {}}}}}",
+        inputs.join(", "),
+        list(dims),
+        list(out)
+    )
+}
+
+/// A forward's output, read for comparison.
+trait ToVec {
+    fn dims_vec(&self) -> Vec<usize>;
+    fn values(&self) -> Vec<f32>;
+}
+
+impl<S: Shape> ToVec for Tensor<S> {
+    fn dims_vec(&self) -> Vec<usize> {
+        self.dims().to_vec()
+    }
+    fn values(&self) -> Vec<f32> {
+        self.to_vec()
+    }
+}
+
+fn randn(dims: &[usize], rng: &mut Rng) -> Vec<f32> {
+    let n = dims.iter().product::<usize>();
+    Tensor::<(Dyn,)>::randn((Dyn(n),), rng).to_vec()
+}
+
+#[derive(Module, Sequential)]
+#[sequential(input = [B, 6], output = [B, 3])]
+struct Mlp {
+    fc1: Linear<6, 16>,
+    act: Relu,
+    fc2: Linear<16, 3>,
+}
+
+#[test]
+fn mlp_runs_in_tract_at_two_batch_sizes() {
+    let mut rng = Rng::seed_from(0);
+    let model = Mlp {
+        fc1: Linear::new(&Cpu, &mut rng),
+        act: Relu,
+        fc2: Linear::new(&Cpu, &mut rng),
+    };
+    let mk = |b: usize, rng: &mut Rng| {
+        let v = randn(&[b, 6], rng);
+        let x = Tensor::<(Dyn, C<6>)>::from_vec(v.clone(), (Dyn(b), C)).unwrap();
+        (x, vec![In::F32(vec![b, 6], v)])
+    };
+    let (example, _) = mk(2, &mut rng);
+    let runs = vec![mk(1, &mut rng), mk(5, &mut rng)];
+    check("mlp", &model, example, runs);
+}
+
+#[derive(Module, Sequential)]
+#[sequential(input = [B, 1, 12, 12], output = [B, 10])]
+struct Cnn {
+    conv: Conv2d<1, 4, 3>,
+    bn: BatchNorm2d<4>,
+    act: Relu,
+    pool: MaxPool2d<2>,
+    flatten: Flatten,
+    fc: Linear<100, 10>,
+}
+
+#[test]
+fn cnn_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
+    let mut rng = Rng::seed_from(1);
+    let mut model = Cnn {
+        conv: Conv2d::new(&Cpu, &mut rng),
+        bn: BatchNorm2d::new(&Cpu),
+        act: Relu,
+        pool: MaxPool2d,
+        flatten: Flatten,
+        fc: Linear::new(&Cpu, &mut rng),
+    };
+    // Running statistics that are not the identity, as after training.
+    model
+        .bn
+        .running_mean
+        .try_assign_data(&TensorData::from_vec(&[0.1f32, -0.2, 0.3, 0.0], vec![4]).unwrap())
+        .unwrap();
+    model
+        .bn
+        .running_var
+        .try_assign_data(&TensorData::from_vec(&[1.5f32, 0.5, 2.0, 1.0], vec![4]).unwrap())
+        .unwrap();
+    model.eval();
+    let mk = |b: usize, rng: &mut Rng| {
+        let v = randn(&[b, 1, 12, 12], rng);
+        let x =
+            Tensor::<(Dyn, C<1>, C<12>, C<12>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
+        (x, vec![In::F32(vec![b, 1, 12, 12], v)])
+    };
+    let (example, _) = mk(2, &mut rng);
+    let runs = vec![mk(1, &mut rng), mk(3, &mut rng)];
+    check("cnn", &model, example, runs);
+}
+
+#[derive(Module)]
+struct Encoder {
+    layers: Vec<TransformerEncoderLayer<16, 4, 32>>,
+    norm: LayerNorm<16>,
+}
+
+impl Forward<Tensor<(Dyn, Dyn, C<16>)>, Tensor<(Dyn, Dyn, C<16>)>> for Encoder {
+    fn try_forward(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<16>)>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<16>)>> {
+        let mut h = x;
+        for i in 0..self.layers.len() {
+            h = forma::nn::child!(self.layers[i], h)?;
+        }
+        forma::nn::child!(self.norm, h)
+    }
+}
+
+#[test]
+fn transformer_encoder_stack_runs_in_tract_at_two_batches_and_lengths() {
+    let mut rng = Rng::seed_from(2);
+    let mut model = Encoder {
+        layers: (0..2)
+            .map(|_| TransformerEncoderLayer::new(&Cpu, &mut rng))
+            .collect(),
+        norm: LayerNorm::new(&Cpu),
+    };
+    model.eval();
+    let mk = |b: usize, s: usize, rng: &mut Rng| {
+        let v = randn(&[b, s, 16], rng);
+        let x = Tensor::<(Dyn, Dyn, C<16>)>::from_vec(v.clone(), (Dyn(b), Dyn(s), C)).unwrap();
+        (x, vec![In::F32(vec![b, s, 16], v)])
+    };
+    let (example, _) = mk(2, 5, &mut rng);
+    let runs = vec![mk(1, 3, &mut rng), mk(3, 7, &mut rng)];
+    check("encoder", &model, example, runs);
+}
+
+#[derive(Module)]
+struct Tagger {
+    embed: Embedding<20, 8>,
+    norm: LayerNorm<8>,
+    fc: Linear<8, 5>,
+}
+
+impl Forward<Tensor<(Dyn, Dyn), i64>, Tensor<(Dyn, Dyn, C<5>)>> for Tagger {
+    fn try_forward(&self, ids: Tensor<(Dyn, Dyn), i64>) -> forma::Result<Tensor<(Dyn, Dyn, C<5>)>> {
+        let h: Tensor<(Dyn, Dyn, C<8>)> = forma::nn::child!(self.embed, ids)?;
+        let h: Tensor<(Dyn, Dyn, C<8>)> = forma::nn::child!(self.norm, h)?;
+        forma::nn::child!(self.fc, h)
+    }
+}
+
+#[test]
+fn embedding_tagger_takes_int64_ids_in_tract() {
+    let mut rng = Rng::seed_from(3);
+    let model = Tagger {
+        embed: Embedding::new(&Cpu, &mut rng),
+        norm: LayerNorm::new(&Cpu),
+        fc: Linear::new(&Cpu, &mut rng),
+    };
+    let mk = |b: usize, s: usize, seed: i64| {
+        let v: Vec<i64> = (0..(b * s) as i64).map(|i| (i * 7 + seed) % 20).collect();
+        let x = Tensor::<(Dyn, Dyn), i64>::from_vec(v.clone(), (Dyn(b), Dyn(s))).unwrap();
+        (x, vec![In::I64(vec![b, s], v)])
+    };
+    let (example, _) = mk(2, 4, 0);
+    let runs = vec![mk(1, 6, 3), mk(3, 2, 5)];
+    check("tagger", &model, example, runs);
+}
+
+#[test]
+fn pre_norm_gelu_encoder_runs_in_tract() {
+    use forma::nn::layers::{Activation, TransformerOptions};
+    let mut rng = Rng::seed_from(4);
+    let options = TransformerOptions {
+        activation: Activation::Gelu,
+        norm_first: true,
+        ..Default::default()
+    };
+    let mut model = Encoder {
+        layers: vec![TransformerEncoderLayer::with_options(
+            options, &Cpu, &mut rng,
+        )],
+        norm: LayerNorm::new(&Cpu),
+    };
+    model.eval();
+    let mk = |b: usize, s: usize, rng: &mut Rng| {
+        let v = randn(&[b, s, 16], rng);
+        let x = Tensor::<(Dyn, Dyn, C<16>)>::from_vec(v.clone(), (Dyn(b), Dyn(s), C)).unwrap();
+        (x, vec![In::F32(vec![b, s, 16], v)])
+    };
+    let (example, _) = mk(2, 4, &mut rng);
+    let runs = vec![mk(1, 2, &mut rng), mk(2, 6, &mut rng)];
+    check("encoder_prenorm_gelu", &model, example, runs);
+}
+
+/// Causal self-attention over `[batch, heads, seq, dim]`.
+#[derive(Module)]
+struct Causal;
+
+impl Forward<Tensor<(Dyn, C<2>, Dyn, C<4>)>, Tensor<(Dyn, C<2>, Dyn, C<4>)>> for Causal {
+    fn try_forward(
+        &self,
+        x: Tensor<(Dyn, C<2>, Dyn, C<4>)>,
+    ) -> forma::Result<Tensor<(Dyn, C<2>, Dyn, C<4>)>> {
+        let q = x.mul_scalar(0.5).tanh();
+        x.try_scaled_dot_product_attention::<Dyn, C<4>, (Dyn, C<2>, Dyn, Dyn)>(
+            &q, &x, None, true, None,
+        )
+    }
+}
+
+#[test]
+fn causal_attention_masks_by_the_run_time_length_in_tract() {
+    let mut rng = Rng::seed_from(5);
+    let mk = |b: usize, s: usize, rng: &mut Rng| {
+        let v = randn(&[b, 2, s, 4], rng);
+        let x =
+            Tensor::<(Dyn, C<2>, Dyn, C<4>)>::from_vec(v.clone(), (Dyn(b), C, Dyn(s), C)).unwrap();
+        (x, vec![In::F32(vec![b, 2, s, 4], v)])
+    };
+    let (example, _) = mk(1, 3, &mut rng);
+    let runs = vec![mk(2, 5, &mut rng), mk(1, 1, &mut rng)];
+    check("causal_attention", &Causal, example, runs);
+}
+
+/// vocab 99, context 64, hidden 32 (QKV 96), 4 heads, MLP 128: the model
+/// suite's tiny GPT-2.
+type TinyGpt2 = forma_models::gpt2::Gpt2LMHeadModel<99, 64, 32, 96, 4, 128>;
+/// vocab 99, hidden 32, 4 heads, intermediate 37, 40 positions, 2 types.
+type TinyBert = forma_models::bert::Bert<99, 32, 4, 37, 40, 2>;
+
+impl<const H: usize> ToVec for forma_models::bert::BertOutputs<H> {
+    fn dims_vec(&self) -> Vec<usize> {
+        self.last_hidden_state.dims().to_vec()
+    }
+    fn values(&self) -> Vec<f32> {
+        self.last_hidden_state.to_vec()
+    }
+}
+
+/// Token ids `[b, s]` below 99, their inputs for tract.
+fn ids(b: usize, s: usize, seed: i64) -> (Tensor<(Dyn, Dyn), i64>, Vec<In>) {
+    let v: Vec<i64> = (0..(b * s) as i64).map(|i| (i * 13 + seed) % 99).collect();
+    let x = Tensor::<(Dyn, Dyn), i64>::from_vec(v.clone(), (Dyn(b), Dyn(s))).unwrap();
+    (x, vec![In::I64(vec![b, s], v)])
+}
+
+#[test]
+fn gpt2_logits_run_in_tract_at_two_batches_and_lengths() {
+    let cfg = forma_models::gpt2::Gpt2Config::with_layers(2);
+    let mut model = TinyGpt2::new(&cfg, &Cpu, &mut Rng::seed_from(6));
+    model.eval();
+    let (example, _) = ids(2, 5, 0);
+    check("gpt2", &model, example, vec![ids(1, 3, 1), ids(3, 9, 2)]);
+}
+
+#[test]
+fn bert_hidden_states_run_in_tract_at_two_batches_and_lengths() {
+    let cfg = forma_models::bert::BertConfig::with_layers(2);
+    let mut model = TinyBert::new(&cfg, &Cpu, &mut Rng::seed_from(7));
+    model.eval();
+    let (example, _) = ids(2, 5, 0);
+    check("bert", &model, example, vec![ids(1, 3, 1), ids(3, 9, 2)]);
+}
+
+/// A bidirectional two-layer LSTM feeding a GRU.
+#[derive(Module)]
+struct Recurrent {
+    lstm: forma::nn::layers::Lstm<3, 5, true>,
+    gru: forma::nn::layers::Gru<10, 4>,
+}
+
+impl Forward<Tensor<(Dyn, Dyn, C<3>)>, Tensor<(Dyn, Dyn, C<4>)>> for Recurrent {
+    fn try_forward(&self, x: Tensor<(Dyn, Dyn, C<3>)>) -> forma::Result<Tensor<(Dyn, Dyn, C<4>)>> {
+        let h: Tensor<(Dyn, Dyn, C<10>)> = forma::nn::child!(self.lstm, x)?;
+        forma::nn::child!(self.gru, h)
+    }
+}
+
+#[test]
+fn lstm_and_gru_run_in_tract_as_onnx_recurrent_ops() {
+    let mut rng = Rng::seed_from(8);
+    let model = Recurrent {
+        lstm: forma::nn::layers::Lstm::new(2, &Cpu, &mut rng),
+        gru: forma::nn::layers::Gru::new(1, &Cpu, &mut rng),
+    };
+    let mk = |b: usize, s: usize, rng: &mut Rng| {
+        let v = randn(&[b, s, 3], rng);
+        let x = Tensor::<(Dyn, Dyn, C<3>)>::from_vec(v.clone(), (Dyn(b), Dyn(s), C)).unwrap();
+        (x, vec![In::F32(vec![b, s, 3], v)])
+    };
+    let (example, _) = mk(2, 4, &mut rng);
+    let runs = vec![mk(1, 3, &mut rng), mk(3, 7, &mut rng)];
+    check("lstm_gru", &model, example, runs);
+}
