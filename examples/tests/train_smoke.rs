@@ -103,7 +103,11 @@ fn renderer_is_deterministic_and_draws_distinct_classes() {
 #[test]
 fn trains_evaluates_and_writes_every_file() {
     let dir = out_dir("files");
-    let summary = run(&tiny(&dir, 2)).unwrap();
+    let summary = run(&Args {
+        export_onnx: true,
+        ..tiny(&dir, 2)
+    })
+    .unwrap();
     let m = &summary.metrics;
     assert_eq!(m.len(), 2);
     assert_eq!((m[0].epoch, m[1].epoch), (1, 2));
@@ -123,9 +127,18 @@ fn trains_evaluates_and_writes_every_file() {
         &files.csv,
         &files.plot,
         &files.samples,
+        &files.onnx,
     ] {
         assert!(f.is_file(), "{} is missing", f.display());
     }
+    // `--export-onnx`: the best model's weights and a few hundred bytes of
+    // graph (the graph itself is checked in forma-onnx's tests).
+    let onnx = std::fs::metadata(&files.onnx).unwrap().len() as usize;
+    let weights = 4 * Cnn::new(&mut Rng::seed_from(0)).num_parameters();
+    assert!(
+        onnx > weights && onnx < weights + 8192,
+        "{onnx} bytes for {weights}"
+    );
     for png in [&files.plot, &files.samples] {
         let bytes = std::fs::read(png).unwrap();
         assert_eq!(bytes[..8], *b"\x89PNG\r\n\x1a\n", "{}", png.display());
@@ -335,6 +348,7 @@ fn command_line() {
         "--workers",
         "2",
         "--no-progress",
+        "--export-onnx",
     ])
     .unwrap() else {
         panic!("not a training command")
@@ -354,6 +368,7 @@ fn command_line() {
             test_size: Some(50),
             workers: 2,
             progress: false,
+            export_onnx: true,
             ..Args::default()
         }
     );

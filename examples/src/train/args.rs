@@ -34,6 +34,8 @@ usage: cargo run --release -p forma-examples --example train -- [OPTIONS]
   --test-size N      held-out samples [default: 4000 built-in, all of --data]
   --workers N        data-loading threads [default: 0: the training thread]
   --no-progress      no progress bar, only a line per epoch
+  --export-onnx      also write the best model as --out/model.onnx (opset 17,
+                     any batch size), for ONNX Runtime and other runtimes
   -h, --help         this text
 ";
 
@@ -74,6 +76,8 @@ pub struct Args {
     /// Whether to draw a progress bar (off with `--no-progress`; it is also
     /// hidden when stderr is not a terminal).
     pub progress: bool,
+    /// `--export-onnx`.
+    pub export_onnx: bool,
 }
 
 impl Default for Args {
@@ -95,6 +99,7 @@ impl Default for Args {
             test_size: None,
             workers: 0,
             progress: true,
+            export_onnx: false,
         }
     }
 }
@@ -157,7 +162,7 @@ where
         }
         let takes_value = !matches!(
             flag.as_str(),
-            "--resume" | "--download" | "--no-progress" | "-h" | "--help"
+            "--resume" | "--download" | "--no-progress" | "--export-onnx" | "-h" | "--help"
         );
         if !takes_value && inline.is_some() {
             return Err(format!("{flag} takes no value"));
@@ -175,6 +180,7 @@ where
                 })?;
             }
             "--no-progress" => out.progress = false,
+            "--export-onnx" => out.export_onnx = true,
             "--data" => out.data = Some(PathBuf::from(value(&flag)?)),
             "--out" => out.out = PathBuf::from(value(&flag)?),
             "--epochs" => out.epochs = Some(positive(&flag, value(&flag)?)?),

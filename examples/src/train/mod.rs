@@ -197,6 +197,9 @@ pub enum TrainError {
     /// Drawing or encoding an image failed.
     #[error("plot: {0}")]
     Plot(String),
+    /// `--export-onnx` failed.
+    #[error("onnx export: {0}")]
+    Export(forma::Error),
     /// `--download` failed.
     #[error("download: {0}")]
     Download(#[from] crate::download::DownloadError),
@@ -369,6 +372,8 @@ pub struct OutFiles {
     pub plot: PathBuf,
     /// A grid of training images (`samples.png`).
     pub samples: PathBuf,
+    /// The best model as ONNX (`model.onnx`, with `--export-onnx`).
+    pub onnx: PathBuf,
 }
 
 impl OutFiles {
@@ -380,6 +385,7 @@ impl OutFiles {
             csv: dir.join("metrics.csv"),
             plot: dir.join("metrics.png"),
             samples: dir.join("samples.png"),
+            onnx: dir.join("model.onnx"),
         }
     }
 }
@@ -741,6 +747,16 @@ where
         if improved {
             best = test_acc;
             model.save_safetensors(&files.best)?;
+            if args.export_onnx {
+                // The same weights as `best.safetensors`, as an inference
+                // graph ONNX Runtime runs at any batch size.
+                model.eval();
+                let example = DeviceImages::<D>::zeros_on((Dyn(1), C, C, C), device);
+                let exported =
+                    forma_onnx::export_onnx(&model, example, &files.onnx, &Default::default());
+                model.train();
+                exported.map_err(TrainError::Export)?;
+            }
         }
         let mut extra = BTreeMap::new();
         settings.to_extra(&mut extra);
