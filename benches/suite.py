@@ -12,6 +12,7 @@ workload at a time, right after measuring the same workload in Forma, so
 both sides of a row are measured within seconds of each other.
 """
 import argparse
+import io
 import resource
 import subprocess
 import sys
@@ -105,6 +106,43 @@ def encoder(batch, seq):
     return timed(2, reps, run)
 
 
+def encoder_model():
+    layer = torch.nn.TransformerEncoderLayer(384, 12, 1536, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).eval()
+
+
+def onnx_bytes(model, x):
+    # The TorchScript exporter (the dynamo one needs onnxscript), into memory:
+    # the file write is left out on both sides; batch and sequence symbolic.
+    import warnings
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17,
+                          input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch", 1: "seq"}})
+    return len(buf.getvalue())
+
+
+def export_encoder():
+    model, x = encoder_model(), torch.randn(1, 16, 384)
+    return timed(1, 5, lambda: onnx_bytes(model, x))
+
+
+def rss_export_child():
+    model, x = encoder_model(), torch.randn(1, 16, 384)
+    onnx_bytes(model, x)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+
+
+def rss_export(threads):
+    out = subprocess.run(
+        [sys.executable, __file__, "--rss-export", "--threads", str(threads)], capture_output=True, text=True, check=True
+    )
+    return [float(out.stdout.strip())]
+
+
 def gelu_chain():
     n = 1 << 22
     x, w, b = torch.randn(n), torch.randn(n), torch.randn(n)
@@ -143,6 +181,8 @@ WORKLOADS = {
     "encoder b8 s128": lambda t: encoder(8, 128),
     "encoder b1 s16": lambda t: encoder(1, 16),
     "gelu chain": lambda t: gelu_chain(),
+    "export encoder": lambda t: export_encoder(),
+    "rss export": rss_export,
     "rss mlp": rss_mlp,
 }
 
@@ -152,12 +192,16 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keys", default=",".join(WORKLOADS))
     p.add_argument("--rss-mlp", action="store_true")
+    p.add_argument("--rss-export", action="store_true")
     p.add_argument("--serve", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     if a.rss_mlp:
         rss_child()
+        return
+    if a.rss_export:
+        rss_export_child()
         return
     keys = (line.strip() for line in sys.stdin) if a.serve else a.keys.split(",")
     for key in keys:

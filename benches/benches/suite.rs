@@ -340,6 +340,77 @@ fn encoder(batch: usize, seq: usize, rng: &mut Rng) -> Sample {
     })
 }
 
+/// The encoder as one module, for export.
+#[derive(Module)]
+struct Encoder {
+    layers: Vec<EncoderLayer>,
+}
+
+impl Forward<Tensor<(Dyn, Dyn, C<384>)>, Tensor<(Dyn, Dyn, C<384>)>> for Encoder {
+    fn try_forward(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<384>)>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<384>)>> {
+        let mut h = x;
+        for i in 0..self.layers.len() {
+            h = forma::nn::child!(self.layers[i], h)?;
+        }
+        Ok(h)
+    }
+}
+
+fn eval_encoder(rng: &mut Rng) -> Encoder {
+    let mut model = Encoder {
+        layers: (0..6).map(|_| EncoderLayer::new(&Cpu, rng)).collect(),
+    };
+    model.eval();
+    model
+}
+
+/// The encoder exported to ONNX bytes (capture, lowering, encoding; the
+/// file write is left out on both sides), batch and sequence symbolic.
+fn export_onnx_bytes(model: &Encoder, x: &Tensor<(Dyn, Dyn, C<384>)>) -> usize {
+    let graph = forma::nn::capture::capture(model, x.clone()).expect("capture the encoder");
+    forma_onnx::to_onnx_bytes(&graph, &[])
+        .expect("export the encoder")
+        .len()
+}
+
+fn export_encoder(rng: &mut Rng) -> Sample {
+    let model = eval_encoder(rng);
+    let x = Tensor::<(Dyn, Dyn, C<384>)>::randn((Dyn(1), Dyn(16), C), rng);
+    Sample::time(1, 5, || {
+        std::hint::black_box(export_onnx_bytes(&model, &x));
+    })
+}
+
+/// The export whose peak resident memory is compared, in a child process
+/// (`--rss-export`): the model built, then exported once.
+fn rss_export_child() {
+    let mut rng = Rng::seed_from(0);
+    let model = eval_encoder(&mut rng);
+    let x = Tensor::<(Dyn, Dyn, C<384>)>::randn((Dyn(1), Dyn(16), C), &mut rng);
+    let before = peak_rss_mb().unwrap_or(f64::NAN);
+    let bytes = export_onnx_bytes(&model, &x);
+    eprintln!(
+        "forma encoder export: {:.1} MB file, peak RSS {before:.0} MB before the export",
+        bytes as f64 / 1e6
+    );
+    println!("{}", peak_rss_mb().unwrap_or(f64::NAN));
+}
+
+fn rss_export() -> Sample {
+    let exe = std::env::current_exe().expect("own path");
+    let out = Command::new(exe)
+        .arg("--rss-export")
+        .env("RAYON_NUM_THREADS", threads().to_string())
+        .output()
+        .expect("run the export child process");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    Sample::value(text.trim().parse().unwrap_or(f64::NAN))
+}
+
 fn gelu_chain(rng: &mut Rng) -> Sample {
     let n = 1 << 22;
     let x = Tensor::<(Dyn,)>::randn((Dyn(n),), rng);
@@ -445,6 +516,20 @@ fn workloads() -> Vec<Workload> {
         Box::new(gelu_chain),
     ));
     w.push(Workload::new(
+        "export encoder",
+        "ONNX export, encoder 6x384/12h/1536",
+        Unit::Millis,
+        1.0,
+        Box::new(export_encoder),
+    ));
+    w.push(Workload::new(
+        "rss export",
+        "peak RSS, encoder export process",
+        Unit::Megabytes,
+        1.0,
+        Box::new(|_| rss_export()),
+    ));
+    w.push(Workload::new(
         "rss mlp",
         "peak RSS, MLP training process",
         Unit::Megabytes,
@@ -470,6 +555,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--rss-mlp") {
         rss_child();
+        return;
+    }
+    if args.iter().any(|a| a == "--rss-export") {
+        rss_export_child();
         return;
     }
     let flag = |name: &str| {
