@@ -395,3 +395,123 @@ fn lstm_and_gru_run_in_tract_as_onnx_recurrent_ops() {
     let runs = vec![mk(1, 3, &mut rng), mk(3, 7, &mut rng)];
     check("lstm_gru", &model, example, runs);
 }
+
+/// conv-bn-relu-conv-bn plus a shortcut (a strided 1x1 conv and bn when
+/// the block downsamples), then relu: torchvision's `BasicBlock`.
+#[derive(Module)]
+struct Block<const I: usize, const O: usize, const S: usize> {
+    conv1: Conv2d<I, O, 3, S, 1>,
+    bn1: BatchNorm2d<O>,
+    conv2: Conv2d<O, O, 3, 1, 1>,
+    bn2: BatchNorm2d<O>,
+    #[module(rename = "downsample.0")]
+    down_conv: Option<Conv2d<I, O, 1, S>>,
+    #[module(rename = "downsample.1")]
+    down_bn: Option<BatchNorm2d<O>>,
+}
+
+type Image<const CH: usize> = Tensor<(Dyn, C<CH>, Dyn, Dyn)>;
+
+impl<const I: usize, const O: usize, const S: usize> Block<I, O, S> {
+    fn new(rng: &mut Rng) -> Self {
+        let mut conv1: Conv2d<I, O, 3, S, 1> = Conv2d::new(&Cpu, rng);
+        let mut conv2: Conv2d<O, O, 3, 1, 1> = Conv2d::new(&Cpu, rng);
+        conv1.bias = None;
+        conv2.bias = None;
+        let down = I != O || S != 1;
+        let down_conv = down.then(|| {
+            let mut c: Conv2d<I, O, 1, S> = Conv2d::new(&Cpu, rng);
+            c.bias = None;
+            c
+        });
+        let down_bn = down.then(|| stats(BatchNorm2d::new(&Cpu), rng));
+        Block {
+            conv1,
+            bn1: stats(BatchNorm2d::new(&Cpu), rng),
+            conv2,
+            bn2: stats(BatchNorm2d::new(&Cpu), rng),
+            down_conv,
+            down_bn,
+        }
+    }
+
+    fn run(&self, x: Image<I>) -> forma::Result<Image<O>> {
+        let h: Image<O> = self.conv1.try_forward_as("conv1", x.clone())?;
+        let h: Image<O> = self.bn1.try_forward_as("bn1", h)?;
+        let h: Image<O> = self.conv2.try_forward_as("conv2", h.relu())?;
+        let h: Image<O> = self.bn2.try_forward_as("bn2", h)?;
+        let skip: Image<O> = match (&self.down_conv, &self.down_bn) {
+            (Some(conv), Some(bn)) => forma::nn::scope::run("downsample", || {
+                let s: Image<O> = conv.try_forward_as(0, x)?;
+                bn.try_forward_as(1, s)
+            })?,
+            _ => x.into_dyn().try_reshape_to(h.shape())?,
+        };
+        Ok((h + skip).relu())
+    }
+}
+
+/// Running statistics and affine parameters that are not the identity.
+fn stats<const CH: usize>(bn: BatchNorm2d<CH>, rng: &mut Rng) -> BatchNorm2d<CH> {
+    for (t, lo) in [(&bn.running_mean, -0.5), (&bn.running_var, 0.5)] {
+        let v: Vec<f32> = (0..CH)
+            .map(|i| lo + (i as f32 * 0.37).sin().abs())
+            .collect();
+        t.try_assign_data(&TensorData::from_vec(&v, vec![CH]).unwrap())
+            .unwrap();
+    }
+    let w = Tensor::<(Dyn,)>::randn((Dyn(CH),), rng).to_vec();
+    bn.weight
+        .try_assign_data(&TensorData::from_vec(&w, vec![CH]).unwrap())
+        .unwrap();
+    bn
+}
+
+/// A ResNet in miniature: a stem, a plain block and a downsampling one,
+/// global average pooling and a classifier.
+#[derive(Module)]
+struct ResNet {
+    conv1: Conv2d<3, 8, 3, 1, 1>,
+    bn1: BatchNorm2d<8>,
+    layer1: Block<8, 8, 1>,
+    layer2: Block<8, 16, 2>,
+    fc: Linear<16, 5>,
+}
+
+impl Forward<Tensor<(Dyn, C<3>, C<12>, C<12>)>, Tensor<(Dyn, C<5>)>> for ResNet {
+    fn try_forward(
+        &self,
+        x: Tensor<(Dyn, C<3>, C<12>, C<12>)>,
+    ) -> forma::Result<Tensor<(Dyn, C<5>)>> {
+        // The spatial sizes as `Dyn` (the blocks' type): the same values.
+        let x: Image<3> = x.try_reshape_to((Dyn(x.dims()[0]), C, Dyn(12), Dyn(12)))?;
+        let h: Image<8> = self.conv1.try_forward_as("conv1", x)?;
+        let h: Image<8> = self.bn1.try_forward_as("bn1", h)?;
+        let h = forma::nn::scope::run("layer1", || self.layer1.run(h.relu()))?;
+        let h = forma::nn::scope::run("layer2", || self.layer2.run(h))?;
+        let pooled: Tensor<(Dyn, C<16>)> = h.mean::<3>().mean::<2>();
+        self.fc.try_forward_as("fc", pooled)
+    }
+}
+
+#[test]
+fn resnet_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
+    let mut rng = Rng::seed_from(9);
+    let mut model = ResNet {
+        conv1: Conv2d::new(&Cpu, &mut rng),
+        bn1: stats(BatchNorm2d::new(&Cpu), &mut rng),
+        layer1: Block::new(&mut rng),
+        layer2: Block::new(&mut rng),
+        fc: Linear::new(&Cpu, &mut rng),
+    };
+    model.eval();
+    let mk = |b: usize, rng: &mut Rng| {
+        let v = randn(&[b, 3, 12, 12], rng);
+        let x =
+            Tensor::<(Dyn, C<3>, C<12>, C<12>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
+        (x, vec![In::F32(vec![b, 3, 12, 12], v)])
+    };
+    let (example, _) = mk(2, &mut rng);
+    let runs = vec![mk(1, &mut rng), mk(4, &mut rng)];
+    check("resnet", &model, example, runs);
+}
