@@ -261,3 +261,37 @@ fn minilm_and_gpt2_small_export_at_their_weight_size() {
     gpt2.eval();
     assert_file_is_weight_sized("GPT-2 small", &gpt2, ids());
 }
+
+#[test]
+fn dropout_in_training_mode_is_refused_naming_the_path() {
+    use forma::nn::layers::Dropout;
+    #[derive(Module)]
+    struct Net {
+        fc: Linear<4, 4>,
+        drop: Dropout,
+    }
+    impl Forward<Tensor<(Dyn, C<4>)>, Tensor<(Dyn, C<4>)>> for Net {
+        fn try_forward(&self, x: Tensor<(Dyn, C<4>)>) -> forma::Result<Tensor<(Dyn, C<4>)>> {
+            let h: Tensor<(Dyn, C<4>)> = forma::nn::child!(self.fc, x)?;
+            forma::nn::child!(self.drop, h)
+        }
+    }
+    let mut rng = Rng::seed_from(3);
+    let mut net = Net {
+        fc: Linear::new(&Cpu, &mut rng),
+        drop: Dropout::new(0.5, &mut rng),
+    };
+    let x = Tensor::<(Dyn, C<4>)>::ones_on((Dyn(2), C), &Cpu);
+    let err = forma::nn::capture::capture(&net, x.clone())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`dropout` in module `drop`") && err.contains(".eval()"),
+        "{err}"
+    );
+    net.eval();
+    assert_eq!(
+        forma::nn::capture::capture(&net, x).unwrap().op_names(),
+        ["linear"]
+    );
+}

@@ -515,3 +515,55 @@ fn resnet_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
     let runs = vec![mk(1, &mut rng), mk(4, &mut rng)];
     check("resnet", &model, example, runs);
 }
+
+/// Transposed convolution, GroupNorm, SiLU, average pooling without the
+/// padded zeros, a permute, RMSNorm, log-softmax and a cumulative sum.
+#[derive(Module)]
+struct Zoo {
+    up: forma::nn::layers::ConvTranspose2d<4, 6, 3, 2, 1, 1>,
+    gn: forma::nn::layers::GroupNorm<3, 6>,
+    rms: forma::nn::layers::RMSNorm<6>,
+}
+
+impl Forward<Tensor<(Dyn, C<4>, C<5>, C<5>)>, Tensor<(Dyn, C<25>, C<6>)>> for Zoo {
+    fn try_forward(
+        &self,
+        x: Tensor<(Dyn, C<4>, C<5>, C<5>)>,
+    ) -> forma::Result<Tensor<(Dyn, C<25>, C<6>)>> {
+        let b = x.dims()[0];
+        let h: Tensor<(Dyn, C<6>, C<10>, C<10>)> = forma::nn::child!(self.up, x)?;
+        let h: Tensor<(Dyn, C<6>, C<10>, C<10>)> = forma::nn::child!(self.gn, h)?;
+        let p = Pool2dParams {
+            kernel: [3, 3],
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [1, 1],
+            ceil_mode: false,
+            count_include_pad: false,
+        };
+        let h = h.silu().try_avg_pool2d(p)?;
+        let h: Tensor<(Dyn, C<6>, C<5>, C<5>)> = h.try_reshape_to((Dyn(b), C, C, C))?;
+        let h = h.permute::<(Ax<0>, Ax<2>, Ax<3>, Ax<1>)>();
+        let h: Tensor<(Dyn, C<5>, C<5>, C<6>)> = forma::nn::child!(self.rms, h)?;
+        let h: Tensor<(Dyn, C<25>, C<6>)> = h.try_reshape_to((Dyn(b), C, C))?;
+        Ok(h.log_softmax::<2>().cumsum::<1>())
+    }
+}
+
+#[test]
+fn transposed_conv_group_and_rms_norm_pooling_and_scans_run_in_tract() {
+    let mut rng = Rng::seed_from(10);
+    let model = Zoo {
+        up: forma::nn::layers::ConvTranspose2d::new(&Cpu, &mut rng),
+        gn: forma::nn::layers::GroupNorm::new(&Cpu),
+        rms: forma::nn::layers::RMSNorm::new(&Cpu),
+    };
+    let mk = |b: usize, rng: &mut Rng| {
+        let v = randn(&[b, 4, 5, 5], rng);
+        let x = Tensor::<(Dyn, C<4>, C<5>, C<5>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
+        (x, vec![In::F32(vec![b, 4, 5, 5], v)])
+    };
+    let (example, _) = mk(2, &mut rng);
+    let runs = vec![mk(1, &mut rng), mk(3, &mut rng)];
+    check("zoo", &model, example, runs);
+}

@@ -243,6 +243,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         Si: HasAxis<AX>,
     {
         self.same_device("scatter_add", idx)?;
+        crate::graph::refuse("scatter_add", "has no graph form yet");
         if idx.layout.dims != src.layout.dims {
             return Err(Error::shape(
                 "scatter_add",

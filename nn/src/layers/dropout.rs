@@ -72,6 +72,11 @@ impl DropoutRng {
         if p == 0.0 {
             return Ok(x);
         }
+        // A random mask drawn at capture would be frozen into the graph.
+        forma_core::graph::refuse(
+            "dropout",
+            "dropout in training mode is random and has no graph form: call `.eval()` first",
+        );
         let keep = 1.0 - p;
         let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
         let mask: Vec<E> = {
