@@ -52,6 +52,11 @@ def torch_twin(name, weights):
     if name == "mlp":
         m = nn.Sequential(collections.OrderedDict(
             fc1=nn.Linear(6, 16), act=nn.ReLU(), fc2=nn.Linear(16, 3)))
+    elif name == "lenet":
+        m = nn.Sequential(collections.OrderedDict(
+            conv1=nn.Conv2d(1, 8, 5, padding=2), act1=nn.ReLU(), pool1=nn.MaxPool2d(2),
+            conv2=nn.Conv2d(8, 16, 5), act2=nn.ReLU(), pool2=nn.MaxPool2d(2),
+            flatten=nn.Flatten(), fc1=nn.Linear(400, 64), act3=nn.ReLU(), fc2=nn.Linear(64, 10)))
     elif name == "cnn":
         m = nn.Sequential(collections.OrderedDict(
             conv=nn.Conv2d(1, 4, 3), bn=nn.BatchNorm2d(4), act=nn.ReLU(),

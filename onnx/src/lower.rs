@@ -21,7 +21,7 @@ pub(crate) fn data_type(d: DType) -> i32 {
         DType::F16 => DataType::Float16,
         DType::BF16 => DataType::Bfloat16,
         DType::I64 => DataType::Int64,
-        DType::U32 => return 12,
+        DType::U32 => DataType::Uint32,
         DType::Bool => DataType::Bool,
     }) as i32
 }

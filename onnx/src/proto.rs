@@ -121,6 +121,7 @@ pub enum DataType {
     Bool = 9,
     Float16 = 10,
     Double = 11,
+    Uint32 = 12,
     Bfloat16 = 16,
 }
 

@@ -197,6 +197,48 @@ fn cnn_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
     check("cnn", &model, example, runs);
 }
 
+/// The training example's LeNet (examples/src/train/mod.rs), layer for layer.
+#[derive(Module, Sequential)]
+#[sequential(input = [B, 1, 28, 28], output = [B, 10])]
+struct LeNet {
+    conv1: Conv2d<1, 8, 5, 1, 2>,
+    act1: Relu,
+    pool1: MaxPool2d<2>,
+    conv2: Conv2d<8, 16, 5>,
+    act2: Relu,
+    pool2: MaxPool2d<2>,
+    flatten: Flatten,
+    fc1: Linear<400, 64>,
+    act3: Relu,
+    fc2: Linear<64, 10>,
+}
+
+#[test]
+fn the_training_examples_lenet_runs_in_tract_at_two_batch_sizes() {
+    let mut rng = Rng::seed_from(11);
+    let model = LeNet {
+        conv1: Conv2d::new(&Cpu, &mut rng),
+        act1: Relu,
+        pool1: MaxPool2d,
+        conv2: Conv2d::new(&Cpu, &mut rng),
+        act2: Relu,
+        pool2: MaxPool2d,
+        flatten: Flatten,
+        fc1: Linear::new(&Cpu, &mut rng),
+        act3: Relu,
+        fc2: Linear::new(&Cpu, &mut rng),
+    };
+    let mk = |b: usize, rng: &mut Rng| {
+        let v = randn(&[b, 1, 28, 28], rng);
+        let x =
+            Tensor::<(Dyn, C<1>, C<28>, C<28>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
+        (x, vec![In::F32(vec![b, 1, 28, 28], v)])
+    };
+    let (example, _) = mk(2, &mut rng);
+    let runs = vec![mk(1, &mut rng), mk(5, &mut rng)];
+    check("lenet", &model, example, runs);
+}
+
 #[derive(Module)]
 struct Encoder {
     layers: Vec<TransformerEncoderLayer<16, 4, 32>>,
@@ -347,20 +389,28 @@ fn ids(b: usize, s: usize, seed: i64) -> (Tensor<(Dyn, Dyn), i64>, Vec<In>) {
     (x, vec![In::I64(vec![b, s], v)])
 }
 
+/// A tiny model file of the model suite (Hugging Face weights and keys,
+/// written by tools/gen_model_fixtures.py).
+fn model_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tools/fixtures/models")
+        .join(name)
+}
+
 #[test]
 fn gpt2_logits_run_in_tract_at_two_batches_and_lengths() {
-    let cfg = forma_models::gpt2::Gpt2Config::with_layers(2);
-    let mut model = TinyGpt2::new(&cfg, &Cpu, &mut Rng::seed_from(6));
-    model.eval();
+    let model = TinyGpt2::from_safetensors(model_fixture("gpt2_tiny.safetensors"), &Cpu)
+        .unwrap()
+        .model;
     let (example, _) = ids(2, 5, 0);
     check("gpt2", &model, example, vec![ids(1, 3, 1), ids(3, 9, 2)]);
 }
 
 #[test]
 fn bert_hidden_states_run_in_tract_at_two_batches_and_lengths() {
-    let cfg = forma_models::bert::BertConfig::with_layers(2);
-    let mut model = TinyBert::new(&cfg, &Cpu, &mut Rng::seed_from(7));
-    model.eval();
+    let model = TinyBert::from_safetensors(model_fixture("bert_tiny.safetensors"), &Cpu)
+        .unwrap()
+        .model;
     let (example, _) = ids(2, 5, 0);
     check("bert", &model, example, vec![ids(1, 3, 1), ids(3, 9, 2)]);
 }
