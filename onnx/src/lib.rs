@@ -1,7 +1,8 @@
 //! ONNX export of Forma models.
 //!
-//! [`export_onnx`] runs a model's forward once under graph capture
-//! ([`forma_nn::capture`]) and writes the captured graph as an ONNX model
+//! [`export_onnx`] captures a model's forward ([`forma_nn::capture`]: it
+//! runs at the example's sizes and at larger ones, and the two graphs must
+//! agree) and writes the captured graph as an ONNX model
 //! (opset 17, IR version 8): the parameters and buffers are initializers
 //! named by their `state_dict` keys, each node is named by the module path
 //! that ran it (`/encoder/layers.0/linear1/Gemm`), and the `Dyn` sizes of

@@ -720,9 +720,6 @@ fn prune(g: Graph) -> Graph {
 }
 
 impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
-    /// This tensor, noted as the result of `op` on operands `ins` when a
-    /// capture is running (`f` runs only then): the call an op chains after
-    /// its kernel.
     /// This new tensor, made from no input (a creation function): when a
     /// capture reads it, it is a constant of the graph.
     #[inline]
@@ -734,6 +731,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         self
     }
 
+    /// This tensor, noted as the result of the op and operands `f` gives
+    /// when a capture is running (`f` runs only then): the call an op
+    /// chains after its kernel.
     #[inline]
     pub(crate) fn noted(self, f: impl FnOnce() -> (Op, Vec<Val>)) -> Self {
         if capturing() {
