@@ -9,6 +9,7 @@ use crate::proto::{
     TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
 };
 use forma_core::graph::{Dim, Elem, Expr, Graph, Op, Source, ValueId};
+use forma_core::ops::conv::Conv2dParams;
 use forma_core::ops::reduce::{ArgReduceOp, ReduceOp};
 use forma_core::{DType, Error, Result};
 use std::collections::HashMap;
@@ -490,42 +491,19 @@ impl<'g> Lower<'g> {
                 }
             }
             Op::Conv(p) => {
-                let k = self.dims(ids[1])[2..].to_vec();
-                let attrs = vec![
-                    attr_ints("kernel_shape", &fixed_all(&k)?),
-                    attr_ints("strides", &ints(p.stride)),
-                    attr_ints(
-                        "pads",
-                        &ints([p.padding[0], p.padding[1], p.padding[0], p.padding[1]]),
-                    ),
-                    attr_ints("dilations", &ints(p.dilation)),
-                    attr_i("group", p.groups as i64),
-                ];
+                let attrs = conv_attrs(self.dims(ids[1]), p)?;
                 self.emit("Conv", &[x, &ins[1]], out, attrs);
             }
             Op::ConvTranspose { p, output_padding } => {
-                let k = self.dims(ids[1])[2..].to_vec();
-                let attrs = vec![
-                    attr_ints("kernel_shape", &fixed_all(&k)?),
-                    attr_ints("strides", &ints(p.stride)),
-                    attr_ints(
-                        "pads",
-                        &ints([p.padding[0], p.padding[1], p.padding[0], p.padding[1]]),
-                    ),
-                    attr_ints("dilations", &ints(p.dilation)),
-                    attr_ints("output_padding", &ints(*output_padding)),
-                    attr_i("group", p.groups as i64),
-                ];
+                let mut attrs = conv_attrs(self.dims(ids[1]), p)?;
+                attrs.push(attr_ints("output_padding", &ints(*output_padding)));
                 self.emit("ConvTranspose", &[x, &ins[1]], out, attrs);
             }
             Op::MaxPool(p) | Op::AvgPool(p) => {
                 let mut attrs = vec![
                     attr_ints("kernel_shape", &ints(p.kernel)),
                     attr_ints("strides", &ints(p.stride)),
-                    attr_ints(
-                        "pads",
-                        &ints([p.padding[0], p.padding[1], p.padding[0], p.padding[1]]),
-                    ),
+                    attr_ints("pads", &pads(p.padding)),
                     attr_i("ceil_mode", i64::from(p.ceil_mode)),
                 ];
                 if matches!(op, Op::MaxPool(_)) {
@@ -855,6 +833,24 @@ impl<'g> Lower<'g> {
         self.emit("MatMul", &[&p, &ins[2]], out, vec![]);
         Ok(())
     }
+}
+
+/// ONNX's `pads` (begin of each axis, then end of each) for PyTorch's
+/// symmetric `[h, w]` padding.
+fn pads(p: [usize; 2]) -> Vec<i64> {
+    ints([p[0], p[1], p[0], p[1]])
+}
+
+/// The attributes `Conv` and `ConvTranspose` share, the kernel size read
+/// from the weight's sizes `w`.
+fn conv_attrs(w: &[Dim], p: &Conv2dParams) -> Result<Vec<AttributeProto>> {
+    Ok(vec![
+        attr_ints("kernel_shape", &fixed_all(&w[2..])?),
+        attr_ints("strides", &ints(p.stride)),
+        attr_ints("pads", &pads(p.padding)),
+        attr_ints("dilations", &ints(p.dilation)),
+        attr_i("group", p.groups as i64),
+    ])
 }
 
 fn fixed_all(d: &[Dim]) -> Result<Vec<i64>> {

@@ -121,9 +121,12 @@ impl<S: Shape> ToVec for Tensor<S> {
     }
 }
 
-fn randn(dims: &[usize], rng: &mut Rng) -> Vec<f32> {
-    let n = dims.iter().product::<usize>();
-    Tensor::<(Dyn,)>::randn((Dyn(n),), rng).to_vec()
+/// A random f32 input of `shape`: the Forma tensor and tract's copy.
+fn f32_input<S: Shape>(shape: S, rng: &mut Rng) -> (Tensor<S>, Vec<In>) {
+    let x = Tensor::<S>::randn(shape, rng);
+    let dims = x.dims().to_vec();
+    let v = x.to_vec();
+    (x, vec![In::F32(dims, v)])
 }
 
 #[derive(Module, Sequential)]
@@ -142,11 +145,7 @@ fn mlp_runs_in_tract_at_two_batch_sizes() {
         act: Relu,
         fc2: Linear::new(&Cpu, &mut rng),
     };
-    let mk = |b: usize, rng: &mut Rng| {
-        let v = randn(&[b, 6], rng);
-        let x = Tensor::<(Dyn, C<6>)>::from_vec(v.clone(), (Dyn(b), C)).unwrap();
-        (x, vec![In::F32(vec![b, 6], v)])
-    };
+    let mk = |b: usize, rng: &mut Rng| f32_input((Dyn(b), C), rng);
     let (example, _) = mk(2, &mut rng);
     let runs = vec![mk(1, &mut rng), mk(5, &mut rng)];
     check("mlp", &model, example, runs);
@@ -186,12 +185,7 @@ fn cnn_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
         .try_assign_data(&TensorData::from_vec(&[1.5f32, 0.5, 2.0, 1.0], vec![4]).unwrap())
         .unwrap();
     model.eval();
-    let mk = |b: usize, rng: &mut Rng| {
-        let v = randn(&[b, 1, 12, 12], rng);
-        let x =
-            Tensor::<(Dyn, C<1>, C<12>, C<12>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
-        (x, vec![In::F32(vec![b, 1, 12, 12], v)])
-    };
+    let mk = |b: usize, rng: &mut Rng| f32_input((Dyn(b), C, C, C), rng);
     let (example, _) = mk(2, &mut rng);
     let runs = vec![mk(1, &mut rng), mk(3, &mut rng)];
     check("cnn", &model, example, runs);
@@ -228,12 +222,7 @@ fn the_training_examples_lenet_runs_in_tract_at_two_batch_sizes() {
         act3: Relu,
         fc2: Linear::new(&Cpu, &mut rng),
     };
-    let mk = |b: usize, rng: &mut Rng| {
-        let v = randn(&[b, 1, 28, 28], rng);
-        let x =
-            Tensor::<(Dyn, C<1>, C<28>, C<28>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
-        (x, vec![In::F32(vec![b, 1, 28, 28], v)])
-    };
+    let mk = |b: usize, rng: &mut Rng| f32_input((Dyn(b), C, C, C), rng);
     let (example, _) = mk(2, &mut rng);
     let runs = vec![mk(1, &mut rng), mk(5, &mut rng)];
     check("lenet", &model, example, runs);
@@ -268,11 +257,7 @@ fn transformer_encoder_stack_runs_in_tract_at_two_batches_and_lengths() {
         norm: LayerNorm::new(&Cpu),
     };
     model.eval();
-    let mk = |b: usize, s: usize, rng: &mut Rng| {
-        let v = randn(&[b, s, 16], rng);
-        let x = Tensor::<(Dyn, Dyn, C<16>)>::from_vec(v.clone(), (Dyn(b), Dyn(s), C)).unwrap();
-        (x, vec![In::F32(vec![b, s, 16], v)])
-    };
+    let mk = |b: usize, s: usize, rng: &mut Rng| f32_input((Dyn(b), Dyn(s), C), rng);
     let (example, _) = mk(2, 5, &mut rng);
     let runs = vec![mk(1, 3, &mut rng), mk(3, 7, &mut rng)];
     check("encoder", &model, example, runs);
@@ -327,11 +312,7 @@ fn pre_norm_gelu_encoder_runs_in_tract() {
         norm: LayerNorm::new(&Cpu),
     };
     model.eval();
-    let mk = |b: usize, s: usize, rng: &mut Rng| {
-        let v = randn(&[b, s, 16], rng);
-        let x = Tensor::<(Dyn, Dyn, C<16>)>::from_vec(v.clone(), (Dyn(b), Dyn(s), C)).unwrap();
-        (x, vec![In::F32(vec![b, s, 16], v)])
-    };
+    let mk = |b: usize, s: usize, rng: &mut Rng| f32_input((Dyn(b), Dyn(s), C), rng);
     let (example, _) = mk(2, 4, &mut rng);
     let runs = vec![mk(1, 2, &mut rng), mk(2, 6, &mut rng)];
     check("encoder_prenorm_gelu", &model, example, runs);
@@ -356,12 +337,7 @@ impl Forward<Tensor<(Dyn, C<2>, Dyn, C<4>)>, Tensor<(Dyn, C<2>, Dyn, C<4>)>> for
 #[test]
 fn causal_attention_masks_by_the_run_time_length_in_tract() {
     let mut rng = Rng::seed_from(5);
-    let mk = |b: usize, s: usize, rng: &mut Rng| {
-        let v = randn(&[b, 2, s, 4], rng);
-        let x =
-            Tensor::<(Dyn, C<2>, Dyn, C<4>)>::from_vec(v.clone(), (Dyn(b), C, Dyn(s), C)).unwrap();
-        (x, vec![In::F32(vec![b, 2, s, 4], v)])
-    };
+    let mk = |b: usize, s: usize, rng: &mut Rng| f32_input((Dyn(b), C, Dyn(s), C), rng);
     let (example, _) = mk(1, 3, &mut rng);
     let runs = vec![mk(2, 5, &mut rng), mk(1, 1, &mut rng)];
     check("causal_attention", &Causal, example, runs);
@@ -436,11 +412,7 @@ fn lstm_and_gru_run_in_tract_as_onnx_recurrent_ops() {
         lstm: forma::nn::layers::Lstm::new(2, &Cpu, &mut rng),
         gru: forma::nn::layers::Gru::new(1, &Cpu, &mut rng),
     };
-    let mk = |b: usize, s: usize, rng: &mut Rng| {
-        let v = randn(&[b, s, 3], rng);
-        let x = Tensor::<(Dyn, Dyn, C<3>)>::from_vec(v.clone(), (Dyn(b), Dyn(s), C)).unwrap();
-        (x, vec![In::F32(vec![b, s, 3], v)])
-    };
+    let mk = |b: usize, s: usize, rng: &mut Rng| f32_input((Dyn(b), Dyn(s), C), rng);
     let (example, _) = mk(2, 4, &mut rng);
     let runs = vec![mk(1, 3, &mut rng), mk(3, 7, &mut rng)];
     check("lstm_gru", &model, example, runs);
@@ -555,12 +527,7 @@ fn resnet_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
         fc: Linear::new(&Cpu, &mut rng),
     };
     model.eval();
-    let mk = |b: usize, rng: &mut Rng| {
-        let v = randn(&[b, 3, 12, 12], rng);
-        let x =
-            Tensor::<(Dyn, C<3>, C<12>, C<12>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
-        (x, vec![In::F32(vec![b, 3, 12, 12], v)])
-    };
+    let mk = |b: usize, rng: &mut Rng| f32_input((Dyn(b), C, C, C), rng);
     let (example, _) = mk(2, &mut rng);
     let runs = vec![mk(1, &mut rng), mk(4, &mut rng)];
     check("resnet", &model, example, runs);
@@ -608,11 +575,7 @@ fn transposed_conv_group_and_rms_norm_pooling_and_scans_run_in_tract() {
         gn: forma::nn::layers::GroupNorm::new(&Cpu),
         rms: forma::nn::layers::RMSNorm::new(&Cpu),
     };
-    let mk = |b: usize, rng: &mut Rng| {
-        let v = randn(&[b, 4, 5, 5], rng);
-        let x = Tensor::<(Dyn, C<4>, C<5>, C<5>)>::from_vec(v.clone(), (Dyn(b), C, C, C)).unwrap();
-        (x, vec![In::F32(vec![b, 4, 5, 5], v)])
-    };
+    let mk = |b: usize, rng: &mut Rng| f32_input((Dyn(b), C, C, C), rng);
     let (example, _) = mk(2, &mut rng);
     let runs = vec![mk(1, &mut rng), mk(3, &mut rng)];
     check("zoo", &model, example, runs);
