@@ -29,7 +29,7 @@ pub enum Op {
         name: &'static str,
     },
     /// An elementwise expression over the (broadcast) inputs, as
-    /// [`crate::fused`] runs it in one pass: its nodes, operands first; the
+    /// [`crate::ops::fused::fused`] runs it in one pass: its nodes, operands first; the
     /// last is the result.
     Fused {
         /// The expression's nodes.

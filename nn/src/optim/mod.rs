@@ -202,7 +202,7 @@ pub trait Algorithm: OptionFields + Clone + std::fmt::Debug + Send + Sync + 'sta
     fn validate(&self) -> Result<(), OptimError>;
 
     /// One step for one parameter: `param` and the buffers of its `state`
-    /// updated in place from `grad` (by [`fused::update`], which runs the
+    /// updated in place from `grad` (by `fused::update`, which runs the
     /// rule fused or composed).
     /// Runs under no-grad.
     ///

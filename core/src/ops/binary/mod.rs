@@ -1,5 +1,5 @@
 //! Elementwise binary ops with PyTorch's broadcasting. Each op is a row in
-//! [`table`]. The shape rule is [`BroadcastShape`]: static sizes that do not
+//! `table.rs` (re-exported here). The shape rule is [`BroadcastShape`]: static sizes that do not
 //! broadcast are a compile error; `Dyn` sizes are checked when the op runs.
 //! The backward sums each operand's gradient back over the broadcast dims.
 
@@ -39,7 +39,7 @@ pub trait BinaryOp: Copy + Send + Sync + 'static {
 /// A binary row in CUDA C: its kernel symbol (the method's name), its
 /// function and its two partial derivatives as expressions in the
 /// accumulation type `A` of `a` and `b`. Kept beside the Rust form in
-/// [`table`] (core itself never compiles them).
+/// `table.rs` (core itself never compiles them).
 #[derive(Debug, PartialEq, Eq)]
 pub struct CudaRow {
     /// The kernel symbol: the method's name.

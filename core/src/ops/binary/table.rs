@@ -20,7 +20,7 @@ macro_rules! binary_table {
         pub const CUDA_ROWS: &[CudaRow] = &[$($op::CUDA,)*];
 
         /// The binary table's ops as methods of fused expressions
-        /// ([`crate::fused`]): `a.maximum(b)` on expressions is the same op
+        /// ([`crate::ops::fused::fused`]): `a.maximum(b)` on expressions is the same op
         /// as on tensors (`+ - * /` are also operators).
         pub trait BinaryExprs: Expr {$(
             $(#[$doc])*

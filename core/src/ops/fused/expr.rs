@@ -14,12 +14,12 @@ use crate::ops::binary::{raw_binary as binary, raw_binary_backward, Add, BinaryO
 use crate::ops::unary::{AddScalar, DivScalar, MulScalar, Neg, UnaryOp};
 use crate::tape::Raw;
 
-/// An elementwise expression over the inputs of a [`crate::fused`] call.
+/// An elementwise expression over the inputs of a [`crate::ops::fused::fused`] call.
 ///
 /// Implemented by the expression nodes only; users build expressions with
 /// operators (`+ - * /`, also with an `f64` on either side of `+ - *` and on
-/// the right of `/`) and the table ops' methods ([`UnaryExprs`],
-/// [`BinaryExprs`]), never by implementing this.
+/// the right of `/`) and the table ops' methods ([`UnaryExprs`](crate::ops::unary::UnaryExprs),
+/// [`BinaryExprs`](crate::ops::binary::BinaryExprs)), never by implementing this.
 pub trait Expr: Copy + Send + Sync + 'static {
     /// The value at one position, from every input's value there.
     fn eval<R: Real, const N: usize>(&self, x: &[R; N]) -> R;

@@ -1,4 +1,4 @@
-//! Elementwise unary ops. Each op is a row in [`table`]: a type implementing
+//! Elementwise unary ops. Each op is a row in `table.rs`: a type implementing
 //! [`UnaryOp`] with its scalar function; backends run every row through one
 //! generic kernel ([`UnaryKernel`]), monomorphised per op, so the hot loop has
 //! no dispatch.
@@ -42,7 +42,7 @@ pub trait UnaryOp: Copy + Send + Sync + 'static {
 /// A unary row in CUDA C: its kernel symbol (the method's name) and its
 /// function and derivative as expressions in the accumulation type `A` of
 /// `x`, `y` (the output) and the parameters `p0`, `p1`. Kept beside the
-/// Rust form in [`table`] (core itself never compiles them).
+/// Rust form in `table.rs` (core itself never compiles them).
 #[derive(Debug, PartialEq, Eq)]
 pub struct CudaRow {
     /// The kernel symbol: the method's name.

@@ -21,7 +21,7 @@ macro_rules! unary_table {
         pub const CUDA_ROWS: &[CudaRow] = &[$($op::CUDA,)*];
 
         /// The unary table's ops as methods of fused expressions
-        /// ([`crate::fused`]): `x.gelu()` on an expression is the same op
+        /// ([`crate::ops::fused::fused`]): `x.gelu()` on an expression is the same op
         /// as on a tensor.
         pub trait UnaryExprs: Expr {$(
             $(#[$doc])*

@@ -54,7 +54,7 @@ thread_local! {
 /// A tensor-valued [`Lane`]: a handle to a value of the composed update
 /// running on this thread. Handles are `Copy`, as the per-element rule's
 /// values are, which a tensor is not; they exist only inside
-/// [`UpdateOp::apply`] called by [`run`].
+/// [`UpdateOp::apply`] called by `run`.
 #[derive(Debug)]
 pub struct Composed<E, D> {
     id: usize,
