@@ -18,10 +18,17 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+// Inlined, so `cargo doc -p forma` documents every crate's items under
+// `forma::` (`forma::nn::layers::Linear`), not only links to the crates.
+#[doc(inline)]
 pub use forma_core as core;
+#[doc(inline)]
 pub use forma_cpu as cpu;
+#[doc(inline)]
 pub use forma_cuda as cuda;
+#[doc(inline)]
 pub use forma_macros as macros;
+#[doc(inline)]
 pub use forma_nn as nn;
 
 pub use forma_core::{
