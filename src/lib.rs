@@ -63,7 +63,7 @@ pub mod prelude {
     pub use forma_core::dtype::{DType, Dtype, Float};
     pub use forma_core::ops::fused::{BinaryExprs, UnaryExprs};
     pub use forma_macros::{Module, Sequential};
-    pub use forma_nn::optim::Optimizer;
+    pub use forma_nn::optim::{NewOptimizer, Optimizer};
     pub use forma_nn::sched::LrScheduler;
     pub use forma_nn::{child, Forward, Module};
     pub use half::{bf16, f16};

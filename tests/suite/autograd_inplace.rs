@@ -73,7 +73,7 @@ device_tests! {
         let x: Tensor<(Dyn, C<3>), f32, D> =
             Tensor::from_vec_on(vec![1., 2., 3., 4., 5., 6.], (Dyn(2), C), dev).unwrap().requires_grad();
         model.forward(x.clone()).square().sum_all().backward();
-        let mut opt: Sgd<f32, D> = Sgd::new(SgdOptions::default().lr(0.1));
+        let mut opt = Sgd::<f32, D>::new(SgdOptions::default().lr(0.1));
         let loss = model.forward(x.clone()).square().sum_all();
         opt.step(&model);
         let err = loss.try_backward().unwrap_err();
@@ -87,7 +87,7 @@ device_tests! {
         let model = Linear::<3, 1, f32, D>::new(dev, &mut rng);
         let x: Tensor<(Dyn, C<3>), f32, D> =
             Tensor::from_vec_on(vec![1., -2., 3., 0.5, 1., -1.], (Dyn(2), C), dev).unwrap();
-        let mut opt: Adam<f32, D> = Adam::new(AdamOptions::default().lr(0.01));
+        let mut opt = Adam::<f32, D>::new(AdamOptions::default().lr(0.01));
         let mut losses = vec![];
         for _ in 0..20 {
             opt.zero_grad(&model);

@@ -16,9 +16,9 @@ use common::Fixture;
 use forma::core::TensorData;
 use forma::nn::layers::Linear;
 use forma::nn::optim::{
-    clip_grad_norm_, clip_grad_value_, Adagrad, AdagradOptions, Adam, AdamOptions, AdamW,
-    AdamWOptions, LrGroups, Optimizer, ParamGroup, RmsProp, RmsPropOptions, Select, Sgd,
-    SgdOptions,
+    clip_grad_norm_, clip_grad_norm_on, clip_grad_norm_with, clip_grad_value_, Adagrad,
+    AdagradOptions, Adam, AdamOptions, AdamW, AdamWOptions, LrGroups, Optimizer, ParamGroup,
+    RmsProp, RmsPropOptions, Select, Sgd, SgdOptions,
 };
 use forma::nn::sched::{
     Anneal, CosineAnnealingLR, ExponentialLR, LinearLR, LrScheduler, MultiStepLR, OneCycleLR,
@@ -314,7 +314,14 @@ fn clipping_matches_pytorch() {
         ("unclipped", 100.0, 2.0),
     ] {
         let model = fresh_grads(&s);
-        let total = clip_grad_norm_::<f32, Cpu>(&model, max_norm, norm_type).unwrap();
+        let total = clip_grad_norm_with(&model, max_norm, norm_type).unwrap();
+        // The typed form takes the same path: the same bits.
+        let typed = fresh_grads(&s);
+        let typed_total = clip_grad_norm_on::<f32, Cpu>(&typed, max_norm, norm_type).unwrap();
+        assert_eq!(
+            (typed_total, flat_grads(&typed)),
+            (total, flat_grads(&model))
+        );
         let want = f64::from(s.fx.array::<f32>(&format!("clip.{case}.total")).data[0]);
         assert!(
             (total - want).abs() <= RTOL * want,
@@ -335,19 +342,19 @@ fn clipping_matches_pytorch() {
     // The unclipped case leaves the gradients bit for bit.
     let model = fresh_grads(&s);
     let before = flat_grads(&model);
-    clip_grad_norm_::<f32, Cpu>(&model, 100.0, 2.0).unwrap();
+    clip_grad_norm_(&model, 100.0).unwrap();
     assert_eq!(flat_grads(&model), before);
 
     let model = fresh_grads(&s);
-    clip_grad_value_::<f32, Cpu>(&model, 0.05).unwrap();
+    clip_grad_value_(&model, 0.05).unwrap();
     let want = s.fx.array::<f32>("clip.value.grads");
     common::assert_close(&flat_grads(&model), &want.data, RTOL, ATOL);
     assert!(flat_grads(&model).iter().all(|g| g.abs() <= 0.05));
 
     // A non-positive norm type is refused; no gradient gives a zero norm.
-    assert!(clip_grad_norm_::<f32, Cpu>(&model, 1.0, 0.0).is_err());
+    assert!(clip_grad_norm_with(&model, 1.0, 0.0).is_err());
     model.zero_grad();
-    assert_eq!(clip_grad_norm_::<f32, Cpu>(&model, 1.0, 2.0).unwrap(), 0.0);
+    assert_eq!(clip_grad_norm_(&model, 1.0).unwrap(), 0.0);
 }
 
 #[test]
@@ -355,7 +362,7 @@ fn clipping_then_stepping_matches_the_clipped_gradient() {
     // Clipping writes through to what the optimizer reads.
     let s = Setup::new();
     let model = fresh_grads(&s);
-    clip_grad_norm_::<f32, Cpu>(&model, 0.5, 2.0).unwrap();
+    clip_grad_norm_(&model, 0.5).unwrap();
     let g = flat_grads(&model);
     let p0 = flat(&model);
     let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(1.0));

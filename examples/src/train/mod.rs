@@ -637,7 +637,7 @@ where
     M: Module + Forward<DeviceImages<D>, Logits<D>>,
     D: Device<f32>,
 {
-    let mut opt: Adam<f32, D> = Adam::try_new(AdamOptions::default().lr(settings.lr))?;
+    let mut opt = Adam::<f32, D>::try_new(AdamOptions::default().lr(settings.lr))?;
     let mut sched = ExponentialLR::try_new(&mut opt, LR_DECAY)?;
     let mut loader = DataLoader::new(train_set, settings.batch_size)?
         .shuffle(settings.seed)

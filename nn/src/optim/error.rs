@@ -79,6 +79,18 @@ pub enum OptimError {
         /// The schedule's length.
         total: u64,
     },
+    /// A function that takes the CPU's parameters met one on another device.
+    #[error(
+        "parameter `{param}` has its gradient on {device}; name the element type and device: `{typed}::<f32, Cuda>(..)`"
+    )]
+    OtherDevice {
+        /// The parameter's dotted name.
+        param: String,
+        /// Its device, as PyTorch prints it.
+        device: String,
+        /// The function to call instead.
+        typed: &'static str,
+    },
     /// A tensor operation failed (a device error).
     #[error(transparent)]
     Tensor(#[from] forma_core::Error),

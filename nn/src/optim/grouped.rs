@@ -105,30 +105,41 @@ impl<E: Float, D: Device<E>> ParamState<E, D> {
 /// PyTorch. A tensor registered under two names (tied weights) is updated
 /// once, under its first name.
 ///
-/// `E` and `D` do not follow from the model's type; write them once, in the
-/// optimizer's type: `let mut opt: Sgd = Sgd::new(..)` is f32 on the CPU,
-/// `Adam::<f64>::new(..)` f64.
+/// `E` and `D` do not follow from the model's type. The constructors
+/// below (`new`, `try_new`, `with_groups`, `try_with_groups`) make the
+/// default, f32 on the CPU, so `let mut opt = Adam::new(..)` needs no
+/// annotation; for another element type or device name them in the type,
+/// `Adam::<f64>::new(..)` or `Sgd::<f32, Cuda>::new(..)`, which calls the
+/// same constructors through [`NewOptimizer`] (in the prelude).
 #[derive(Clone, Debug)]
 pub struct GroupedOptimizer<A: Algorithm, E: Float = f32, D: Device<E> = Cpu> {
     groups: Vec<ParamGroup<A>>,
     state: BTreeMap<String, ParamState<E, D>>,
 }
 
-impl<A: Algorithm, E: Float, D: Device<E>> GroupedOptimizer<A, E, D> {
+/// The constructors of a [`GroupedOptimizer`] for any element type and
+/// device. The f32 CPU optimizer has the same methods inherently, which
+/// Rust picks when the types are left to inference (as `HashMap::new` picks
+/// the default hasher); this trait serves a type written out,
+/// `Adam::<f64>::new(..)`.
+pub trait NewOptimizer: Sized {
+    /// The options of every group.
+    type Options: Algorithm;
+
     /// One group holding every parameter, with `options`.
     ///
     /// # Errors
     /// [`OptimError::InvalidOption`] for an option PyTorch rejects (a
     /// negative learning rate, Nesterov momentum without momentum, ...).
-    pub fn try_new(options: A) -> Result<Self, OptimError> {
+    fn try_new(options: Self::Options) -> Result<Self, OptimError> {
         Self::try_with_groups(vec![ParamGroup::new(Select::All, options)])
     }
 
-    /// [`GroupedOptimizer::try_new`] for options known to be valid.
+    /// [`NewOptimizer::try_new`] for options known to be valid.
     ///
     /// # Panics
     /// On an invalid option, with [`OptimError`]'s message.
-    pub fn new(options: A) -> Self {
+    fn new(options: Self::Options) -> Self {
         Self::try_new(options).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -137,7 +148,21 @@ impl<A: Algorithm, E: Float, D: Device<E>> GroupedOptimizer<A, E, D> {
     ///
     /// # Errors
     /// [`OptimError::InvalidOption`] for an invalid option or an empty list.
-    pub fn try_with_groups(groups: Vec<ParamGroup<A>>) -> Result<Self, OptimError> {
+    fn try_with_groups(groups: Vec<ParamGroup<Self::Options>>) -> Result<Self, OptimError>;
+
+    /// [`NewOptimizer::try_with_groups`] for options known to be valid.
+    ///
+    /// # Panics
+    /// On an invalid option or an empty list.
+    fn with_groups(groups: Vec<ParamGroup<Self::Options>>) -> Self {
+        Self::try_with_groups(groups).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl<A: Algorithm, E: Float, D: Device<E>> NewOptimizer for GroupedOptimizer<A, E, D> {
+    type Options = A;
+
+    fn try_with_groups(groups: Vec<ParamGroup<A>>) -> Result<Self, OptimError> {
         if groups.is_empty() {
             return Err(OptimError::invalid(
                 A::NAME,
@@ -154,15 +179,47 @@ impl<A: Algorithm, E: Float, D: Device<E>> GroupedOptimizer<A, E, D> {
             state: BTreeMap::new(),
         })
     }
+}
+
+/// The constructors for f32 parameters on the CPU, which type inference
+/// picks when nothing names the types (see [`NewOptimizer`] for the rest).
+impl<A: Algorithm> GroupedOptimizer<A> {
+    /// One group holding every parameter, with `options`.
+    ///
+    /// # Errors
+    /// [`OptimError::InvalidOption`] for an option PyTorch rejects (a
+    /// negative learning rate, Nesterov momentum without momentum, ...).
+    pub fn try_new(options: A) -> Result<Self, OptimError> {
+        NewOptimizer::try_new(options)
+    }
+
+    /// [`GroupedOptimizer::try_new`] for options known to be valid.
+    ///
+    /// # Panics
+    /// On an invalid option, with [`OptimError`]'s message.
+    pub fn new(options: A) -> Self {
+        NewOptimizer::new(options)
+    }
+
+    /// Several parameter groups, each with its own options; a parameter
+    /// belongs to the first group that selects it.
+    ///
+    /// # Errors
+    /// [`OptimError::InvalidOption`] for an invalid option or an empty list.
+    pub fn try_with_groups(groups: Vec<ParamGroup<A>>) -> Result<Self, OptimError> {
+        NewOptimizer::try_with_groups(groups)
+    }
 
     /// [`GroupedOptimizer::try_with_groups`] for options known to be valid.
     ///
     /// # Panics
     /// On an invalid option or an empty list.
     pub fn with_groups(groups: Vec<ParamGroup<A>>) -> Self {
-        Self::try_with_groups(groups).unwrap_or_else(|e| panic!("{e}"))
+        NewOptimizer::with_groups(groups)
     }
+}
 
+impl<A: Algorithm, E: Float, D: Device<E>> GroupedOptimizer<A, E, D> {
     /// The parameter groups.
     pub fn groups(&self) -> &[ParamGroup<A>] {
         &self.groups

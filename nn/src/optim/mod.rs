@@ -25,7 +25,7 @@
 //!
 //! let mut rng = Rng::seed_from(0);
 //! let model = Linear::<2, 1>::new(&Cpu, &mut rng);
-//! let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.1).momentum(0.9));
+//! let mut opt = Sgd::new(SgdOptions::default().lr(0.1).momentum(0.9));
 //! let x = Tensor::<(Dyn, C<2>)>::from_vec(vec![1., 2., 3., 4.], (Dyn(2), C)).unwrap();
 //! let before = model.weight.to_vec();
 //! for _ in 0..3 {
@@ -50,10 +50,12 @@ mod sgd;
 
 pub use adagrad::{Adagrad, AdagradOptions};
 pub use adam::{Adam, AdamOptions, AdamW, AdamWOptions};
-pub use clip::{clip_grad_norm_, clip_grad_value_};
+pub use clip::{
+    clip_grad_norm_, clip_grad_norm_on, clip_grad_norm_with, clip_grad_value_, clip_grad_value_on,
+};
 pub use error::OptimError;
 pub use group::{ParamGroup, Select};
-pub use grouped::{Flat, GroupedOptimizer, ParamState};
+pub use grouped::{Flat, GroupedOptimizer, NewOptimizer, ParamState};
 pub use options::{OptionFields, OptionValue};
 pub use rmsprop::{RmsProp, RmsPropOptions};
 pub use sgd::{Sgd, SgdOptions};

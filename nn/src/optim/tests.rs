@@ -68,7 +68,7 @@ fn a_tied_parameter_is_updated_once() {
     assert_eq!(w.to_vec(), [0.5, -1.0]);
     assert!(opt.param_state("0").is_some() && opt.param_state("1").is_none());
     // Clipping scales the shared gradient once; the norm counts it once.
-    let total = clip_grad_norm_::<f32, Cpu>(&model, 1.0, 2.0).expect("valid norm");
+    let total = clip_grad_norm_(&model, 1.0).expect("valid norm");
     assert!((total - 5f64.sqrt() * 2.0).abs() < 1e-6);
     let g = w.grad().expect("a gradient").to_vec();
     let norm = (g[0] * g[0] + g[1] * g[1]).sqrt();
@@ -115,4 +115,61 @@ fn options_round_trip_through_text() {
         .set_field("betas", "1", "betas")
         .expect("unknown, not bad"));
     assert!(back.set_field("lr", "fast", "lr").is_err());
+}
+
+#[test]
+fn constructors_infer_f32_on_the_cpu_and_take_other_types_when_named() {
+    // No annotation: the f32 CPU optimizer, which updates f32 parameters.
+    let w = param(&[1.0, -2.0]);
+    (&w * &w).sum_all().backward();
+    let mut opt = Adam::new(AdamOptions::default().lr(0.1));
+    opt.step(&w);
+    assert_eq!(opt.param_state("").map(|s| s.step), Some(1));
+    let v = w.to_vec();
+    assert!(
+        (v[0] - 0.9).abs() < 1e-6 && (v[1] + 1.9).abs() < 1e-6,
+        "{v:?}"
+    );
+    // Named: f64, through `NewOptimizer` (the same constructors).
+    let w64 = Tensor::<(C<2>,), f64, Cpu>::from_vec(vec![1.0, -2.0], (C,))
+        .expect("two values")
+        .requires_grad();
+    (&w64 * &w64).sum_all().backward();
+    let mut opt64 = Sgd::<f64>::try_new(SgdOptions::default().lr(0.25)).expect("valid");
+    opt64.step(&w64);
+    assert_eq!(w64.to_vec(), [0.5, -1.0]);
+    // An f32 optimizer leaves f64 parameters alone.
+    opt.step(&w64);
+    assert_eq!(w64.to_vec(), [0.5, -1.0]);
+    let grouped = Sgd::with_groups(vec![ParamGroup::new(
+        Select::All,
+        SgdOptions::default().lr(0.5),
+    )]);
+    assert_eq!(grouped.groups().len(), 1);
+}
+
+#[test]
+fn clipping_spans_parameters_of_several_float_types() {
+    // grad = w: an f32 [3, 0] and an f64 [0, 4] make a total 2-norm of 5.
+    let a = param(&[3.0, 0.0]);
+    let b = Tensor::<(C<2>,), f64, Cpu>::from_vec(vec![0.0, 4.0], (C,))
+        .expect("two values")
+        .requires_grad();
+    (&a * &a).sum_all().mul_scalar(0.5).backward();
+    (&b * &b).sum_all().mul_scalar(0.5).backward();
+    let model = (a.clone(), b.clone());
+    let total = clip_grad_norm_(&model, 1.0).expect("valid norm");
+    assert!((total - 5.0).abs() < 1e-12, "{total}");
+    let ga = a.grad().expect("a gradient").to_vec();
+    let gb = b.grad().expect("a gradient").to_vec();
+    assert!(
+        (ga[0] - 0.6).abs() < 1e-6 && (gb[1] - 0.8).abs() < 1e-6,
+        "{ga:?} {gb:?}"
+    );
+    // The max-norm over both: the largest entry after that clip, 0.8.
+    let max = clip_grad_norm_with(&model, 10.0, f64::INFINITY).expect("valid norm");
+    assert!((max - 0.8).abs() < 1e-6, "{max}");
+    clip_grad_value_(&model, 0.7).expect("CPU parameters");
+    assert_eq!(b.grad().expect("a gradient").to_vec()[1], 0.7);
+    assert!(clip_grad_norm_with(&model, 1.0, -1.0).is_err());
 }
