@@ -1071,3 +1071,39 @@ fn dropping_an_iterator_early_keeps_the_position() {
     assert_eq!(rest.concat(), order[6..]);
     assert_eq!(l.state(), LoaderState { epoch: 1, batch: 0 });
 }
+
+#[test]
+fn a_tensor_dataset_takes_regression_targets_of_any_shape() {
+    // Five items of two features; targets of shape (N,) (scalars) and
+    // (N, 2) f64 rows, as `TensorDataset(x, y)` takes any target tensor.
+    let x =
+        Tensor::<(Dyn, C<2>)>::from_vec((0..10).map(|v| v as f32).collect(), (Dyn(5), C)).unwrap();
+    let y = Tensor::<(Dyn,)>::from_vec(vec![0.5, 1.5, 2.5, 3.5, 4.5], (Dyn(5),)).unwrap();
+    let data = TensorDataset::with_targets(&x, &y).unwrap();
+    assert_eq!(data.len(), 5);
+    let (row, target): (Tensor<(C<2>,)>, Tensor<()>) = data.get(3).unwrap();
+    assert_eq!((row.to_vec(), target.to_vec()), (vec![6., 7.], vec![3.5]));
+    assert!(matches!(
+        data.get(5),
+        Err(DataError::IndexOutOfRange { index: 5, len: 5 })
+    ));
+    // Batches stack the targets: (B,) for scalar targets.
+    let mut loader = DataLoader::new(data, 2).unwrap();
+    let batches: Vec<(Tensor<(Dyn, C<2>)>, Tensor<(Dyn,)>)> =
+        loader.iter().map(|b| b.unwrap()).collect();
+    assert_eq!(batches.len(), 3);
+    assert_eq!(batches[1].1.to_vec(), [2.5, 3.5]);
+    assert_eq!(batches[2].0.to_vec(), [8., 9.]);
+
+    let y2 = Tensor::<(Dyn, C<2>), f64>::from_vec((0..10).map(f64::from).collect(), (Dyn(5), C))
+        .unwrap();
+    let data = TensorDataset::with_targets(&x, &y2).unwrap();
+    let (_, target): (_, Tensor<(C<2>,), f64>) = data.get(4).unwrap();
+    assert_eq!(target.to_vec(), [8., 9.]);
+    let short = Tensor::<(Dyn,)>::from_vec(vec![1., 2.], (Dyn(2),)).unwrap();
+    let err = TensorDataset::with_targets(&x, &short).unwrap_err();
+    assert!(
+        err.to_string().contains("5 feature rows but 2 target rows"),
+        "{err}"
+    );
+}

@@ -106,7 +106,9 @@ forward_dataset!(Box<D>, Arc<D>, &D);
 
 /// Labelled examples held in memory as one tensor, like PyTorch's
 /// `TensorDataset(features, labels)`: item `i` is a view of row `i` of the
-/// features (no copy) and its label.
+/// features (no copy) and its target: an `i64` class label
+/// ([`TensorDataset::new`]) or a row of a target tensor of any shape and
+/// type ([`TensorDataset::with_targets`], for regression).
 ///
 /// `S` is one item's shape: the features' shape without its first axis.
 ///
@@ -121,27 +123,109 @@ forward_dataset!(Box<D>, Arc<D>, &D);
 /// assert_eq!(row.to_vec(), [3., 4.]);
 /// assert_eq!(label, 8);
 /// ```
-pub struct TensorDataset<S: Shape, E: Dtype = f32, D: Backend = Cpu> {
+pub struct TensorDataset<S: Shape, E: Dtype = f32, D: Backend = Cpu, T: Target = i64> {
     /// Every item's values, item after item.
     flat: Tensor<(Dyn,), E, D>,
     item_shape: S,
-    labels: Vec<i64>,
+    targets: T::Store,
 }
 
-impl<S: Shape, E: Dtype, D: Backend> std::fmt::Debug for TensorDataset<S, E, D> {
+impl<S: Shape, E: Dtype, D: Backend, T: Target> std::fmt::Debug for TensorDataset<S, E, D, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TensorDataset")
-            .field("len", &self.labels.len())
+            .field("len", &T::count(&self.targets))
             .field("item_shape", &self.item_shape)
             .field("dtype", &E::DTYPE)
             .finish()
     }
 }
 
+/// What a [`TensorDataset`] pairs each row with: an `i64` class label
+/// (kept on the host, as [`TensorDataset::new`] makes), or a row of a
+/// target tensor of any shape and type ([`TensorDataset::with_targets`]:
+/// regression values, one-hot rows, masks).
+pub trait Target: Sized + Send + Sync {
+    /// Every item's target.
+    type Store: Send + Sync;
+    /// The number of targets stored.
+    fn count(store: &Self::Store) -> usize;
+    /// Target `index` (in range).
+    ///
+    /// # Errors
+    /// A device error viewing a row.
+    fn fetch(store: &Self::Store, index: usize) -> Result<Self, DataError>;
+}
+
+impl Target for i64 {
+    type Store = Vec<i64>;
+
+    fn count(store: &Vec<i64>) -> usize {
+        store.len()
+    }
+
+    fn fetch(store: &Vec<i64>, index: usize) -> Result<i64, DataError> {
+        Ok(store[index])
+    }
+}
+
+/// Target rows of shape `S`, stored as one flat tensor and viewed row by
+/// row (no copy), like the features.
+#[derive(Debug)]
+pub struct TargetRows<S: Shape, E: Dtype, D: Backend> {
+    flat: Tensor<(Dyn,), E, D>,
+    shape: S,
+    count: usize,
+}
+
+impl<S: Shape, E: Dtype, D: Backend> Target for Tensor<S, E, D> {
+    type Store = TargetRows<S, E, D>;
+
+    fn count(store: &TargetRows<S, E, D>) -> usize {
+        store.count
+    }
+
+    fn fetch(store: &TargetRows<S, E, D>, index: usize) -> Result<Self, DataError> {
+        row(&store.flat, store.shape, index)
+    }
+}
+
+/// Row `index` of a flat tensor of rows of shape `shape`, as a view.
+fn row<S: Shape, E: Dtype, D: Backend>(
+    flat: &Tensor<(Dyn,), E, D>,
+    shape: S,
+    index: usize,
+) -> Result<Tensor<S, E, D>, DataError> {
+    let per = shape.numel();
+    Ok(flat
+        .try_narrow::<0>(index * per, per)?
+        .try_reshape_to(shape)?)
+}
+
+/// The sizes of one row of `t` (its dims past the first) as `S`, and its
+/// rows as one flat, detached, contiguous tensor.
+fn rows<B: Shape, S: Shape, E: Dtype, D: Backend>(
+    what: &str,
+    t: &Tensor<B, E, D>,
+) -> Result<(Tensor<(Dyn,), E, D>, S, usize), DataError> {
+    let dims = t.dims();
+    let shape = S::from_dims(&dims[1..]).ok_or_else(|| {
+        // A tensor's sizes always fit its own shape type, so this is
+        // only reachable through a broken `Shape` impl.
+        DataError::invalid(
+            "TensorDataset",
+            format!(
+                "{what} {dims:?} do not fit the item shape {}",
+                S::describe()
+            ),
+        )
+    })?;
+    Ok((t.detach().contiguous().flatten_all(), shape, dims[0]))
+}
+
 impl<S: Shape, E: Dtype, D: Backend> TensorDataset<S, E, D> {
-    /// Pairs `features` (first axis: the items) with one label per item.
-    /// The features are detached (a dataset holds data, not a graph); the
-    /// labels are copied to the host once, so fetching one is free.
+    /// Pairs `features` (first axis: the items) with one class label per
+    /// item. The features are detached (a dataset holds data, not a graph);
+    /// the labels are copied to the host once, so fetching one is free.
     ///
     /// # Errors
     /// [`DataError::Invalid`] when the counts differ, or a device error
@@ -153,41 +237,78 @@ impl<S: Shape, E: Dtype, D: Backend> TensorDataset<S, E, D> {
     where
         B: Shape + HasAxis<0, Removed = S>,
     {
-        let dims = features.dims();
-        let item_shape = S::from_dims(&dims[1..]).ok_or_else(|| {
-            // A tensor's sizes always fit its own shape type, so this is
-            // only reachable through a broken `Shape` impl.
-            DataError::invalid(
-                "TensorDataset",
-                format!(
-                    "features {dims:?} do not fit the item shape {}",
-                    S::describe()
-                ),
-            )
-        })?;
+        let (flat, item_shape, n) = rows("features", features)?;
         let labels = labels.try_to_vec()?;
-        if labels.len() != dims[0] {
+        if labels.len() != n {
             return Err(DataError::invalid(
                 "TensorDataset",
-                format!("{} feature rows but {} labels", dims[0], labels.len()),
+                format!("{n} feature rows but {} labels", labels.len()),
             ));
         }
-        let flat = features.detach().contiguous().flatten_all();
         Ok(TensorDataset {
             flat,
             item_shape,
-            labels,
+            targets: labels,
         })
-    }
-
-    /// One item's shape.
-    pub fn item_shape(&self) -> S {
-        self.item_shape
     }
 
     /// The labels, one per item.
     pub fn labels(&self) -> &[i64] {
-        &self.labels
+        &self.targets
+    }
+}
+
+impl<S: Shape, E: Dtype, D: Backend, TS: Shape, F: Dtype> TensorDataset<S, E, D, Tensor<TS, F, D>> {
+    /// Pairs `features` with the rows of `targets` (first axis: the items),
+    /// like `TensorDataset(features, targets)` with a float target tensor:
+    /// item `i` is `(features[i], targets[i])`, both views. A `(N,)` target
+    /// gives scalar (`()`-shaped) targets, which batch to `(B,)`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::data::{Dataset, TensorDataset};
+    ///
+    /// let x = Tensor::<(Dyn, C<2>)>::from_vec(vec![1., 2., 3., 4.], (Dyn(2), C)).unwrap();
+    /// let y = Tensor::<(Dyn, C<1>)>::from_vec(vec![0.5, -1.5], (Dyn(2), C)).unwrap();
+    /// let data = TensorDataset::with_targets(&x, &y).unwrap();
+    /// let (row, target): (Tensor<(C<2>,)>, Tensor<(C<1>,)>) = data.get(1).unwrap();
+    /// assert_eq!((row.to_vec(), target.to_vec()), (vec![3., 4.], vec![-1.5]));
+    /// ```
+    ///
+    /// # Errors
+    /// [`DataError::Invalid`] when the counts differ.
+    pub fn with_targets<B, TB>(
+        features: &Tensor<B, E, D>,
+        targets: &Tensor<TB, F, D>,
+    ) -> Result<Self, DataError>
+    where
+        B: Shape + HasAxis<0, Removed = S>,
+        TB: Shape + HasAxis<0, Removed = TS>,
+    {
+        let (flat, item_shape, n) = rows("features", features)?;
+        let (targets, shape, count) = rows("targets", targets)?;
+        if count != n {
+            return Err(DataError::invalid(
+                "TensorDataset",
+                format!("{n} feature rows but {count} target rows"),
+            ));
+        }
+        Ok(TensorDataset {
+            flat,
+            item_shape,
+            targets: TargetRows {
+                flat: targets,
+                shape,
+                count,
+            },
+        })
+    }
+}
+
+impl<S: Shape, E: Dtype, D: Backend, T: Target> TensorDataset<S, E, D, T> {
+    /// One item's shape.
+    pub fn item_shape(&self) -> S {
+        self.item_shape
     }
 }
 
@@ -215,29 +336,25 @@ impl<S: Shape, E: Dtype, D: DefaultDevice> TensorDataset<S, E, D> {
         Ok(TensorDataset {
             flat,
             item_shape,
-            labels,
+            targets: labels,
         })
     }
 }
 
-impl<S: Shape, E: Dtype, D: Backend> Dataset for TensorDataset<S, E, D> {
-    type Item = (Tensor<S, E, D>, i64);
+impl<S: Shape, E: Dtype, D: Backend, T: Target> Dataset for TensorDataset<S, E, D, T> {
+    type Item = (Tensor<S, E, D>, T);
 
     fn len(&self) -> usize {
-        self.labels.len()
+        T::count(&self.targets)
     }
 
     fn get(&self, index: usize) -> Result<Self::Item, DataError> {
-        let label = *<[i64]>::get(&self.labels, index).ok_or(DataError::IndexOutOfRange {
-            index,
-            len: self.labels.len(),
-        })?;
-        let per = self.item_shape.numel();
-        let row = self
-            .flat
-            .try_narrow::<0>(index * per, per)?
-            .try_reshape_to(self.item_shape)?;
-        Ok((row, label))
+        let len = T::count(&self.targets);
+        if index >= len {
+            return Err(DataError::IndexOutOfRange { index, len });
+        }
+        let target = T::fetch(&self.targets, index)?;
+        Ok((row(&self.flat, self.item_shape, index)?, target))
     }
 }
 

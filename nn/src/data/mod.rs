@@ -20,7 +20,9 @@ mod loader;
 mod mnist;
 
 pub use collate::{Batchable, Collate, DefaultCollate};
-pub use dataset::{random_split, split_lengths, Dataset, Subset, TensorDataset};
+pub use dataset::{
+    random_split, split_lengths, Dataset, Subset, Target, TargetRows, TensorDataset,
+};
 pub use error::DataError;
 pub use idx::{
     read_idx, read_idx_images, read_idx_labels, read_idx_limited, IdxArray, IdxData, IdxImages,
