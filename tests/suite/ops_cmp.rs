@@ -185,3 +185,36 @@ device_tests! {
         }
     }
 }
+
+#[test]
+fn logical_ops_on_masks_broadcast_like_pytorch() {
+    // a: (2, 1) = [[T], [F]]; b: (3,) = [T, F, T]. Every pair of values
+    // meets once in the (2, 3) result, so each truth table is checked whole.
+    let x = forma::Tensor::<(C<2>, One)>::from_vec(vec![1., 0.], (C, One)).unwrap();
+    let y = forma::Tensor::<(C<3>,)>::from_vec(vec![1., 0., 1.], (C,)).unwrap();
+    let zero = forma::Tensor::<(One,)>::zeros();
+    let (a, b) = (x.ne(&zero), y.ne(&zero));
+    let and: forma::Tensor<(C<2>, C<3>), bool> = a.logical_and(&b);
+    assert_eq!(and.to_vec(), [true, false, true, false, false, false]);
+    assert_eq!(
+        a.logical_or(&b).to_vec(),
+        [true, true, true, true, false, true]
+    );
+    assert_eq!(
+        a.logical_xor(&b).to_vec(),
+        [false, true, false, true, false, true]
+    );
+    assert_eq!(b.logical_not().to_vec(), [false, true, false]);
+    // On a strided view (the transpose of a (2, 3) mask).
+    assert_eq!(
+        and.transpose::<0, 1>().logical_not().to_vec(),
+        [false, true, true, true, false, true]
+    );
+    // `Dyn` sizes that do not broadcast are an error naming both shapes.
+    let d = forma::Tensor::<(Dyn,)>::zeros_with((Dyn(4),))
+        .eq(&forma::Tensor::<(Dyn,)>::zeros_with((Dyn(4),)));
+    let e = forma::Tensor::<(Dyn,)>::zeros_with((Dyn(3),))
+        .eq(&forma::Tensor::<(Dyn,)>::zeros_with((Dyn(3),)));
+    let err = d.try_logical_and(&e).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)), "{err}");
+}

@@ -112,6 +112,70 @@ cmp_methods! {
     ge, try_ge => Ge;
 }
 
+macro_rules! logical_methods {
+    ($($(#[$doc:meta])* $m:ident, $try_m:ident => |$a:ident, $b:ident| $f:expr;)*) => {
+        impl<S: Shape, D: crate::device::Device<f32>> Tensor<S, bool, D> {$(
+            $(#[$doc])*
+            ///
+            /// # Panics
+            /// If `Dyn` sizes do not broadcast (see the `try_` form).
+            pub fn $m<S2: Shape>(&self, rhs: &Tensor<S2, bool, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, bool, D>
+            where
+                S: BroadcastShape<S2>,
+            {
+                ok(self.$try_m(rhs))
+            }
+
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A [`crate::ShapeError`] when `Dyn` sizes do not broadcast, or
+            /// operands on different devices.
+            pub fn $try_m<S2: Shape>(&self, rhs: &Tensor<S2, bool, D>) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, bool, D>>
+            where
+                S: BroadcastShape<S2>,
+            {
+                // As 0/1 floats, where the result is nonzero exactly when
+                // the relation holds; the cast back maps nonzero to true.
+                let ($a, $b) = (self.to_dtype::<f32>(), rhs.to_dtype::<f32>());
+                Ok($f?.to_dtype::<bool>())
+            }
+        )*}
+    };
+}
+
+logical_methods! {
+    /// Elementwise `a && b` with broadcasting, like `torch.logical_and`.
+    logical_and, try_logical_and => |a, b| a.try_mul(&b);
+    /// Elementwise `a || b` with broadcasting, like `torch.logical_or`.
+    logical_or, try_logical_or => |a, b| a.try_add(&b);
+    /// Elementwise `a != b` (exclusive or) with broadcasting, like
+    /// `torch.logical_xor`.
+    logical_xor, try_logical_xor => |a, b| a.try_sub(&b);
+}
+
+impl<S: Shape, D: crate::device::Device<f32>> Tensor<S, bool, D> {
+    /// Elementwise `!a`, like `torch.logical_not` (or `~mask`).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    ///
+    /// let a = Tensor::<(C<3>,)>::from_vec(vec![1., 2., 3.], (C,)).unwrap();
+    /// let keep = a.gt(&Tensor::<(C<1>,)>::from_vec(vec![1.5], (C,)).unwrap());
+    /// assert_eq!(keep.logical_not().to_vec(), [true, false, false]);
+    /// let small = a.lt(&Tensor::<(C<1>,)>::from_vec(vec![2.5], (C,)).unwrap());
+    /// assert_eq!(keep.logical_and(&small).to_vec(), [false, true, false]);
+    /// assert_eq!(keep.logical_or(&small).to_vec(), [true, true, true]);
+    /// assert_eq!(keep.logical_xor(&small).to_vec(), [true, false, true]);
+    /// ```
+    pub fn logical_not(&self) -> Self {
+        self.to_dtype::<f32>()
+            .mul_scalar(-1.0)
+            .add_scalar(1.0)
+            .to_dtype::<bool>()
+    }
+}
+
 /// The layout `l` stretched to `dims`, or a shape error when it does not
 /// broadcast to exactly `dims`.
 pub(crate) fn expand_layout(op: &'static str, l: &Layout, dims: &[usize]) -> Result<Layout> {
