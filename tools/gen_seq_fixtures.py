@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the PyTorch golden values `tests/suite/nn_seq_parity.rs` compares against:
-MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, LSTM and
-GRU, in float64, forward outputs and gradients.
+MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer, their
+stacks (TransformerEncoder, TransformerDecoder), LSTM and GRU, in float64, forward outputs and gradients.
 
 Run from the repository root:
 
@@ -269,12 +269,39 @@ def rnn_cases(f):
             f.finish(c, m, xs, ys)
 
 
+def stack_cases(f):
+    """TransformerEncoder / TransformerDecoder: two layers and a final norm.
+    The nested-tensor fast path is off (it zeroes padded positions)."""
+    T, S = 5, 4
+    c = "enc_stack"
+    layer = nn.TransformerEncoderLayer(E, HEADS, FF, norm_first=True, batch_first=True)
+    stack = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(E), enable_nested_tensor=False)
+    m = f.module(c, stack)
+    xs = f.inputs(c, src=f.normal(B, T, E), kpm=pad_mask([5, 3], T))
+    y = m(xs["src"], src_key_padding_mask=xs["kpm"])
+    f.finish(c, m, xs, [y])
+
+    c = "dec_stack"
+    layer = nn.TransformerDecoderLayer(E, HEADS, FF, activation="gelu", batch_first=True)
+    m = f.module(c, nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(E)))
+    xs = f.inputs(c, tgt=f.normal(B, T, E), memory=f.normal(B, S, E), mem_kpm=pad_mask([4, 2], S))
+    y = m(
+        xs["tgt"],
+        xs["memory"],
+        tgt_mask=causal_mask(T),
+        tgt_is_causal=True,
+        memory_key_padding_mask=xs["mem_kpm"],
+    )
+    f.finish(c, m, xs, [y])
+
+
 def main():
     f = SeqFixtures()
     mha_cases(f)
     encoder_cases(f)
     decoder_cases(f)
     rnn_cases(f)
+    stack_cases(f)
     path = f.save()
     print(f"{path.relative_to(path.parent.parent.parent)}: {path.stat().st_size} bytes")
 

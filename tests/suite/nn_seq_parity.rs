@@ -20,8 +20,8 @@ use crate::common;
 use common::{close, Checks, Fixture, Tol};
 use forma::core::TensorData;
 use forma::nn::layers::{
-    Activation, AttnMasks, Gru, Lstm, Mask, MultiheadAttention, RnnOptions,
-    TransformerDecoderLayer, TransformerEncoderLayer, TransformerOptions,
+    Activation, AttnMasks, Gru, Lstm, Mask, MultiheadAttention, RnnOptions, TransformerDecoder,
+    TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
 };
 use forma::nn::module::parameters;
 use forma::nn::{Module, StateDict};
@@ -347,6 +347,70 @@ fn decoder_post_norm_relu_causal_with_memory_padding() {
 #[test]
 fn decoder_pre_norm_gelu_causal_with_both_paddings() {
     decoder_case("dec_pre_gelu", Activation::Gelu, true, true);
+}
+
+#[test]
+fn encoder_stack_with_final_norm_and_padding() {
+    // nn.TransformerEncoder(pre-norm layer, 2, norm=LayerNorm): keys
+    // `layers.N.…` and `norm.…`, the repr with `(0-1): 2 x`, and the
+    // output and gradients through both layers.
+    let (fx, case) = (fixture(), "enc_stack");
+    let opts = options(Activation::Relu, true);
+    let mut m = TransformerEncoder::<8, 2, 16, f64>::with_options(
+        2,
+        opts,
+        true,
+        &Cpu,
+        &mut Rng::seed_from(3),
+    );
+    m.eval();
+    load(&fx, case, &mut m);
+    let src: Seq = input(&fx, case, "src");
+    let kpm: Bool2 = constant(&fx, case, "kpm");
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&kpm)),
+        ..AttnMasks::default()
+    };
+    let y = m.forward_with(src.clone(), masks);
+    finish(&fx, case, &m, &[any3(&y)], &[("src", &any3(&src))]);
+    // A mask of the wrong size is an error carrying the first layer's path.
+    let short = Tensor::<(Dyn, Dyn), bool>::from_vec(vec![false; 4], (Dyn(2), Dyn(2))).unwrap();
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&short)),
+        ..AttnMasks::default()
+    };
+    let err = m.try_forward_with(src.detach(), masks).unwrap_err();
+    assert_eq!(err.module_path(), Some("layers.0"), "{err}");
+}
+
+#[test]
+fn decoder_stack_with_final_norm_causal_and_memory_padding() {
+    let (fx, case) = (fixture(), "dec_stack");
+    let opts = options(Activation::Gelu, false);
+    let mut m = TransformerDecoder::<8, 2, 16, f64>::with_options(
+        2,
+        opts,
+        true,
+        &Cpu,
+        &mut Rng::seed_from(4),
+    );
+    m.eval();
+    load(&fx, case, &mut m);
+    let tgt: Seq = input(&fx, case, "tgt");
+    let memory: Seq = input(&fx, case, "memory");
+    let mem_kpm: Bool2 = constant(&fx, case, "mem_kpm");
+    let memory_masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&mem_kpm)),
+        ..AttnMasks::default()
+    };
+    let y = m.forward_with(
+        tgt.clone(),
+        memory.clone(),
+        AttnMasks::causal(),
+        memory_masks,
+    );
+    let ins = [("tgt", &any3(&tgt)), ("memory", &any3(&memory))];
+    finish(&fx, case, &m, &[any3(&y)], &ins);
 }
 
 // ------------------------------------------------------------------ recurrent

@@ -18,6 +18,7 @@ pub mod norm;
 pub mod pool;
 pub mod recurrent;
 pub mod transformer;
+pub mod transformer_stack;
 
 pub use activation::{
     Gelu, GeluTanh, Identity, LeakyRelu, LogSoftmax, Relu, Sigmoid, Silu, Softmax, Tanh,
@@ -36,6 +37,7 @@ pub use recurrent::{Gru, Lstm, LstmState, RnnOptions, RnnParams, RnnWeights};
 pub use transformer::{
     Activation, TransformerDecoderLayer, TransformerEncoderLayer, TransformerOptions,
 };
+pub use transformer_stack::{TransformerDecoder, TransformerEncoder};
 
 use forma_core::{Backend, Float, Rng, Shape, Tensor};
 
