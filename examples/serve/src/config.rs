@@ -1,6 +1,9 @@
-//! The service's settings and its command line.
+//! The service's settings and its command line (clap, derived).
 
 use crate::error::ServeError;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -135,29 +138,95 @@ impl Config {
     }
 }
 
-/// The command line's usage text.
-pub const USAGE: &str = "\
-usage: forma-serve --checkpoint PATH [options]
-
-  --checkpoint PATH   safetensors weights of the training example's Cnn
-                      (runs/train/best.safetensors)
-  --addr HOST:PORT    where to listen (default 127.0.0.1:8080)
-  --max-batch N       most images per forward pass (default 32)
-  --max-wait-ms N     how long a batch waits for more requests (default 2)
-  --queue N           requests that may wait before 503 (default 1024)
-  --body-limit BYTES  largest request body (default 2097152)
-  --header-timeout-ms N  time to send a request's headers, and the idle
-                      timeout of a kept-alive connection (default 10000)
-  --body-timeout-ms N time for a request's body once its headers are in;
-                      408 past it (default 30000)
-  --max-connections N connections served at once (default 512)
-  --shutdown-grace-ms N  on ctrl-c/SIGTERM, time open requests get to
-                      finish before their connections close (default 10000)
-  --mean M --std S    input normalisation (default: the built-in training
-                      data's, as `train` used it; give the values `train`
-                      printed when it trained on other data)
-  --help              this text
-";
+/// The command line, as clap reads it; [`parse_args`] turns it into a
+/// [`Command`].
+#[derive(Debug, Parser)]
+#[command(
+    name = "forma-serve",
+    version,
+    about = "Serves the training example's LeNet over HTTP: POST /predict, GET /health, \
+             GET /metrics (Prometheus text), GET /metrics.json",
+    after_help = "Request logs go to stderr, one line per request; RUST_LOG sets the level \
+                  (default info; RUST_LOG=warn for 5xx answers only, RUST_LOG=debug for more)."
+)]
+pub struct Args {
+    /// Safetensors weights of the training example's Cnn (runs/train/best.safetensors)
+    #[arg(long, value_name = "PATH", required_unless_present = "dump_sample")]
+    pub checkpoint: Option<PathBuf>,
+    /// Where to listen
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Most images per forward pass, and per request
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_BATCH)]
+    pub max_batch: usize,
+    /// How long a batch waits for more requests
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WAIT_MS)]
+    pub max_wait_ms: u64,
+    /// Requests that may wait before 503
+    #[arg(long = "queue", value_name = "N", default_value_t = DEFAULT_QUEUE_CAPACITY)]
+    pub queue_capacity: usize,
+    /// Largest request body; 413 past it
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
+    pub body_limit: usize,
+    /// Time to send a request's headers, also the idle timeout of a kept-alive connection
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_HEADER_TIMEOUT_MS)]
+    pub header_timeout_ms: u64,
+    /// Time for a request's body once its headers are in; 408 past it
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BODY_TIMEOUT_MS)]
+    pub body_timeout_ms: u64,
+    /// Connections served at once
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// On ctrl-c/SIGTERM, time open requests get to finish before their connections close
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
+    pub shutdown_grace_ms: u64,
+    /// Input normalisation mean, with --std [default: the built-in training data's, as `train`
+    /// used it; give the values `train` printed when it trained on other data]
+    #[arg(
+        long,
+        value_name = "M",
+        requires = "std",
+        allow_negative_numbers = true
+    )]
+    pub mean: Option<f32>,
+    /// Input normalisation std, with --mean
+    #[arg(
+        long,
+        value_name = "S",
+        requires = "mean",
+        allow_negative_numbers = true
+    )]
+    pub std: Option<f32>,
+    /// Write a ready-to-send `POST /predict` body holding a real MNIST test digit to PATH, print
+    /// its label to stderr, and exit (nothing is served)
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with = "checkpoint",
+        help_heading = "Sending a real image"
+    )]
+    pub dump_sample: Option<PathBuf>,
+    /// With --dump-sample: the MNIST files (where `train -- --download` puts them by default)
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "dump_sample",
+        conflicts_with = "checkpoint",
+        default_value_os_t = forma_examples::download::default_cache_dir(),
+        help_heading = "Sending a real image"
+    )]
+    pub data: PathBuf,
+    /// With --dump-sample: which test image (0..10000)
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "dump_sample",
+        conflicts_with = "checkpoint",
+        default_value_t = 0,
+        help_heading = "Sending a real image"
+    )]
+    pub index: usize,
+}
 
 /// What the command line asks for.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,77 +241,89 @@ pub enum Command {
         /// `--mean` and `--std`, if given.
         normalization: Option<Normalization>,
     },
-    /// Print [`USAGE`].
-    Help,
+    /// Write a request body holding MNIST test image `index` from `data`
+    /// to `path` ([`crate::sample`]).
+    DumpSample {
+        /// Where the body goes.
+        path: PathBuf,
+        /// The directory holding MNIST's test files.
+        data: PathBuf,
+        /// Which test image.
+        index: usize,
+    },
 }
 
-/// Reads the command line (without the program name).
+impl Args {
+    /// The [`Command`] these arguments ask for, its settings validated.
+    ///
+    /// # Errors
+    /// [`ServeError::Config`] naming the first bad setting.
+    pub fn into_command(self) -> Result<Command, ServeError> {
+        if let Some(path) = self.dump_sample {
+            return Ok(Command::DumpSample {
+                path,
+                data: self.data,
+                index: self.index,
+            });
+        }
+        let mut config = Config::new(self.checkpoint.unwrap_or_default());
+        config.max_batch = self.max_batch;
+        config.max_wait = Duration::from_millis(self.max_wait_ms);
+        config.queue_capacity = self.queue_capacity;
+        config.body_limit = self.body_limit;
+        config.header_timeout = Duration::from_millis(self.header_timeout_ms);
+        config.body_timeout = Duration::from_millis(self.body_timeout_ms);
+        config.max_connections = self.max_connections;
+        config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        // clap's `requires` makes these come together.
+        let normalization = self
+            .mean
+            .zip(self.std)
+            .map(|(mean, std)| Normalization { mean, std });
+        if let Some(n) = normalization {
+            config.normalization = n;
+        }
+        config.validate()?;
+        Ok(Command::Serve {
+            config,
+            addr: self.addr,
+            normalization,
+        })
+    }
+}
+
+/// Reads a command line, program name first (as `std::env::args_os()`
+/// gives it).
 ///
 /// # Errors
-/// A message for the user: an unknown flag, a missing or malformed value.
-pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    let mut args = args.into_iter();
-    let mut checkpoint = None;
-    let mut addr: SocketAddr = ([127, 0, 0, 1], 8080).into();
-    let mut cfg = Config::new("");
-    let (mut mean, mut std) = (None, None);
-    while let Some(flag) = args.next() {
-        if flag == "--help" || flag == "-h" {
-            return Ok(Command::Help);
-        }
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
-        }
-        match flag.as_str() {
-            "--checkpoint" => checkpoint = Some(PathBuf::from(value()?)),
-            "--addr" => {
-                let v = value()?;
-                addr = v
-                    .parse()
-                    .map_err(|_| format!("--addr: `{v}` is not HOST:PORT"))?;
-            }
-            "--max-batch" => cfg.max_batch = num(&flag, value()?)?,
-            "--max-wait-ms" => cfg.max_wait = Duration::from_millis(num(&flag, value()?)?),
-            "--queue" => cfg.queue_capacity = num(&flag, value()?)?,
-            "--body-limit" => cfg.body_limit = num(&flag, value()?)?,
-            "--header-timeout-ms" => {
-                cfg.header_timeout = Duration::from_millis(num(&flag, value()?)?)
-            }
-            "--body-timeout-ms" => cfg.body_timeout = Duration::from_millis(num(&flag, value()?)?),
-            "--max-connections" => cfg.max_connections = num(&flag, value()?)?,
-            "--shutdown-grace-ms" => {
-                cfg.shutdown_grace = Duration::from_millis(num(&flag, value()?)?)
-            }
-            "--mean" => mean = Some(num::<f32>(&flag, value()?)?),
-            "--std" => std = Some(num::<f32>(&flag, value()?)?),
-            other => return Err(format!("unknown argument `{other}` (see --help)")),
-        }
-    }
-    cfg.checkpoint = checkpoint.ok_or("--checkpoint PATH is required (see --help)")?;
-    let normalization = match (mean, std) {
-        (None, None) => None,
-        (Some(mean), Some(std)) => Some(Normalization { mean, std }),
-        _ => return Err("give both --mean and --std, or neither".into()),
-    };
-    if let Some(n) = normalization {
-        cfg.normalization = n;
-    }
-    cfg.validate().map_err(|e| e.to_string())?;
-    Ok(Command::Serve {
-        config: cfg,
-        addr,
-        normalization,
-    })
+/// clap's error for the user: an unknown flag (with a "did you mean" tip
+/// when one is close), a missing or malformed value, or a setting that
+/// [`Config::validate`] refuses. `--help` and `--version` also come back as
+/// errors, of kind [`DisplayHelp`](clap::error::ErrorKind::DisplayHelp) and
+/// [`DisplayVersion`](clap::error::ErrorKind::DisplayVersion);
+/// [`clap::Error::exit`] prints each where it belongs and exits with its
+/// status.
+pub fn parse_args<I, T>(args: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Args::try_parse_from(args)?
+        .into_command()
+        .map_err(|e| Args::command().error(ErrorKind::ValueValidation, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Command, String> {
-        parse_args(args.iter().map(|s| s.to_string()))
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        parse_args(std::iter::once("forma-serve").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        Args::command().debug_assert();
     }
 
     #[test]
@@ -260,8 +341,15 @@ mod tests {
             "10",
             "--body-limit",
             "4096",
+            "--header-timeout-ms",
+            "700",
+            "--body-timeout-ms=800",
+            "--max-connections",
+            "3",
+            "--shutdown-grace-ms",
+            "900",
             "--mean",
-            "0.1",
+            "-0.1",
             "--std",
             "0.3",
         ])
@@ -280,15 +368,19 @@ mod tests {
         assert_eq!(config.max_wait, Duration::from_millis(5));
         assert_eq!(config.queue_capacity, 10);
         assert_eq!(config.body_limit, 4096);
+        assert_eq!(config.header_timeout, Duration::from_millis(700));
+        assert_eq!(config.body_timeout, Duration::from_millis(800));
+        assert_eq!(config.max_connections, 3);
+        assert_eq!(config.shutdown_grace, Duration::from_millis(900));
         let n = Normalization {
-            mean: 0.1,
+            mean: -0.1,
             std: 0.3,
         };
         assert_eq!((config.normalization, normalization), (n, Some(n)));
     }
 
     #[test]
-    fn defaults_and_errors() {
+    fn defaults() {
         let Ok(Command::Serve {
             config,
             addr,
@@ -297,37 +389,169 @@ mod tests {
         else {
             panic!("defaults refused");
         };
-        assert_eq!(addr.port(), 8080);
-        assert_eq!(config.max_batch, DEFAULT_MAX_BATCH);
+        assert_eq!(addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(normalization, None);
-        assert_eq!(parse(&["--help"]), Ok(Command::Help));
-        for (args, msg) in [
-            (&["--max-batch", "2"][..], "--checkpoint PATH is required"),
-            (&["--checkpoint"][..], "--checkpoint needs a value"),
+        let mut expected = Config::new("m");
+        expected.normalization = config.normalization;
+        assert_eq!(config, expected);
+        assert_eq!(config.normalization, Normalization::IDENTITY);
+    }
+
+    #[test]
+    fn errors() {
+        use clap::error::ErrorKind as K;
+        for (args, kind, msg) in [
+            (
+                &["--max-batch", "2"][..],
+                K::MissingRequiredArgument,
+                "--checkpoint <PATH>",
+            ),
+            (
+                &["--checkpoint"][..],
+                K::InvalidValue,
+                "a value is required for '--checkpoint <PATH>'",
+            ),
             (
                 &["--checkpoint", "m", "--max-batch", "x"][..],
-                "not a valid number",
+                K::ValueValidation,
+                "invalid value 'x' for '--max-batch <N>'",
             ),
-            (&["--checkpoint", "m", "--max-batch", "0"][..], "at least 1"),
+            (
+                &["--checkpoint", "m", "--max-batch", "0"][..],
+                K::ValueValidation,
+                "max batch must be at least 1",
+            ),
+            (
+                &["--checkpoint", "m", "--queue", "0"][..],
+                K::ValueValidation,
+                "queue capacity must be at least 1",
+            ),
+            (
+                &["--checkpoint", "m", "--body-limit", "0"][..],
+                K::ValueValidation,
+                "body limit must be at least 1 byte",
+            ),
+            (
+                &["--checkpoint", "m", "--body-timeout-ms", "0"][..],
+                K::ValueValidation,
+                "timeouts must be at least 1 ms",
+            ),
+            (
+                &["--checkpoint", "m", "--max-connections", "0"][..],
+                K::ValueValidation,
+                "max connections must be at least 1",
+            ),
             (
                 &["--checkpoint", "m", "--mean", "0.1"][..],
-                "both --mean and --std",
+                K::MissingRequiredArgument,
+                "--std <S>",
+            ),
+            (
+                &["--checkpoint", "m", "--std", "0.1"][..],
+                K::MissingRequiredArgument,
+                "--mean <M>",
             ),
             (
                 &["--checkpoint", "m", "--mean", "0", "--std", "0"][..],
+                K::ValueValidation,
                 "positive std",
             ),
             (
                 &["--checkpoint", "m", "--addr", "here"][..],
-                "not HOST:PORT",
+                K::ValueValidation,
+                "invalid value 'here' for '--addr <HOST:PORT>'",
             ),
             (
                 &["--checkpoint", "m", "--port", "1"][..],
-                "unknown argument `--port`",
+                K::UnknownArgument,
+                "unexpected argument '--port'",
+            ),
+            (
+                &["--index", "3"][..],
+                K::MissingRequiredArgument,
+                "--dump-sample <PATH>",
+            ),
+            (
+                &["--checkpoint", "m", "--index", "3"][..],
+                K::ArgumentConflict,
+                "'--index <N>'",
+            ),
+            (
+                &["--checkpoint", "m", "--dump-sample", "s.json"][..],
+                K::ArgumentConflict,
+                "cannot be used with",
             ),
         ] {
             let err = parse(args).unwrap_err();
-            assert!(err.contains(msg), "{args:?}: {err}");
+            let text = err.to_string();
+            assert_eq!(err.kind(), kind, "{args:?}: {text}");
+            assert!(text.contains(msg), "{args:?}: {text}");
         }
+    }
+
+    #[test]
+    fn a_misspelled_flag_gets_a_suggestion() {
+        for (typo, meant) in [
+            ("--max-bacth", "--max-batch"),
+            ("--chekpoint", "--checkpoint"),
+            ("--dump-smaple", "--dump-sample"),
+        ] {
+            let err =
+                Args::try_parse_from(["forma-serve", "--checkpoint", "m", typo, "1"]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("a similar argument exists: '{meant}'")),
+                "{typo}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_clap_s() {
+        use clap::error::ErrorKind as K;
+        assert_eq!(parse(&["--help"]).unwrap_err().kind(), K::DisplayHelp);
+        assert_eq!(parse(&["-h"]).unwrap_err().kind(), K::DisplayHelp);
+        assert_eq!(parse(&["--version"]).unwrap_err().kind(), K::DisplayVersion);
+        let help = Args::command().render_help().to_string();
+        for flag in [
+            "--checkpoint",
+            "--addr",
+            "--max-batch",
+            "--max-wait-ms",
+            "--queue",
+            "--body-limit",
+            "--header-timeout-ms",
+            "--body-timeout-ms",
+            "--max-connections",
+            "--shutdown-grace-ms",
+            "--mean",
+            "--std",
+            "--dump-sample",
+            "--data",
+            "--index",
+            "[default: 32]",
+            "RUST_LOG",
+        ] {
+            assert!(help.contains(flag), "help lacks {flag}:\n{help}");
+        }
+    }
+
+    #[test]
+    fn dump_sample_needs_no_checkpoint() {
+        assert_eq!(
+            parse(&["--dump-sample", "s.json", "--data", "d", "--index", "7"]).unwrap(),
+            Command::DumpSample {
+                path: "s.json".into(),
+                data: "d".into(),
+                index: 7,
+            }
+        );
+        let Command::DumpSample { data, index, .. } = parse(&["--dump-sample", "s.json"]).unwrap()
+        else {
+            panic!("not a dump");
+        };
+        assert_eq!(data, forma_examples::download::default_cache_dir());
+        assert_eq!(index, 0);
     }
 }

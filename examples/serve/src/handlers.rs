@@ -1,11 +1,12 @@
-//! The HTTP routes: `POST /predict`, `GET /health`, `GET /metrics`, and
-//! JSON errors for everything else.
+//! The HTTP routes: `POST /predict`, `GET /health`, `GET /metrics`
+//! (Prometheus text), `GET /metrics.json`, and JSON errors for everything
+//! else; and the middleware that logs and counts every answer.
 
 use crate::batcher::{BatchError, Job};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PROMETHEUS_CONTENT_TYPE};
 use crate::model::Prediction;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -115,13 +116,23 @@ pub struct Info {
     pub max_wait_ms: f64,
 }
 
-/// The routes, with the body limit applied.
+/// The service's routes: also the values of the `route` label in
+/// `/metrics`, besides `other` for paths it does not have.
+const ROUTES: [&str; 4] = ["/predict", "/health", "/metrics", "/metrics.json"];
+
+/// How many images a `/predict` answer carried, kept in the response's
+/// extensions for the request log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Images(pub usize);
+
+/// The routes, with the body limit applied, every answer logged and counted.
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
     Router::new()
-        .route("/predict", post(predict))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .route(ROUTES[0], post(predict))
+        .route(ROUTES[1], get(health))
+        .route(ROUTES[2], get(metrics))
+        .route(ROUTES[3], get(metrics_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Also bounds bodies sent without a Content-Length (chunked).
@@ -130,7 +141,52 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             body_in_time,
         ))
+        // Outermost: sees the answers of `body_in_time` too, and times the
+        // whole request, body included.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
+}
+
+/// Logs one line per request (method, path, status, latency, and the
+/// number of images for a prediction) and counts it by route and status.
+async fn observe(
+    State(st): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = Instant::now();
+    // The matched route, not the path: a label per arbitrary path would grow
+    // `/metrics` without bound.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .and_then(|m| ROUTES.into_iter().find(|&r| r == m.as_str()))
+        .unwrap_or("other");
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let response = next.run(req).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    st.metrics.response(route, status, elapsed);
+    let latency_ms = (elapsed.as_secs_f64() * 1e3 * 1e3).round() / 1e3;
+    let images = response.extensions().get::<Images>().map(|i| i.0);
+    macro_rules! log {
+        ($level:expr) => {
+            match images {
+                Some(images) => tracing::event!(
+                    $level,
+                    %method, path, status, latency_ms, images, "request"
+                ),
+                None => tracing::event!($level, %method, path, status, latency_ms, "request"),
+            }
+        };
+    }
+    if response.status().is_server_error() {
+        log!(tracing::Level::WARN);
+    } else {
+        log!(tracing::Level::INFO);
+    }
+    response
 }
 
 /// Reads the whole body within [`AppState::body_timeout`] (408
@@ -205,6 +261,14 @@ async fn health(State(st): State<AppState>) -> Json<Info> {
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)],
+        st.metrics.prometheus(),
+    )
+        .into_response()
+}
+
+async fn metrics_json(State(st): State<AppState>) -> Response {
     Json(st.metrics.snapshot()).into_response()
 }
 
@@ -214,7 +278,7 @@ async fn not_found(State(st): State<AppState>, req: Request) -> ApiError {
         StatusCode::NOT_FOUND,
         "not_found",
         format!(
-            "no route {}; try POST /predict, GET /health, GET /metrics",
+            "no route {}; try POST /predict, GET /health, GET /metrics, GET /metrics.json",
             req.uri().path()
         ),
     )
@@ -233,8 +297,9 @@ async fn predict(State(st): State<AppState>, req: Request) -> Response {
     let started = Instant::now();
     let _in_flight = st.metrics.start();
     match predict_inner(&st, req).await {
-        Ok((response, images)) => {
+        Ok((mut response, images)) => {
             st.metrics.served(images, started.elapsed());
+            response.extensions_mut().insert(Images(images));
             response
         }
         Err(e) => {

@@ -7,17 +7,19 @@
 //! cargo run --release -p forma-serve -- --checkpoint runs/train/best.safetensors
 //! ```
 //!
-//! Then, from another shell (784 pixels in `0..=1`, row by row):
+//! Then, from another shell, a real MNIST test digit (784 pixels in
+//! `0..=1`, row by row; [`sample`]):
 //!
 //! ```sh
-//! curl -s localhost:8080/predict -H 'content-type: application/json' \
-//!   -d "{\"pixels\": [$(python3 -c 'print(",".join(["0.5"]*784))')]}"
-//! # {"class":3,"probabilities":[...10 values...],"logits":[...]}
+//! cargo run --release -p forma-serve -- --dump-sample sample.json   # prints "label: 7"
+//! curl -s localhost:8080/predict -H 'content-type: application/json' -d @sample.json
+//! # {"class":7,"probabilities":[...10 values...],"logits":[...]}
 //! curl -s localhost:8080/predict -H 'content-type: application/json' \
 //!   -d '{"batch": [[...784 values...], [...784 values...]]}'
 //! # {"predictions":[{"class":..,"probabilities":[..],"logits":[..]}, ...]}
 //! curl -s localhost:8080/health
-//! curl -s localhost:8080/metrics
+//! curl -s localhost:8080/metrics        # Prometheus text
+//! curl -s localhost:8080/metrics.json   # the same counters as JSON
 //! ```
 //!
 //! - **Startup**: the checkpoint is loaded strictly before the first
@@ -37,8 +39,15 @@
 //!   pixels, malformed JSON, wrong types, missing fields, a wrong content type
 //!   and oversize bodies each get a 4xx with `{"error": ..., "kind": ...}`;
 //!   a full queue gets 503.
-//! - **Metrics**: `GET /metrics` (JSON): requests served, errors by kind,
+//! - **Metrics** ([`metrics`]): `GET /metrics` in Prometheus's text format
+//!   (`forma_serve_*`: requests by route and status, request duration and
+//!   batch size histograms, errors by kind, a latency summary); `GET
+//!   /metrics.json` the same as JSON: requests served, errors by kind,
 //!   batches, mean batch size, latency p50/p99.
+//! - **Logs**: one `tracing` line per request (method, path, status,
+//!   latency in ms, and the number of images of a prediction), which the
+//!   binary writes to stderr (5xx answers at `warn`, the rest at `info`);
+//!   `RUST_LOG` sets the level (default `info`).
 //! - **Slow and silent clients**: a connection must send a request's headers
 //!   within `--header-timeout-ms` (10 s; counted from when the server is
 //!   ready to read them, so it is also the idle timeout of a kept-alive
@@ -56,11 +65,13 @@ pub mod error;
 pub mod handlers;
 pub mod metrics;
 pub mod model;
+pub mod sample;
 
-pub use config::{parse_args, Command, Config, Normalization, USAGE};
+pub use config::{parse_args, Args, Command, Config, Normalization};
 pub use error::ServeError;
 pub use metrics::Snapshot;
 pub use model::{Classifier, Prediction};
+pub use sample::Sample;
 
 use forma::prelude::*;
 use handlers::{AppState, Info};

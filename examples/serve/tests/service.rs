@@ -4,13 +4,18 @@
 //!
 //! Checked: a burst of concurrent requests answered exactly as the model
 //! answers each input alone (class equal, probabilities within 1e-5,
-//! logits within 1e-4), batching observed in `/metrics`, every kind of
-//! malformed request refused with its status and JSON message, `/health`
-//! and `/metrics`, bad checkpoints refused at startup, a graceful
+//! logits within 1e-4), batching observed in `/metrics.json` and in the
+//! Prometheus text of `/metrics` (parsed, every family checked for its HELP
+//! and TYPE lines), every kind of malformed request refused with its status
+//! and JSON message and counted by route and status, `/health`, bad
+//! checkpoints refused at startup, a graceful
 //! shutdown that answers the requests in flight, silent and slow clients
 //! timed out (nothing sent, half a request line, part of a body, an idle
-//! kept-alive connection), the connection cap, and the binary stopping
-//! within its grace period on SIGTERM while a client holds half a request.
+//! kept-alive connection), the connection cap, the binary stopping
+//! within its grace period on SIGTERM while a client holds half a request,
+//! and the binary's first hour: `--dump-sample` on MNIST-format files (and
+//! its error when they are missing), that body sent, one log line for it,
+//! and a misspelled flag answered with clap's suggestion.
 
 use forma::core::tape::no_grad;
 use forma::prelude::*;
@@ -18,6 +23,7 @@ use forma_examples::digits::{render, CLASSES};
 use forma_examples::train::{Cnn, Images, LinearModel, Logits};
 use forma_serve::{serve, Config, Normalization, ServeError};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -135,9 +141,26 @@ struct Reply {
     body: Value,
 }
 
+/// An HTTP answer as text.
+#[derive(Debug)]
+struct RawReply {
+    status: u16,
+    /// The status line and headers.
+    head: String,
+    body: String,
+}
+
 /// Sends `head` (the request line and headers, without the blank line) and
-/// `body` on a fresh connection and reads the whole answer.
+/// `body` on a fresh connection and reads the whole answer, a JSON body.
 async fn exchange(addr: SocketAddr, head: &str, body: &[u8]) -> std::io::Result<Reply> {
+    let RawReply { status, body, .. } = exchange_raw(addr, head, body).await?;
+    let body = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("answer {status} is not JSON ({e}): {body:?}"));
+    Ok(Reply { status, body })
+}
+
+/// [`exchange`] with the body left as text.
+async fn exchange_raw(addr: SocketAddr, head: &str, body: &[u8]) -> std::io::Result<RawReply> {
     let mut s = TcpStream::connect(addr).await?;
     let mut req = format!("{head}\r\nHost: {addr}\r\nConnection: close\r\n\r\n").into_bytes();
     req.extend_from_slice(body);
@@ -159,9 +182,11 @@ async fn exchange(addr: SocketAddr, head: &str, body: &[u8]) -> std::io::Result<
     } else {
         body.to_string()
     };
-    let body = serde_json::from_str(&body)
-        .unwrap_or_else(|e| panic!("answer {status} is not JSON ({e}): {body:?}"));
-    Ok(Reply { status, body })
+    Ok(RawReply {
+        status,
+        head: head.to_string(),
+        body,
+    })
 }
 
 fn dechunk(mut s: &str) -> String {
@@ -194,6 +219,84 @@ async fn get(addr: SocketAddr, path: &str) -> Reply {
     exchange(addr, &format!("GET {path} HTTP/1.1"), b"")
         .await
         .unwrap()
+}
+
+/// Parses Prometheus's text format (0.0.4): every sample as `name{labels}`
+/// (labels as written) to its value. Checks that each family has a HELP
+/// line then a TYPE line before its samples, and that every sample belongs
+/// to a family (`_bucket`, `_sum` and `_count` to a histogram or summary).
+fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
+    let mut helped = Vec::new();
+    let mut typed: BTreeMap<String, String> = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("HELP name text");
+            assert!(!help.is_empty(), "{name} has an empty HELP");
+            helped.push(name.to_string());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            assert!(
+                ["counter", "gauge", "histogram", "summary"].contains(&kind),
+                "{line}"
+            );
+            assert_eq!(
+                helped.last().map(String::as_str),
+                Some(name),
+                "TYPE before HELP: {line}"
+            );
+            assert!(
+                typed.insert(name.to_string(), kind.to_string()).is_none(),
+                "{line} twice"
+            );
+        } else {
+            assert!(!line.starts_with('#'), "an unknown comment: {line}");
+            let (key, value) = line.rsplit_once(' ').expect("name value");
+            let name = key.split('{').next().unwrap();
+            let family = typed.iter().find(|(f, kind)| {
+                name == f.as_str()
+                    || (["histogram", "summary"].contains(&kind.as_str())
+                        && name
+                            .strip_prefix(f.as_str())
+                            .is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s)))
+            });
+            assert!(family.is_some(), "{name} has no TYPE line before it");
+            if key.contains('{') {
+                assert!(key.ends_with('}'), "{line}");
+            }
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("{line}"));
+            assert!(
+                samples.insert(key.to_string(), value).is_none(),
+                "{key} twice"
+            );
+        }
+    }
+    samples
+}
+
+/// `GET /metrics`, its content type checked, parsed.
+async fn prometheus(addr: SocketAddr) -> BTreeMap<String, f64> {
+    let r = exchange_raw(addr, "GET /metrics HTTP/1.1", b"")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.head
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{}",
+        r.head
+    );
+    parse_prometheus(&r.body)
+}
+
+/// The value of sample `key` (`name{labels}`), failing with the whole set.
+fn sample(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("no sample {key} in {m:#?}"))
 }
 
 fn floats(v: &Value) -> Vec<f32> {
@@ -290,7 +393,7 @@ async fn concurrent_burst_is_batched_and_matches_the_model() {
         }
     );
 
-    let m = get(addr, "/metrics").await;
+    let m = get(addr, "/metrics.json").await;
     assert_eq!(m.status, 200);
     let b = &m.body;
     println!("metrics after the burst: {b}");
@@ -316,6 +419,78 @@ async fn concurrent_burst_is_batched_and_matches_the_model() {
     );
     assert!(p50 > 0.0 && p50 <= p99, "p50 {p50} p99 {p99}");
     println!("server-side latency p50 {p50:.2} ms p99 {p99:.2} ms, mean batch {mean:.2}");
+
+    // The same counters in Prometheus's text format.
+    let p = prometheus(addr).await;
+    let n = REQUESTS as f64;
+    assert_eq!(
+        sample(
+            &p,
+            r#"forma_serve_http_requests_total{route="/predict",status="200"}"#
+        ),
+        n
+    );
+    assert_eq!(
+        sample(
+            &p,
+            r#"forma_serve_http_requests_total{route="/metrics.json",status="200"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &p,
+            r#"forma_serve_http_request_duration_seconds_count{route="/predict"}"#
+        ),
+        n
+    );
+    assert_eq!(
+        sample(
+            &p,
+            r#"forma_serve_http_request_duration_seconds_bucket{route="/predict",le="+Inf"}"#
+        ),
+        n
+    );
+    assert_eq!(sample(&p, "forma_serve_predictions_total"), n);
+    assert_eq!(sample(&p, "forma_serve_images_total"), n);
+    assert_eq!(sample(&p, "forma_serve_requests_in_flight"), 0.0);
+    assert!(
+        !p.keys().any(|k| k.starts_with("forma_serve_errors_total")),
+        "{p:?}"
+    );
+    let batches = batches as f64;
+    assert_eq!(sample(&p, "forma_serve_batch_images_count"), batches);
+    assert_eq!(sample(&p, "forma_serve_batch_images_sum"), n);
+    assert_eq!(
+        sample(&p, r#"forma_serve_batch_images_bucket{le="16"}"#),
+        batches
+    );
+    assert_eq!(
+        sample(&p, r#"forma_serve_batch_images_bucket{le="+Inf"}"#),
+        batches
+    );
+    // Some batches held more than one image, so not all fit `le="1"`.
+    assert!(sample(&p, r#"forma_serve_batch_images_bucket{le="1"}"#) < batches);
+    assert_eq!(sample(&p, "forma_serve_batch_requests_sum"), n);
+    assert_eq!(
+        sample(&p, "forma_serve_multi_request_batches_total"),
+        b["multi_request_batches"].as_f64().unwrap()
+    );
+    assert_eq!(
+        sample(&p, "forma_serve_largest_batch_images"),
+        b["largest_batch"].as_f64().unwrap()
+    );
+    assert_eq!(
+        sample(&p, "forma_serve_prediction_latency_seconds_count"),
+        n
+    );
+    let q50 = sample(
+        &p,
+        r#"forma_serve_prediction_latency_seconds{quantile="0.5"}"#,
+    );
+    assert!((q50 * 1e3 - p50).abs() < 1e-9, "{q50} s vs {p50} ms");
+    let sum = sample(&p, "forma_serve_prediction_latency_seconds_sum");
+    assert!(sum >= q50 * n / 2.0, "latency sum {sum}");
 
     // The batch form: one request, several images, answered in order.
     let five: Vec<&Vec<f32>> = inputs.iter().take(5).collect();
@@ -537,7 +712,7 @@ async fn malformed_requests_get_4xx_json_errors() {
     assert_eq!(r.status, 200, "{}", r.body);
     check_prediction(&model, &good, &r.body);
 
-    let m = get(addr, "/metrics").await.body;
+    let m = get(addr, "/metrics.json").await.body;
     assert_eq!(m["requests_served"], 1);
     assert_eq!(
         m["batches_run"], 1,
@@ -550,6 +725,49 @@ async fn malformed_requests_get_4xx_json_errors() {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
     assert_eq!(counted, expected);
+
+    // In Prometheus's format: the same errors by kind, and every answer by
+    // route and status (unknown paths under `other`).
+    let p = prometheus(addr).await;
+    for (kind, n) in &expected {
+        assert_eq!(
+            sample(&p, &format!("forma_serve_errors_total{{kind=\"{kind}\"}}")),
+            *n as f64
+        );
+    }
+    let mut by_route = BTreeMap::<(&str, u16), f64>::new();
+    for (what, _, status, _, _) in &cases {
+        let route = if *what == "an unknown route" {
+            "other"
+        } else {
+            "/predict"
+        };
+        *by_route.entry((route, *status)).or_default() += 1.0;
+    }
+    *by_route.entry(("/predict", 413)).or_default() += 1.0; // chunked
+    *by_route.entry(("/predict", 200)).or_default() += 1.0; // the valid one
+    *by_route.entry(("/metrics.json", 200)).or_default() += 1.0;
+    let counted: BTreeMap<(&str, u16), f64> = p
+        .iter()
+        .filter_map(|(k, v)| {
+            let labels = k.strip_prefix("forma_serve_http_requests_total{route=\"")?;
+            let (route, status) = labels.strip_suffix("\"}")?.split_once("\",status=\"")?;
+            let route = ["/predict", "/metrics.json", "/health", "/metrics", "other"]
+                .into_iter()
+                .find(|r| *r == route)
+                .unwrap_or_else(|| panic!("an unexpected route label in {k}"));
+            Some(((route, status.parse().unwrap()), *v))
+        })
+        .collect();
+    assert_eq!(counted, by_route);
+    assert_eq!(
+        sample(
+            &p,
+            r#"forma_serve_http_request_duration_seconds_count{route="other"}"#
+        ),
+        1.0
+    );
+    assert_eq!(sample(&p, "forma_serve_batch_images_count"), 1.0);
 
     let h = get(addr, "/health").await;
     assert_eq!(h.status, 200);
@@ -639,7 +857,7 @@ async fn shutdown_answers_requests_in_flight() {
     // Wait until the service holds every request.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let m = get(addr, "/metrics").await.body;
+        let m = get(addr, "/metrics.json").await.body;
         if m["requests_in_flight"] == IN_FLIGHT {
             break;
         }
@@ -716,7 +934,7 @@ async fn slow_and_silent_clients_are_timed_out() {
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
 
     // The service still answers well-behaved clients, and counted the 408.
-    let m = get(addr, "/metrics").await.body;
+    let m = get(addr, "/metrics.json").await.body;
     assert_eq!(m["errors"]["body_timeout"], 1, "{m}");
     server.shutdown().await;
 }
@@ -809,4 +1027,221 @@ async fn connections_past_the_cap_wait_for_a_free_one() {
     assert_eq!(r.status, 200);
     assert!(started.elapsed() >= Duration::from_millis(500));
     server.shutdown().await;
+}
+
+/// Writes MNIST's test files (IDX, uncompressed) holding `labels`, each
+/// image a rendered digit; returns the images' bytes.
+fn write_mnist_test_set(dir: &std::path::Path, labels: &[u8]) -> Vec<Vec<u8>> {
+    let mut rng = Rng::seed_from(5);
+    let images: Vec<Vec<u8>> = labels
+        .iter()
+        .map(|&l| render(l, &mut rng).to_vec())
+        .collect();
+    let n = labels.len() as u32;
+    let mut idx = Vec::new();
+    for v in [0x0803, n, 28, 28] {
+        idx.extend_from_slice(&u32::to_be_bytes(v));
+    }
+    idx.extend(images.iter().flatten());
+    std::fs::write(dir.join("t10k-images-idx3-ubyte"), idx).unwrap();
+    let mut idx = Vec::new();
+    for v in [0x0801, n] {
+        idx.extend_from_slice(&u32::to_be_bytes(v));
+    }
+    idx.extend_from_slice(labels);
+    std::fs::write(dir.join("t10k-labels-idx1-ubyte"), idx).unwrap();
+    images
+}
+
+/// The binary with `args`, run to its end: (success, stdout, stderr).
+fn run_binary(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_forma-serve"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dump_sample_writes_a_real_digit_or_says_how_to_get_one() {
+    let dir = TempDir::new("dump");
+    let data = dir.0.join("mnist");
+    std::fs::create_dir_all(&data).unwrap();
+    let images = write_mnist_test_set(&data, &[7, 2, 1]);
+    let out = dir.0.join("sample.json");
+    let (ok, _, err) = run_binary(&[
+        "--dump-sample",
+        out.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--index",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.lines().any(|l| l == "label: 2"), "{err}");
+    assert!(err.contains("-d @"), "{err}");
+    let body: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let object = body.as_object().unwrap();
+    assert_eq!(object.keys().collect::<Vec<_>>(), ["pixels"]);
+    let pixels = floats(&body["pixels"]);
+    let expected: Vec<f32> = images[1].iter().map(|&b| f32::from(b) / 255.0).collect();
+    assert_eq!(pixels, expected);
+    assert!(pixels.iter().any(|&p| p > 0.5), "a blank image");
+
+    // Past the last image.
+    let (ok, _, err) = run_binary(&[
+        "--dump-sample",
+        out.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--index",
+        "3",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("--index 3: the MNIST test set has 3 images"),
+        "{err}"
+    );
+
+    // No data: the error names the directory and the command that fills it.
+    let empty = dir.0.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let none = dir.0.join("none.json");
+    let (ok, _, err) = run_binary(&[
+        "--dump-sample",
+        none.to_str().unwrap(),
+        "--data",
+        empty.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("no MNIST test set in"), "{err}");
+    assert!(err.contains("t10k-images-idx3-ubyte"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cargo run --release -p forma-examples --example train -- --download --cache {}",
+            empty.display()
+        )),
+        "{err}"
+    );
+    assert!(!none.exists());
+}
+
+#[test]
+fn a_misspelled_flag_gets_clap_s_suggestion() {
+    let (ok, _, err) = run_binary(&["--checkpoint", "m", "--max-bacth", "3"]);
+    assert!(!ok);
+    assert!(
+        err.contains("a similar argument exists: '--max-batch'"),
+        "{err}"
+    );
+    let (ok, help, _) = run_binary(&["--help"]);
+    assert!(ok);
+    assert!(help.contains("--dump-sample <PATH>"), "{help}");
+}
+
+/// The README's first hour: dump a sample, serve, send it with the body
+/// file as is, see one log line for it and the counters in `/metrics`.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_a_dumped_sample_and_logs_the_request() {
+    use std::io::BufRead;
+    let dir = TempDir::new("firsthour");
+    let (model, path) = model_and_checkpoint(&dir);
+    let images = write_mnist_test_set(&dir.0, &[4, 9]);
+    let body_file = dir.0.join("sample.json");
+    let (ok, _, err) = run_binary(&[
+        "--dump-sample",
+        body_file.to_str().unwrap(),
+        "--data",
+        dir.0.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("label: 4"), "{err}");
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_forma-serve"))
+        .args([
+            "--checkpoint",
+            path.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--mean",
+            &NORM.mean.to_string(),
+            "--std",
+            &NORM.std.to_string(),
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: SocketAddr = loop {
+        let line = lines
+            .next()
+            .expect("the server printed its address")
+            .unwrap();
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split(' ').next().unwrap().parse().unwrap();
+        }
+    };
+    let (log_tx, logs) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            if log_tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+
+    let body = std::fs::read_to_string(&body_file).unwrap();
+    let r = post(addr, Some("application/json"), &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let pixels: Vec<f32> = images[0].iter().map(|&b| f32::from(b) / 255.0).collect();
+    check_prediction(&model, &pixels, &r.body);
+
+    let line = loop {
+        let line = logs
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a log line for the request");
+        if line.contains("/predict") {
+            break line;
+        }
+    };
+    for field in [
+        "INFO",
+        "method=POST",
+        "/predict",
+        "status=200",
+        "latency_ms=",
+        "images=1",
+    ] {
+        assert!(line.contains(field), "{field} missing in {line:?}");
+    }
+
+    let p = prometheus(addr).await;
+    assert_eq!(sample(&p, "forma_serve_predictions_total"), 1.0);
+    assert_eq!(
+        sample(
+            &p,
+            r#"forma_serve_http_requests_total{route="/predict",status="200"}"#
+        ),
+        1.0
+    );
+    let line = logs
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a log line for /metrics");
+    assert!(
+        line.contains("path=/metrics") || line.contains("\"/metrics\""),
+        "{line}"
+    );
+
+    let _ = child.kill();
+    let _ = child.wait();
 }
