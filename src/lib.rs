@@ -18,6 +18,12 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The PyTorch cheat sheet's Rust blocks (`docs/pytorch.md`) run as
+/// doctests too, so every pairing it shows compiles and runs.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/pytorch.md")]
+pub struct PytorchCheatSheetDoctests;
+
 // Inlined, so `cargo doc -p forma` documents every crate's items under
 // `forma::` (`forma::nn::layers::Linear`), not only links to the crates.
 #[doc(inline)]
