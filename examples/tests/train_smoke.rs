@@ -144,6 +144,11 @@ fn trains_evaluates_and_writes_every_file() {
         assert_eq!(bytes[..8], *b"\x89PNG\r\n\x1a\n", "{}", png.display());
         assert!(bytes.len() > 1000, "{} is nearly empty", png.display());
     }
+    let plot = png::Decoder::new(std::io::Cursor::new(std::fs::read(&files.plot).unwrap()))
+        .read_info()
+        .unwrap();
+    let info = plot.info();
+    assert_eq!((info.width, info.height), report::PLOT_SIZE);
     // No temporary file is left behind.
     let stray: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -400,20 +405,44 @@ fn command_line() {
     );
     assert_eq!(Args::default().out, PathBuf::from("runs/train"));
     assert_eq!(parse_args(["-h"]).unwrap(), Command::Help);
+    assert_eq!(parse_args(["--help"]).unwrap(), Command::Help);
+    // clap's messages, each naming the flag.
     for (bad, says) in [
-        (vec!["--epochs"], "needs a value"),
-        (vec!["--epochs", "0"], "at least 1"),
-        (vec!["--lr", "-1"], "positive"),
-        (vec!["--seed", "x"], "not a valid number"),
-        (vec!["--model", "mlp"], "not a model"),
-        (vec!["--resume=yes"], "takes no value"),
-        (vec!["--frobnicate"], "unknown argument"),
+        (vec!["--epochs"], "a value is required for '--epochs <N>'"),
+        (vec!["--epochs", "0"], "'--epochs <N>': must be at least 1"),
+        (
+            vec!["--batch-size", "x"],
+            "'--batch-size <N>': not a whole number",
+        ),
+        (vec!["--lr", "-1"], "'--lr <X>': must be positive, not -1"),
+        (vec!["--lr", "inf"], "must be positive, not inf"),
+        (vec!["--seed", "x"], "invalid value 'x' for '--seed <N>'"),
+        (vec!["--model", "mlp"], "[possible values: cnn, linear]"),
+        (
+            vec!["--resume=yes"],
+            "unexpected value 'yes' for '--resume'",
+        ),
+        (vec!["--frobnicate"], "unexpected argument '--frobnicate'"),
         (vec!["--device", "tpu"], "not a device"),
         (vec!["--device", "cuda:x"], "not a device"),
-        (vec!["--download=1"], "takes no value"),
-        (vec!["--download", "--data", "d"], "both choose the data"),
+        (
+            vec!["--download=1"],
+            "unexpected value '1' for '--download'",
+        ),
+        (
+            vec!["--download", "--data", "d"],
+            "'--download' cannot be used with '--data <DIR>'",
+        ),
+        // A near miss gets a suggestion.
+        (
+            vec!["--epoch", "3"],
+            "a similar argument exists: '--epochs'",
+        ),
+        (vec!["--model", "lin"], "a similar value exists: 'linear'"),
     ] {
         let err = parse_args(bad.clone()).unwrap_err();
         assert!(err.contains(says), "{bad:?}: {err}");
+        // The caller prints `error: ` before it.
+        assert!(!err.starts_with("error"), "{bad:?}: {err}");
     }
 }

@@ -1,86 +1,106 @@
-//! The training example's command line, parsed by hand (a dozen flags do
-//! not need a parser crate).
+//! The training example's command line: [`Args`] is the parser (clap's
+//! derive), so each flag's name, default, check and `--help` line sit on
+//! its field.
 
 use super::ModelKind;
+use clap::error::ErrorKind;
+use clap::{ArgAction, CommandFactory, Parser};
 use std::path::PathBuf;
 
-/// The usage text `--help` prints.
-pub const USAGE: &str = "\
-Trains a digit classifier end to end: data, model, optimizer, evaluation,
-checkpoints, metrics and a plot.
+/// The text `--help` prints: clap's help for [`Args`], rendered when
+/// printed (`print!("{USAGE}")`).
+pub const USAGE: Usage = Usage;
 
-usage: cargo run --release -p forma-examples --example train -- [OPTIONS]
+/// [`USAGE`]'s type: its `Display` renders [`Args`]' help.
+#[derive(Clone, Copy, Debug)]
+pub struct Usage;
 
-  --data DIR         MNIST-format IDX files (MNIST, Fashion-MNIST) in DIR, plain
-                     or .gz; without it, digits drawn by the built-in renderer
-  --download         fetch MNIST into --cache (checked against its published
-                     MD5s; skipped when already cached) and train on it
-  --mirror URL       where --download fetches from
-                     [default: https://ossci-datasets.s3.amazonaws.com/mnist/]
-  --cache DIR        where --download keeps the files
-                     [default: $XDG_CACHE_HOME or ~/.cache, then forma/mnist]
-  --device DEV       cpu, or cuda / cuda:N [default: cpu]
-  --out DIR          where checkpoints, metrics.csv and metrics.png go
-                     [default: runs/train]
-  --resume           continue the run saved in --out from its last finished
-                     epoch, exactly as if it had not stopped
-  --epochs N         train until epoch N [default: 5]
-  --batch-size N     samples per optimizer step [default: 64]
-  --lr X             Adam's learning rate [default: 0.002], times 0.7 per epoch
-  --seed N           model initialisation and shuffling [default: 0]
-  --model KIND       cnn (a LeNet) or linear (logistic regression on the
-                     pixels, the baseline) [default: cnn]
-  --train-size N     training samples [default: 16000 built-in, all of --data]
-  --test-size N      held-out samples [default: 4000 built-in, all of --data]
-  --workers N        data-loading threads [default: 0: the training thread]
-  --no-progress      no progress bar, only a line per epoch
-  --export-onnx      also write the best model as --out/model.onnx (opset 17,
-                     any batch size), for ONNX Runtime and other runtimes
-  -h, --help         this text
-";
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", Args::command().render_help())
+    }
+}
 
 /// What the command line asks for. `None` means the flag was not given: a
-/// new run takes the default, a resumed run the saved value.
-#[derive(Clone, Debug, PartialEq)]
+/// new run takes the default (the `[default: ...]` in a field's help), a
+/// resumed run the saved value.
+///
+/// Each field's doc comment is its `--help` line.
+#[derive(Clone, Debug, PartialEq, Parser)]
+#[command(
+    name = "train",
+    about = "Trains a digit classifier end to end: data, model, optimizer, evaluation,\n\
+             checkpoints, metrics and a plot.",
+    // Not this struct's doc comment, which is for rustdoc.
+    long_about = None,
+    override_usage = "cargo run --release -p forma-examples --example train -- [OPTIONS]"
+)]
 pub struct Args {
-    /// `--data DIR`.
+    /// MNIST-format IDX files (MNIST, Fashion-MNIST) in DIR, plain or .gz;
+    /// without it, digits drawn by the built-in renderer
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
-    /// `--download`.
+    /// Fetch MNIST into --cache (checked against its published MD5s; skipped
+    /// when already cached) and train on it
+    #[arg(long, conflicts_with = "data")]
     pub download: bool,
-    /// `--mirror URL`.
+    /// Where --download fetches from
+    #[arg(long, value_name = "URL", default_value = crate::download::DEFAULT_MIRROR)]
     pub mirror: String,
-    /// `--cache DIR`.
+    /// Where --download keeps the files (under $XDG_CACHE_HOME or ~/.cache)
+    #[arg(long, value_name = "DIR", default_value_os_t = crate::download::default_cache_dir())]
     pub cache: PathBuf,
-    /// `--device DEV`.
+    /// cpu, or cuda / cuda:N
+    #[arg(long, value_name = "DEV", default_value = "cpu", value_parser = device)]
     pub device: DeviceArg,
-    /// `--out DIR`.
+    /// Where checkpoints, metrics.csv and metrics.png go
+    #[arg(long, value_name = "DIR", default_value = "runs/train")]
     pub out: PathBuf,
-    /// `--resume`.
+    /// Continue the run saved in --out from its last finished epoch, exactly
+    /// as if it had not stopped
+    #[arg(long)]
     pub resume: bool,
-    /// `--epochs N`.
+    /// Train until epoch N [default: 5]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub epochs: Option<usize>,
-    /// `--batch-size N`.
+    /// Samples per optimizer step [default: 64]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub batch_size: Option<usize>,
-    /// `--lr X`.
+    /// Adam's learning rate, times 0.7 per epoch [default: 0.002]
+    #[arg(long, value_name = "X", value_parser = positive_lr, allow_negative_numbers = true)]
     pub lr: Option<f64>,
-    /// `--seed N`.
+    /// Model initialisation and shuffling [default: 0]
+    #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// `--model KIND`.
+    /// cnn (a LeNet) or linear (logistic regression on the pixels, the
+    /// baseline) [default: cnn]
+    #[arg(long, value_name = "KIND", value_enum)]
     pub model: Option<ModelKind>,
-    /// `--train-size N`.
+    /// Training samples [default: 16000 built-in, all of --data]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub train_size: Option<usize>,
-    /// `--test-size N`.
+    /// Held-out samples [default: 4000 built-in, all of --data]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub test_size: Option<usize>,
-    /// `--workers N`.
+    /// Data-loading threads; 0 loads on the training thread
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub workers: usize,
-    /// Whether to draw a progress bar (off with `--no-progress`; it is also
-    /// hidden when stderr is not a terminal).
+    /// Whether to draw progress bars: false with `--no-progress`; they are
+    /// also hidden when stderr is not a terminal.
+    #[arg(
+        long = "no-progress",
+        action = ArgAction::SetFalse,
+        help = "No progress bars, only a line per epoch"
+    )]
     pub progress: bool,
-    /// `--export-onnx`.
+    /// Also write the best model as --out/model.onnx (opset 17, any batch
+    /// size), for ONNX Runtime and other runtimes
+    #[arg(long)]
     pub export_onnx: bool,
 }
 
 impl Default for Args {
+    /// What an empty command line gives (a test checks they agree).
     fn default() -> Self {
         Args {
             data: None,
@@ -104,6 +124,41 @@ impl Default for Args {
     }
 }
 
+// By hand rather than derived, so the names are `ModelKind::name`'s and the
+// variants' doc comments do not become a second, longer `--help`.
+impl clap::ValueEnum for ModelKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[ModelKind::Cnn, ModelKind::Linear]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
+/// `--epochs` and the other counts: a whole number, at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number ({e})")),
+    }
+}
+
+/// `--lr`: a positive, finite number.
+fn positive_lr(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(lr) if lr > 0.0 && lr.is_finite() => Ok(lr),
+        Ok(lr) => Err(format!("must be positive, not {lr}")),
+        Err(e) => Err(format!("not a number ({e})")),
+    }
+}
+
+/// `--device`.
+fn device(s: &str) -> Result<DeviceArg, String> {
+    DeviceArg::parse(s).ok_or_else(|| "not a device (cpu, cuda or cuda:N)".into())
+}
+
 /// What to do.
 // Built once per run: boxing `Args` would save nothing that matters and
 // cost every caller's `Command::Train(args)` pattern.
@@ -112,15 +167,18 @@ impl Default for Args {
 pub enum Command {
     /// Train.
     Train(Args),
-    /// Print [`USAGE`].
+    /// Print [`USAGE`] (`-h`, `--help`).
     Help,
 }
 
-/// Parses the arguments after the program name. Flags take their value as
-/// the next argument or after `=` (`--epochs 3`, `--epochs=3`).
+/// Parses the arguments after the program name with [`Args`]' clap parser.
+/// Flags take their value as the next argument or after `=` (`--epochs 3`,
+/// `--epochs=3`).
 ///
 /// # Errors
-/// A message naming the flag: unknown flag, missing or unparsable value.
+/// clap's message, without its leading `error: ` (the caller prints one):
+/// an unknown flag (with a "tip: a similar argument exists" when one is
+/// close), a missing or invalid value, `--download` with `--data`.
 ///
 /// ```
 /// use forma_examples::train::{parse_args, Command, ModelKind};
@@ -131,89 +189,23 @@ pub enum Command {
 /// assert_eq!(args.epochs, Some(2));
 /// assert_eq!(args.model, Some(ModelKind::Linear));
 /// assert!(parse_args(["--epochs", "two"]).is_err());
+/// assert!(parse_args(["--epoch", "2"]).unwrap_err().contains("'--epochs'"));
 /// ```
 pub fn parse_args<I, S>(args: I) -> Result<Command, String>
 where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    let mut out = Args::default();
-    let mut it = args.into_iter().map(Into::into);
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value (see --help)"))
-        };
-        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
-            v.parse()
-                .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
-        }
-        fn positive(flag: &str, v: String) -> Result<usize, String> {
-            match num::<usize>(flag, v)? {
-                0 => Err(format!("{flag} must be at least 1")),
-                n => Ok(n),
-            }
-        }
-        let takes_value = !matches!(
-            flag.as_str(),
-            "--resume" | "--download" | "--no-progress" | "--export-onnx" | "-h" | "--help"
-        );
-        if !takes_value && inline.is_some() {
-            return Err(format!("{flag} takes no value"));
-        }
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--resume" => out.resume = true,
-            "--download" => out.download = true,
-            "--mirror" => out.mirror = value(&flag)?,
-            "--cache" => out.cache = PathBuf::from(value(&flag)?),
-            "--device" => {
-                let v = value(&flag)?;
-                out.device = DeviceArg::parse(&v).ok_or_else(|| {
-                    format!("--device: `{v}` is not a device (cpu, cuda or cuda:N)")
-                })?;
-            }
-            "--no-progress" => out.progress = false,
-            "--export-onnx" => out.export_onnx = true,
-            "--data" => out.data = Some(PathBuf::from(value(&flag)?)),
-            "--out" => out.out = PathBuf::from(value(&flag)?),
-            "--epochs" => out.epochs = Some(positive(&flag, value(&flag)?)?),
-            "--batch-size" => out.batch_size = Some(positive(&flag, value(&flag)?)?),
-            "--train-size" => out.train_size = Some(positive(&flag, value(&flag)?)?),
-            "--test-size" => out.test_size = Some(positive(&flag, value(&flag)?)?),
-            "--workers" => out.workers = num(&flag, value(&flag)?)?,
-            "--seed" => out.seed = Some(num(&flag, value(&flag)?)?),
-            "--lr" => {
-                let lr: f64 = num(&flag, value(&flag)?)?;
-                if !(lr > 0.0 && lr.is_finite()) {
-                    return Err(format!("--lr must be positive, not {lr}"));
-                }
-                out.lr = Some(lr);
-            }
-            "--model" => {
-                let v = value(&flag)?;
-                out.model = Some(
-                    ModelKind::parse(&v)
-                        .ok_or_else(|| format!("--model: `{v}` is not a model (cnn or linear)"))?,
-                );
-            }
-            _ => return Err(format!("unknown argument `{arg}` (see --help)")),
+    let argv = std::iter::once("train".to_string()).chain(args.into_iter().map(Into::into));
+    match Args::try_parse_from(argv) {
+        Ok(args) => Ok(Command::Train(args)),
+        Err(e) if e.kind() == ErrorKind::DisplayHelp => Ok(Command::Help),
+        Err(e) => {
+            let message = e.to_string();
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            Err(message.trim_end().to_string())
         }
     }
-    if out.download && out.data.is_some() {
-        return Err(
-            "--download and --data both choose the data: give one (--cache DIR sets \
-                    where --download puts the files)"
-                .into(),
-        );
-    }
-    Ok(Command::Train(out))
 }
 
 /// The device `--device` names.
@@ -253,5 +245,67 @@ impl std::fmt::Display for DeviceArg {
             DeviceArg::Cpu => f.write_str("cpu"),
             DeviceArg::Cuda(n) => write!(f, "cuda:{n}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{
+        DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LR, DEFAULT_TEST_SIZE, DEFAULT_TRAIN_SIZE,
+        LR_DECAY,
+    };
+
+    #[test]
+    fn the_command_is_well_formed() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn a_misspelled_flag_gets_a_suggestion() {
+        let err = Args::try_parse_from(["train", "--epoch", "3"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnknownArgument);
+        let text = err.to_string();
+        assert!(
+            text.contains("a similar argument exists: '--epochs'"),
+            "{text}"
+        );
+        // `parse_args` passes it on, minus the `error: ` the caller prints.
+        let text = parse_args(["--batchsize", "8"]).unwrap_err();
+        assert!(
+            text.starts_with("unexpected argument '--batchsize'"),
+            "{text}"
+        );
+        assert!(text.contains("'--batch-size'"), "{text}");
+    }
+
+    #[test]
+    fn help_lists_every_flag_with_the_defaults_the_run_uses() {
+        let help = USAGE.to_string();
+        for arg in Args::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            assert!(
+                help.contains(&format!("--{long}")),
+                "--{long} missing:\n{help}"
+            );
+            assert!(arg.get_help().is_some(), "--{long} has no help");
+        }
+        // One help: `-h` does not point to a longer `--help`.
+        assert!(!help.contains("see more"), "{help}");
+        // Unwrapped, so that no line break falls inside a searched text.
+        let help = Args::command().term_width(0).render_help().to_string();
+        for default in [
+            format!("Train until epoch N [default: {DEFAULT_EPOCHS}]"),
+            format!("[default: {DEFAULT_BATCH_SIZE}]"),
+            format!("times {LR_DECAY} per epoch [default: {DEFAULT_LR}]"),
+            format!("[default: {DEFAULT_TRAIN_SIZE} built-in"),
+            format!("[default: {DEFAULT_TEST_SIZE} built-in"),
+            "[default: cnn]".to_string(),
+            "[default: runs/train]".to_string(),
+            format!("[default: {}]", crate::download::DEFAULT_MIRROR),
+        ] {
+            assert!(help.contains(&default), "no `{default}` in\n{help}");
+        }
+        assert!(help.contains("[possible values: cnn, linear]"), "{help}");
     }
 }

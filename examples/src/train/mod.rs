@@ -12,8 +12,9 @@
 //!    with an [`ExponentialLR`] decay per epoch, a progress bar with loss,
 //!    accuracy and throughput.
 //! 4. **Each epoch**: evaluation on the held-out set in eval mode under
-//!    [`no_grad`]; the best model so far saved atomically as safetensors
-//!    (`best.safetensors`, loadable by PyTorch); the whole training state
+//!    [`no_grad`], with its own progress bar; the best model so far saved
+//!    atomically as safetensors (`best.safetensors`, loadable by PyTorch);
+//!    the whole training state
 //!    (model, optimizer, scheduler, loader position, metrics) saved as a
 //!    [`TrainingState`] (`state.safetensors`) that `--resume` continues from
 //!    exactly; `metrics.csv` and `metrics.png` rewritten.
@@ -140,7 +141,7 @@ impl<D: Device<f32>> LinearModel<D> {
     }
 }
 
-/// Which model to train.
+/// Which model to train (`--model`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelKind {
     /// [`Cnn`].
@@ -597,9 +598,34 @@ fn correct<D: Device<f32>>(logits: &Logits<D>, labels: &Tensor<(Dyn,), i64, D>) 
         .count()
 }
 
+/// A progress bar of `len` steps on stderr, drawn only when `shown` (indicatif
+/// also hides it when stderr is not a terminal), laid out by `template`.
+fn progress_bar(len: u64, shown: bool, template: &str, prefix: String) -> ProgressBar {
+    let bar = if shown {
+        ProgressBar::new(len)
+    } else {
+        ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden())
+    };
+    bar.set_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(prefix);
+    bar
+}
+
 /// Mean loss and accuracy of `model` on `data`, in eval mode, without
-/// recording a graph.
-fn evaluate<M, D>(model: &mut M, device: &D, data: &Arc<DigitSet>) -> Result<(f64, f64), TrainError>
+/// recording a graph; a progress bar prefixed `prefix` counts the batches
+/// when `progress` (about a second on the default data: long enough to
+/// wonder what is happening).
+fn evaluate<M, D>(
+    model: &mut M,
+    device: &D,
+    data: &Arc<DigitSet>,
+    progress: bool,
+    prefix: String,
+) -> Result<(f64, f64), TrainError>
 where
     M: Module + Forward<DeviceImages<D>, Logits<D>>,
     D: Device<f32>,
@@ -607,6 +633,12 @@ where
     model.eval();
     let _no_grad = no_grad();
     let mut loader = DataLoader::new(Arc::clone(data), 500)?;
+    let bar = progress_bar(
+        loader.len() as u64,
+        progress,
+        "{prefix} [{bar:30.green/blue}] {pos:>4}/{len} held-out batches [{elapsed_precise}]",
+        prefix,
+    );
     let (mut loss, mut hits, mut seen) = (0.0f64, 0usize, 0usize);
     for batch in loader.iter() {
         let (x, y): (Images, Labels) = batch?;
@@ -615,7 +647,9 @@ where
         loss += cross_entropy(&logits, &y, Sum).item() as f64;
         hits += correct(&logits, &y);
         seen += y.dims()[0];
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     model.train();
     let n = seen.max(1) as f64;
     Ok((loss / n, hits as f64 / n))
@@ -690,19 +724,12 @@ where
     while (loader.state().epoch as usize) < epochs {
         let epoch = loader.state().epoch as usize + 1;
         let t0 = Instant::now();
-        let bar = if args.progress {
-            ProgressBar::new(batches)
-        } else {
-            ProgressBar::with_draw_target(Some(batches), ProgressDrawTarget::hidden())
-        };
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix} [{bar:30.cyan/blue}] {pos:>4}/{len} {msg} [{elapsed_precise} < {eta}]",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        let bar = progress_bar(
+            batches,
+            args.progress,
+            "{prefix} [{bar:30.cyan/blue}] {pos:>4}/{len} {msg} [{elapsed_precise} < {eta}]",
+            format!("epoch {epoch}/{epochs}"),
         );
-        bar.set_prefix(format!("epoch {epoch}/{epochs}"));
         bar.set_position(loader.state().batch as u64);
 
         let (mut loss_sum, mut hits, mut seen) = (0.0f64, 0usize, 0usize);
@@ -732,7 +759,13 @@ where
         bar.finish_and_clear();
         sched.try_step(&mut opt)?;
 
-        let (test_loss, test_acc) = evaluate(&mut model, device, &test_set)?;
+        let (test_loss, test_acc) = evaluate(
+            &mut model,
+            device,
+            &test_set,
+            args.progress,
+            format!("epoch {epoch}/{epochs} evaluating"),
+        )?;
         let seen_f = seen.max(1) as f64;
         let row = EpochMetrics {
             epoch,

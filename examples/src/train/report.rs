@@ -3,15 +3,20 @@
 //! atomically.
 //!
 //! The plot is drawn with `plotters` into memory and encoded with `png`.
-//! Plotters' text needs a font backend (`ttf` links the system's fontconfig
-//! and freetype, `ab_glyph` needs a font file to ship), so its text features
-//! stay off and the few labels are drawn by the tiny bitmap font below: the
-//! example builds on a machine with nothing but Rust.
+//! Its text uses DejaVu Sans compiled into the program
+//! (`examples/assets/fonts/`, ASCII only, 14 KB) through `ab_glyph`: no
+//! system font, fontconfig or freetype, so the example builds and draws on
+//! a machine with nothing but Rust.
 
 use super::TrainError;
+use ab_glyph::{Font, FontRef, ScaleFont};
 use plotters::prelude::*;
+use plotters_backend::text_anchor::{HPos, VPos};
+use plotters_backend::{BackendColor, BackendCoord, BackendTextStyle, DrawingErrorKind};
 use std::io::Write;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// One epoch's figures, a row of `metrics.csv`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -166,226 +171,440 @@ pub fn save_image_grid(
     write_atomic(path, &png)
 }
 
-/// The glyphs of the bitmap font: 5 columns by 7 rows, one byte per row, the
-/// leftmost column in bit 4. Characters without a glyph draw as blanks.
-fn glyph(c: char) -> [u8; 7] {
-    match c {
-        '0' => [0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E],
-        '1' => [0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E],
-        '2' => [0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F],
-        '3' => [0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E],
-        '4' => [0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02],
-        '5' => [0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E],
-        '6' => [0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E],
-        '7' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08],
-        '8' => [0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E],
-        '9' => [0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C],
-        '.' => [0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C],
-        '%' => [0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03],
-        '-' => [0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00],
-        '(' => [0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02],
-        ')' => [0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08],
-        'a' => [0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F],
-        'c' => [0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E],
-        'd' => [0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F],
-        'e' => [0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E],
-        'h' => [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11],
-        'i' => [0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E],
-        'l' => [0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E],
-        'n' => [0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11],
-        'o' => [0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E],
-        'p' => [0x00, 0x00, 0x1E, 0x11, 0x1E, 0x10, 0x10],
-        'r' => [0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10],
-        's' => [0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E],
-        't' => [0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06],
-        'u' => [0x00, 0x00, 0x11, 0x11, 0x11, 0x13, 0x0D],
-        'y' => [0x00, 0x00, 0x11, 0x11, 0x0F, 0x01, 0x0E],
-        _ => [0; 7],
+/// DejaVu Sans, cut down to the characters a plot prints; its licence and
+/// how it was cut are beside it.
+const FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans-subset.ttf");
+/// The family [`FONT_BYTES`] is registered as: plotters' default for text.
+const FONT: &str = "sans-serif";
+
+/// [`FONT_BYTES`], parsed, and registered with plotters (which measures
+/// text with it), once per process.
+fn font() -> Result<&'static FontRef<'static>, TrainError> {
+    static FONT_REF: OnceLock<Option<FontRef<'static>>> = OnceLock::new();
+    FONT_REF
+        .get_or_init(|| {
+            plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).ok()?;
+            FontRef::try_from_slice(FONT_BYTES).ok()
+        })
+        .as_ref()
+        .ok_or_else(|| TrainError::Plot("the bundled font does not parse".into()))
+}
+
+/// A [`BitMapBackend`] that draws text itself. Plotters 0.3.7's `ab_glyph`
+/// text drops each glyph's left side bearing, so letters drift by a pixel
+/// or two ("h eld-out", "ep och"), and puts the baseline at half the font
+/// size; here each glyph sits at its pen position, and capitals are
+/// centred in the box plotters measured (so tick labels centre on their
+/// grid line). Everything else goes to the bitmap as it is.
+struct Canvas<'a> {
+    bitmap: BitMapBackend<'a>,
+    font: &'static FontRef<'static>,
+}
+
+impl<'a> DrawingBackend for Canvas<'a> {
+    type ErrorType = <BitMapBackend<'a> as DrawingBackend>::ErrorType;
+
+    fn get_size(&self) -> (u32, u32) {
+        self.bitmap.get_size()
     }
-}
 
-/// Width in pixels of `text` in the bitmap font at `scale`.
-fn text_width(text: &str, scale: i32) -> i32 {
-    text.chars().count() as i32 * 6 * scale - scale
-}
+    fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        self.bitmap.ensure_prepared()
+    }
 
-/// Draws `text` with its top-left corner at `(x, y)`.
-fn draw_text<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    text: &str,
-    (x, y): (i32, i32),
-    scale: i32,
-    color: RGBColor,
-) -> Result<(), TrainError> {
-    for (k, c) in text.chars().enumerate() {
-        let x0 = x + k as i32 * 6 * scale;
-        for (row, bits) in glyph(c).iter().enumerate() {
-            for col in 0..5 {
-                if bits & (0x10 >> col) != 0 {
-                    let (px, py) = (x0 + col * scale, y + row as i32 * scale);
-                    for (dx, dy) in (0..scale).flat_map(|dx| (0..scale).map(move |dy| (dx, dy))) {
-                        area.draw_pixel((px + dx, py + dy), &color)
-                            .map_err(plot_err)?;
-                    }
-                }
-            }
+    fn present(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        self.bitmap.present()
+    }
+
+    fn draw_pixel(
+        &mut self,
+        point: BackendCoord,
+        color: BackendColor,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        self.bitmap.draw_pixel(point, color)
+    }
+
+    fn draw_line<S: plotters_backend::BackendStyle>(
+        &mut self,
+        from: BackendCoord,
+        to: BackendCoord,
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        self.bitmap.draw_line(from, to, style)
+    }
+
+    fn draw_rect<S: plotters_backend::BackendStyle>(
+        &mut self,
+        upper_left: BackendCoord,
+        bottom_right: BackendCoord,
+        style: &S,
+        fill: bool,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        self.bitmap.draw_rect(upper_left, bottom_right, style, fill)
+    }
+
+    fn blit_bitmap(
+        &mut self,
+        pos: BackendCoord,
+        size: (u32, u32),
+        src: &[u8],
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        self.bitmap.blit_bitmap(pos, size, src)
+    }
+
+    fn draw_text<S: BackendTextStyle>(
+        &mut self,
+        text: &str,
+        style: &S,
+        pos: BackendCoord,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        let color = style.color();
+        if color.alpha == 0.0 {
+            return Ok(());
         }
+        // Plotters' box for the text (its width is the advances and
+        // kerning, as below), anchored at `pos` as plotters would.
+        let ((x0, y0), (x1, y1)) = style
+            .layout_box(text)
+            .map_err(|e| DrawingErrorKind::FontError(Box::new(e)))?;
+        let (width, height) = (x1 - x0, y1 - y0);
+        let dx = match style.anchor().h_pos {
+            HPos::Left => 0,
+            HPos::Center => -width / 2,
+            HPos::Right => -width,
+        };
+        let dy = match style.anchor().v_pos {
+            VPos::Top => 0,
+            VPos::Center => -height / 2,
+            VPos::Bottom => -height,
+        };
+        let font = self.font.as_scaled(style.size() as f32);
+        let cap_height = font
+            .outline_glyph(font.scaled_glyph('H'))
+            .map_or(0.0, |h| h.px_bounds().height());
+        let baseline = (height as f32 + cap_height) / 2.0;
+        let transform = style.transform();
+        let mut pen = 0.0f32;
+        let mut previous = None;
+        for c in text.chars() {
+            let id = font.glyph_id(c);
+            if let Some(p) = previous {
+                pen += font.kern(p, id);
+            }
+            previous = Some(id);
+            let glyph = id.with_scale_and_position(font.scale(), ab_glyph::point(pen, baseline));
+            pen += font.h_advance(id);
+            let Some(outline) = font.outline_glyph(glyph) else {
+                continue;
+            };
+            let bounds = outline.px_bounds();
+            let mut result = Ok(());
+            outline.draw(|x, y, coverage| {
+                if result.is_err() || coverage <= 0.0 {
+                    return;
+                }
+                let (x, y) = transform.transform(
+                    bounds.min.x as i32 + x as i32 + dx,
+                    bounds.min.y as i32 + y as i32 + dy,
+                );
+                let shade = BackendColor {
+                    alpha: color.alpha * f64::from(coverage.min(1.0)),
+                    rgb: color.rgb,
+                };
+                result = self.bitmap.draw_pixel((pos.0 + x, pos.1 + y), shade);
+            });
+            result?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> TrainError {
     TrainError::Plot(e.to_string())
 }
 
-/// A short label for an axis value.
-fn fmt_value(v: f64) -> String {
-    if v.abs() >= 10.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
+/// The loss axis: from 0 (a loss is never negative) to 5% above the
+/// highest finite value, so the top point does not touch the frame.
+fn loss_range(values: impl IntoIterator<Item = f64>) -> Range<f64> {
+    let max = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    0.0..if max > 0.0 { 1.05 * max } else { 1.0 }
+}
+
+/// The accuracy axis, in percent: the values with a margin of 8% of their
+/// spread (at least one point), kept inside 0..100.
+fn accuracy_range(values: impl IntoIterator<Item = f64>) -> Range<f64> {
+    let (lo, hi) = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if lo > hi {
+        return 0.0..100.0;
     }
+    let pad = ((hi - lo) * 0.08).max(1.0);
+    (lo - pad).clamp(0.0, 99.0)..(hi + pad).clamp(1.0, 100.0)
+}
+
+/// Decimals for the labels of an axis spanning `span` with at most `ticks`
+/// of them: those of the finest step plotters may choose (a 1, 2 or 5
+/// times a power of ten, with no more than `ticks` labels, so at least
+/// `span / (ticks + 2)` whatever the labels' alignment).
+fn decimals(span: f64, ticks: usize) -> usize {
+    let least = span / (ticks + 2) as f64;
+    if !(least > 0.0 && least.is_finite()) {
+        return 0;
+    }
+    let decade = 10f64.powf(least.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * decade)
+        .find(|&s| s >= least * (1.0 - 1e-9))
+        .unwrap_or(10.0 * decade);
+    (-step.log10().floor()).clamp(0.0, 6.0) as usize
 }
 
 const TRAIN_COLOR: RGBColor = RGBColor(31, 119, 180);
 const TEST_COLOR: RGBColor = RGBColor(255, 127, 14);
 const INK: RGBColor = RGBColor(40, 40, 40);
 const GRID: RGBColor = RGBColor(225, 225, 225);
+/// The most labels an axis gets.
+const TICKS: usize = 6;
 
-/// One panel: two series (train, test) over the epochs, with a title,
-/// the value range at the left and the epochs below.
+/// One panel: two series (train, held-out) over the epochs, with a title,
+/// both axes labelled and a legend at `legend`.
 fn panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
+    y_desc: &str,
+    y_range: Range<f64>,
+    legend: SeriesLabelPosition,
     rows: &[EpochMetrics],
     value: impl Fn(&EpochMetrics) -> (f64, f64),
 ) -> Result<(), TrainError> {
     let last = rows.last().map_or(1, |r| r.epoch).max(1);
     let first = rows.first().map_or(1, |r| r.epoch).min(last);
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for r in rows {
-        let (a, b) = value(r);
-        for v in [a, b].into_iter().filter(|v| v.is_finite()) {
-            lo = lo.min(v);
-            hi = hi.max(v);
-        }
-    }
-    if !lo.is_finite() {
-        (lo, hi) = (0.0, 1.0);
-    }
-    let pad = ((hi - lo) * 0.08).max(1e-3);
-    let (lo, hi) = (lo - pad, hi + pad);
-    // A single epoch still gets an x range to draw in.
-    let (x0, x1) = (first as f64 - 0.25, last as f64 + 0.25);
+    // A margin either side, so that a single epoch still gets an x range
+    // and the first and last markers clear the frame.
+    let pad = (0.03 * (last - first) as f64).max(0.25);
+    let (x0, x1) = (first as f64 - pad, last as f64 + pad);
+    let y_decimals = decimals(y_range.end - y_range.start, TICKS);
 
-    let chart = ChartBuilder::on(area)
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 20).into_font().color(&INK))
         .margin(12)
-        .margin_top(34)
-        .x_label_area_size(22)
-        .y_label_area_size(44)
-        .build_cartesian_2d(x0..x1, lo..hi)
+        .x_label_area_size(44)
+        .y_label_area_size(62)
+        .build_cartesian_2d(x0..x1, y_range)
         .map_err(plot_err)?;
-    let plot = chart.plotting_area();
-    // Pixel coordinates of a data point, relative to `area`.
-    let origin = area.get_base_pixel();
-    let at = |p: (f64, f64)| {
-        let (x, y) = chart.backend_coord(&p);
-        (x - origin.0, y - origin.1)
-    };
-    // Grid: every epoch (at most 10 lines), 5 value levels.
-    let step = (last - first).div_ceil(10).max(1);
-    for e in (first..=last).step_by(step) {
-        plot.draw(&PathElement::new(
-            vec![(e as f64, lo), (e as f64, hi)],
-            GRID,
-        ))
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .axis_style(INK)
+        // At most one label per epoch, whole epochs only.
+        .x_labels((last - first + 1).min(10))
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .y_labels(TICKS)
+        .y_label_formatter(&|y| format!("{y:.y_decimals$}"))
+        .x_desc("epoch")
+        .y_desc(y_desc)
+        .label_style((FONT, 13).into_font().color(&INK))
+        .axis_desc_style((FONT, 15).into_font().color(&INK))
+        .draw()
         .map_err(plot_err)?;
-        let (px, py) = at((e as f64, lo));
-        let label = e.to_string();
-        draw_text(
-            area,
-            &label,
-            (px - text_width(&label, 1) / 2, py + 6),
-            1,
-            INK,
-        )?;
-    }
-    for k in 0..=4 {
-        let v = lo + (hi - lo) * k as f64 / 4.0;
-        plot.draw(&PathElement::new(vec![(x0, v), (x1, v)], GRID))
-            .map_err(plot_err)?;
-        let (px, py) = at((x0, v));
-        let label = fmt_value(v);
-        draw_text(
-            area,
-            &label,
-            (px - 4 - text_width(&label, 1), py - 3),
-            1,
-            INK,
-        )?;
-    }
-    // The frame.
-    plot.draw(&PathElement::new(
-        vec![(x0, lo), (x0, hi), (x1, hi), (x1, lo), (x0, lo)],
-        INK,
-    ))
-    .map_err(plot_err)?;
 
-    for (k, color) in [(0, TRAIN_COLOR), (1, TEST_COLOR)] {
+    for (name, color, pick_test) in [
+        ("train", TRAIN_COLOR, false),
+        ("held-out", TEST_COLOR, true),
+    ] {
         let points: Vec<(f64, f64)> = rows
             .iter()
             .map(|r| {
-                let (a, b) = value(r);
-                (r.epoch as f64, if k == 0 { a } else { b })
+                let (train, test) = value(r);
+                (r.epoch as f64, if pick_test { test } else { train })
             })
+            .filter(|(_, v)| v.is_finite())
             .collect();
-        plot.draw(&PathElement::new(points.clone(), color.stroke_width(2)))
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, color.filled())),
+            )
             .map_err(plot_err)?;
-        for p in points {
-            plot.draw(&Circle::new(p, 3, color.filled()))
-                .map_err(plot_err)?;
-        }
     }
-
-    // Title and legend above the plot.
-    let (left, top) = at((x0, hi));
-    let (right, _) = at((x1, hi));
-    draw_text(area, title, (left, top - 24), 2, INK)?;
-    let mut x = right;
-    for (name, color) in [("held-out", TEST_COLOR), ("train", TRAIN_COLOR)] {
-        x -= text_width(name, 1);
-        draw_text(area, name, (x, top - 18), 1, INK)?;
-        x -= 20;
-        area.draw(&Rectangle::new(
-            [(x, top - 16), (x + 14, top - 14)],
-            color.filled(),
-        ))
+    chart
+        .configure_series_labels()
+        .position(legend)
+        .margin(10)
+        .label_font((FONT, 13).into_font().color(&INK))
+        .background_style(WHITE.mix(0.9))
+        .border_style(GRID)
+        .draw()
         .map_err(plot_err)?;
-        x -= 14;
-    }
     Ok(())
 }
 
-/// Saves the loss and accuracy curves (train and held-out, per epoch) as a
-/// PNG.
+/// The size of `metrics.png`, in pixels.
+pub const PLOT_SIZE: (u32, u32) = (960, 400);
+
+/// The loss and accuracy curves (train and held-out, per epoch) as PNG
+/// bytes of [`PLOT_SIZE`].
+///
+/// # Errors
+/// [`TrainError::Plot`].
+pub fn plot_png(rows: &[EpochMetrics]) -> Result<Vec<u8>, TrainError> {
+    let font = font()?;
+    let (w, h) = PLOT_SIZE;
+    let mut rgb = vec![255u8; (w * h * 3) as usize];
+    {
+        let root = Canvas {
+            bitmap: BitMapBackend::with_buffer(&mut rgb, (w, h)),
+            font,
+        }
+        .into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let (left, right) = root.split_horizontally(w / 2);
+        panel(
+            &left,
+            "loss",
+            "cross-entropy",
+            loss_range(rows.iter().flat_map(|r| [r.train_loss, r.test_loss])),
+            SeriesLabelPosition::UpperRight,
+            rows,
+            |r| (r.train_loss, r.test_loss),
+        )?;
+        panel(
+            &right,
+            "accuracy",
+            "correct (%)",
+            accuracy_range(
+                rows.iter()
+                    .flat_map(|r| [100.0 * r.train_acc, 100.0 * r.test_acc]),
+            ),
+            SeriesLabelPosition::LowerRight,
+            rows,
+            |r| (100.0 * r.train_acc, 100.0 * r.test_acc),
+        )?;
+        root.present().map_err(plot_err)?;
+    }
+    encode_png(w, h, 3, &rgb)
+}
+
+/// Saves [`plot_png`]'s image at `path`.
 ///
 /// # Errors
 /// [`TrainError::Io`] or [`TrainError::Plot`].
 pub fn save_plot(path: &Path, rows: &[EpochMetrics]) -> Result<(), TrainError> {
-    let (w, h) = (960u32, 380u32);
-    let mut rgb = vec![255u8; (w * h * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let (left, right) = root.split_horizontally(w / 2);
-        panel(&left, "loss", rows, |r| (r.train_loss, r.test_loss))?;
-        panel(&right, "accuracy (%)", rows, |r| {
-            (100.0 * r.train_acc, 100.0 * r.test_acc)
-        })?;
-        root.present().map_err(plot_err)?;
+    write_atomic(path, &plot_png(rows)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(epoch: usize, loss: (f64, f64), acc: (f64, f64)) -> EpochMetrics {
+        EpochMetrics {
+            epoch,
+            train_loss: loss.0,
+            train_acc: acc.0,
+            test_loss: loss.1,
+            test_acc: acc.1,
+            seconds: 1.0,
+        }
     }
-    let png = encode_png(w, h, 3, &rgb)?;
-    write_atomic(path, &png)
+
+    #[test]
+    fn the_loss_axis_starts_at_zero() {
+        assert_eq!(loss_range([0.9, 0.2, 0.03, 0.5]), 0.0..0.9 * 1.05);
+        // A diverged run's NaN or infinite loss does not blow up the axis.
+        assert_eq!(loss_range([f64::NAN, 2.0, f64::INFINITY]), 0.0..2.0 * 1.05);
+        assert_eq!(loss_range([]), 0.0..1.0);
+        assert_eq!(loss_range([0.0]), 0.0..1.0);
+    }
+
+    #[test]
+    fn the_accuracy_axis_stays_within_0_and_100() {
+        // Near the top: the margin stops at 100 (it used to reach 101).
+        assert_eq!(accuracy_range([95.0, 99.5, 100.0]), 94.0..100.0);
+        assert_eq!(accuracy_range([50.0, 100.0]), 46.0..100.0);
+        // Near the bottom: it stops at 0.
+        assert_eq!(accuracy_range([0.0, 10.0, 50.0]), 0.0..54.0);
+        // One value: a point either side, still inside 0..100.
+        assert_eq!(accuracy_range([100.0]), 99.0..100.0);
+        assert_eq!(accuracy_range([0.0]), 0.0..1.0);
+        assert_eq!(accuracy_range([f64::NAN]), 0.0..100.0);
+    }
+
+    #[test]
+    fn axis_labels_get_enough_decimals() {
+        // 0..100 in steps of 20; 0..2.5 in steps of 0.5.
+        assert_eq!(decimals(100.0, 6), 0);
+        assert_eq!(decimals(2.5, 6), 1);
+        // 0..0.47: steps of 0.1, so "0.1", not "0.10".
+        assert_eq!(decimals(0.47, 6), 1);
+        // 0..0.35: steps of 0.05 are possible.
+        assert_eq!(decimals(0.35, 6), 2);
+        assert_eq!(decimals(0.0, 6), 0);
+        assert_eq!(decimals(f64::NAN, 6), 0);
+    }
+
+    /// Decodes PNG bytes into (width, height, RGB pixels).
+    fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        buf.truncate(info.buffer_size());
+        (info.width, info.height, buf)
+    }
+
+    #[test]
+    fn the_plot_decodes_and_has_text_and_both_curves() {
+        let rows: Vec<_> = (1..=5)
+            .map(|e| {
+                let k = e as f64;
+                row(e, (1.0 / k, 1.2 / k), (1.0 - 0.1 / k, 0.98 - 0.1 / k))
+            })
+            .collect();
+        let (w, h, rgb) = decode(&plot_png(&rows).unwrap());
+        assert_eq!((w, h), PLOT_SIZE);
+        let count = |c: RGBColor| {
+            rgb.chunks(3)
+                .filter(|p| (p[0], p[1], p[2]) == (c.0, c.1, c.2))
+                .count()
+        };
+        // Both series are drawn, in each panel (lines, markers, legend).
+        assert!(count(TRAIN_COLOR) > 500, "{}", count(TRAIN_COLOR));
+        assert!(count(TEST_COLOR) > 500, "{}", count(TEST_COLOR));
+        // The font draws antialiased text: grey levels between the ink and
+        // white, which the bitmap font never had.
+        let greys = rgb
+            .chunks(3)
+            .filter(|p| p[0] == p[1] && p[1] == p[2] && p[0] > 60 && p[0] < 200)
+            .count();
+        assert!(greys > 300, "{greys} grey pixels: no text?");
+        // No epochs yet still draws (empty axes).
+        let (w, h, _) = decode(&plot_png(&[]).unwrap());
+        assert_eq!((w, h), PLOT_SIZE);
+    }
 }
