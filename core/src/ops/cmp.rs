@@ -161,9 +161,9 @@ impl<S: Shape, D: crate::device::Device<f32>> Tensor<S, bool, D> {
     /// use forma::prelude::*;
     ///
     /// let a = Tensor::<(C<3>,)>::from_vec(vec![1., 2., 3.], (C,)).unwrap();
-    /// let keep = a.gt(&Tensor::<(C<1>,)>::from_vec(vec![1.5], (C,)).unwrap());
+    /// let keep = a.gt(&Tensor::<(One,)>::from_vec(vec![1.5], (One,)).unwrap());
     /// assert_eq!(keep.logical_not().to_vec(), [true, false, false]);
-    /// let small = a.lt(&Tensor::<(C<1>,)>::from_vec(vec![2.5], (C,)).unwrap());
+    /// let small = a.lt(&Tensor::<(One,)>::from_vec(vec![2.5], (One,)).unwrap());
     /// assert_eq!(keep.logical_and(&small).to_vec(), [false, true, false]);
     /// assert_eq!(keep.logical_or(&small).to_vec(), [true, true, true]);
     /// assert_eq!(keep.logical_xor(&small).to_vec(), [true, false, true]);

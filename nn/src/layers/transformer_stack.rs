@@ -11,6 +11,25 @@ use forma_core::{Dim, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
+/// `num_layers` layers made by `layer`, and the final norm when
+/// `final_norm` (with `options.layer_norm_eps`): what both stacks' `with_options` build.
+fn build<L, const D_MODEL: usize, E: Float, D: Device<E>>(
+    num_layers: usize,
+    options: TransformerOptions,
+    final_norm: bool,
+    device: &D,
+    rng: &mut Rng,
+    mut layer: impl FnMut(&mut Rng) -> L,
+) -> (Vec<L>, Option<LayerNorm<D_MODEL, E, D>>) {
+    let layers = (0..num_layers).map(|_| layer(rng)).collect();
+    let norm = final_norm.then(|| {
+        let mut norm = LayerNorm::new(device);
+        norm.eps = options.layer_norm_eps;
+        norm
+    });
+    (layers, norm)
+}
+
 /// A stack of encoder layers, like
 /// `nn.TransformerEncoder(encoder_layer, num_layers, norm=None)` with
 /// `batch_first=True`: each layer in turn (all with the same masks), then
@@ -77,13 +96,8 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         device: &D,
         rng: &mut Rng,
     ) -> Self {
-        let layers = (0..num_layers)
-            .map(|_| TransformerEncoderLayer::with_options(options, device, rng))
-            .collect();
-        let norm = final_norm.then(|| {
-            let mut norm = LayerNorm::new(device);
-            norm.eps = options.layer_norm_eps;
-            norm
+        let (layers, norm) = build(num_layers, options, final_norm, device, rng, |r| {
+            TransformerEncoderLayer::with_options(options, device, r)
         });
         Self::from_layers(layers, norm)
     }
@@ -214,13 +228,8 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         device: &D,
         rng: &mut Rng,
     ) -> Self {
-        let layers = (0..num_layers)
-            .map(|_| TransformerDecoderLayer::with_options(options, device, rng))
-            .collect();
-        let norm = final_norm.then(|| {
-            let mut norm = LayerNorm::new(device);
-            norm.eps = options.layer_norm_eps;
-            norm
+        let (layers, norm) = build(num_layers, options, final_norm, device, rng, |r| {
+            TransformerDecoderLayer::with_options(options, device, r)
         });
         Self::from_layers(layers, norm)
     }

@@ -81,8 +81,8 @@ pub fn clip_grad_norm_(model: &impl Module, max_norm: f64) -> Result<f64, OptimE
 ///
 /// # Errors
 /// [`OptimError::InvalidOption`] for a `norm_type` that is not positive;
-/// [`OptimError::OtherDevice`] for a parameter with a gradient off the CPU;
-/// a device failure. Nothing is changed on error.
+/// [`OptimError::OtherDevice`] for a parameter with a gradient off the CPU
+/// (nothing is changed on these two); a device failure.
 pub fn clip_grad_norm_with(
     model: &impl Module,
     max_norm: f64,
@@ -108,7 +108,9 @@ pub fn clip_grad_norm_with(
             .sum::<f64>()
             .powf(1.0 / norm_type)
     };
-    let coef = (max_norm / (total + 1e-6)).min(1.0);
+    // Clamped to 1 with NaN kept (`f64::min` would drop it), as the typed form.
+    let coef = max_norm / (total + 1e-6);
+    let coef = if coef > 1.0 { 1.0 } else { coef };
     for &dt in &dtypes {
         for_cpu_dtype!(dt, E => rewrite::<E, Cpu>(model, Rewrite::Scale(coef)))?;
     }

@@ -172,4 +172,9 @@ fn clipping_spans_parameters_of_several_float_types() {
     clip_grad_value_(&model, 0.7).expect("CPU parameters");
     assert_eq!(b.grad().expect("a gradient").to_vec()[1], 0.7);
     assert!(clip_grad_norm_with(&model, 1.0, -1.0).is_err());
+    // A NaN gradient makes the total NaN and spreads, as in PyTorch.
+    let nan = Tensor::<(C<2>,), f32, Cpu>::from_vec(vec![f32::NAN, 1.0], (C,)).expect("two");
+    a.try_set_grad(&nan).expect("same sizes");
+    assert!(clip_grad_norm_(&model, 1.0).expect("valid norm").is_nan());
+    assert!(b.grad().expect("a gradient").to_vec()[1].is_nan());
 }
