@@ -942,9 +942,30 @@ async fn slow_and_silent_clients_are_timed_out() {
 /// The binary, sent SIGTERM while a client holds half a request open,
 /// stops within its shutdown grace period.
 #[cfg(unix)]
+/// The address a `forma-serve` child prints on its stdout (`... http://ADDR ...`),
+/// with the rest of its stdout, to keep open while the child runs.
+fn printed_addr(
+    child: &mut std::process::Child,
+) -> (
+    SocketAddr,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the server printed its address")
+            .unwrap();
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split(' ').next().unwrap().parse().unwrap();
+        }
+    };
+    (addr, lines)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_half_sent_request_stops_within_the_grace() {
-    use std::io::BufRead;
     let dir = TempDir::new("sigterm");
     let (_, path) = model_and_checkpoint(&dir);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_forma-serve"))
@@ -958,16 +979,7 @@ async fn sigterm_during_a_half_sent_request_stops_within_the_grace() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr: SocketAddr = loop {
-        let line = lines
-            .next()
-            .expect("the server printed its address")
-            .unwrap();
-        if let Some(rest) = line.split("http://").nth(1) {
-            break rest.split(' ').next().unwrap().parse().unwrap();
-        }
-    };
+    let (addr, _stdout) = printed_addr(&mut child);
     let mut half = TcpStream::connect(addr).await.unwrap();
     half.write_all(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Le")
         .await
@@ -1180,16 +1192,7 @@ async fn the_binary_serves_a_dumped_sample_and_logs_the_request() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr: SocketAddr = loop {
-        let line = lines
-            .next()
-            .expect("the server printed its address")
-            .unwrap();
-        if let Some(rest) = line.split("http://").nth(1) {
-            break rest.split(' ').next().unwrap().parse().unwrap();
-        }
-    };
+    let (addr, _stdout) = printed_addr(&mut child);
     let (log_tx, logs) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
