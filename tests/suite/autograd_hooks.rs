@@ -151,3 +151,48 @@ device_tests! {
         }
     }
 }
+
+/// `queue_callback` from a hook runs once, after every gradient of that
+/// backward is in; its error is the backward's; outside a backward it is
+/// refused.
+#[test]
+fn a_queued_callback_runs_after_the_whole_backward() {
+    use forma::core::tape::queue_callback;
+    let a = Tensor::<(C<2>,)>::from_vec(vec![1.0, 2.0], (C,))
+        .unwrap()
+        .requires_grad();
+    let b = Tensor::<(C<2>,)>::from_vec(vec![3.0, 4.0], (C,))
+        .unwrap()
+        .requires_grad();
+    let (seen, s) = log::<String>();
+    let (b2, s2) = (b.clone(), Arc::clone(&s));
+    a.register_post_accumulate_grad_hook(move |_| {
+        let (b, s) = (b2.clone(), Arc::clone(&s2));
+        queue_callback(move || {
+            // Both leaves have their gradient by now, whichever came first.
+            s.lock().unwrap().push(format!(
+                "callback: b.grad = {:?}",
+                b.grad().map(|g| g.to_vec())
+            ));
+            Ok(())
+        })
+        .unwrap();
+    });
+    b.register_post_accumulate_grad_hook(move |_| s.lock().unwrap().push("b ready".into()));
+    (&a * &b).sum_all().backward();
+    let seen_now = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen_now.last().unwrap(),
+        "callback: b.grad = Some([1.0, 2.0])"
+    );
+    assert_eq!(seen_now.len(), 2, "{seen_now:?}");
+
+    let failing = Tensor::<(C<1>,)>::ones().requires_grad();
+    failing.register_post_accumulate_grad_hook(|_| {
+        queue_callback(|| Err(forma::core::Error::invalid("test", "the reduction failed")))
+            .unwrap();
+    });
+    let e = failing.sum_all().try_backward().unwrap_err();
+    assert!(e.to_string().contains("the reduction failed"), "{e}");
+    assert!(queue_callback(|| Ok(())).is_err());
+}

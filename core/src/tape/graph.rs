@@ -20,6 +20,68 @@ thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
     static ANOMALY: Cell<bool> = const { Cell::new(false) };
     static FIRST_ANOMALY: RefCell<Option<&'static str>> = const { RefCell::new(None) };
+    /// How many backward passes are running on this thread (a hook may start one).
+    static BACKWARD_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// Callbacks queued by [`queue_callback`] for the end of the outermost backward.
+    static FINAL_CALLBACKS: RefCell<Vec<FinalCallback>> = const { RefCell::new(Vec::new()) };
+}
+
+type FinalCallback = Box<dyn FnOnce() -> Result<()>>;
+
+/// Queues `callback` to run once the backward pass now running on this
+/// thread has finished (every gradient accumulated, every hook run), like
+/// PyTorch's `Variable._execution_engine.queue_callback`: how a hook that
+/// started work (a data-parallel gradient reduction) waits for it before
+/// `backward` returns. Callbacks run in the order queued; an error one
+/// returns is `backward`'s error (the later callbacks still run). When the
+/// backward itself fails, the queued callbacks are dropped unrun.
+///
+/// # Errors
+/// When no backward is running on this thread.
+pub fn queue_callback(callback: impl FnOnce() -> Result<()> + 'static) -> Result<()> {
+    if BACKWARD_DEPTH.with(Cell::get) == 0 {
+        return Err(Error::invalid(
+            "queue_callback",
+            "callbacks can only be queued while a backward runs (from a hook)",
+        ));
+    }
+    FINAL_CALLBACKS.with(|c| c.borrow_mut().push(Box::new(callback)));
+    Ok(())
+}
+
+/// Counts a running backward; the outermost one runs the queued callbacks.
+struct BackwardScope;
+
+impl BackwardScope {
+    fn enter() -> Self {
+        BACKWARD_DEPTH.with(|d| d.set(d.get() + 1));
+        BackwardScope
+    }
+
+    /// Leaves the scope: for the outermost backward, runs the callbacks after
+    /// a success and drops them after a failure.
+    fn finish(self, result: Result<()>) -> Result<()> {
+        drop(self);
+        if BACKWARD_DEPTH.with(Cell::get) > 0 {
+            return result;
+        }
+        let callbacks = FINAL_CALLBACKS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+        result?;
+        let mut first = Ok(());
+        for cb in callbacks {
+            let r = cb();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for BackwardScope {
+    fn drop(&mut self) {
+        BACKWARD_DEPTH.with(|d| d.set(d.get() - 1));
+    }
 }
 
 /// Number of tape nodes alive in the process (for leak tests).
@@ -385,6 +447,16 @@ impl<E: Dtype, D: Backend> Var<E, D> {
 /// When a node's graph was freed by an earlier backward, when a backward
 /// closure fails, or (anomaly mode) when an op produced NaN/Inf.
 pub fn backward_raw<E: Dtype, D: Backend>(
+    root: &Arc<Var<E, D>>,
+    grad: Raw<E, D>,
+    retain_graph: bool,
+) -> Result<()> {
+    let scope = BackwardScope::enter();
+    let result = backward_pass(root, grad, retain_graph);
+    scope.finish(result)
+}
+
+fn backward_pass<E: Dtype, D: Backend>(
     root: &Arc<Var<E, D>>,
     grad: Raw<E, D>,
     retain_graph: bool,

@@ -28,7 +28,7 @@ pub mod util;
 pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use graph::{
     anomaly_detection, backward_raw, is_grad_enabled, live_nodes, live_saved, no_grad,
-    set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Saved, Var,
+    queue_callback, set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Saved, Var,
 };
 pub use hooks::HookHandle;
 pub use raw::Raw;

@@ -116,6 +116,16 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         self.storage.read()
     }
 
+    /// Runs `f` with write access to the storage and this tensor's layout, for
+    /// an in-place update by code outside Forma's ops: a communication
+    /// library reducing a gradient where it lies. Like every in-place write
+    /// it bumps the version counter, so a backward that saved this tensor
+    /// refuses to run; `f` must keep to the elements the layout addresses.
+    pub fn with_storage_mut<R>(&self, f: impl FnOnce(&mut D::Storage<E>, &Layout) -> R) -> R {
+        let mut storage = self.storage_mut();
+        f(&mut storage, &self.layout)
+    }
+
     /// Write access to the storage for an in-place update; bumps the version
     /// counter. Crate-private: users write in place through the checked
     /// methods ([`Tensor::assign`], [`Tensor::fill`], the optimizers), so a
