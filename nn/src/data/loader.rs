@@ -10,7 +10,7 @@
 
 use super::collate::{Collate, DefaultCollate};
 use super::dataset::{permutation, Dataset};
-use super::DataError;
+use super::{DataError, DistributedSampler};
 use forma_core::Rng;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -82,6 +82,7 @@ pub struct DataLoader<D: Dataset, C = DefaultCollate> {
     collate: Arc<C>,
     batch_size: usize,
     seed: Option<u64>,
+    sampler: Option<DistributedSampler>,
     drop_last: bool,
     num_workers: usize,
     prefetch_factor: usize,
@@ -94,6 +95,7 @@ impl<D: Dataset, C> std::fmt::Debug for DataLoader<D, C> {
             .field("items", &self.dataset.len())
             .field("batch_size", &self.batch_size)
             .field("shuffle_seed", &self.seed)
+            .field("sampler", &self.sampler)
             .field("drop_last", &self.drop_last)
             .field("num_workers", &self.num_workers)
             .field("prefetch_factor", &self.prefetch_factor)
@@ -120,6 +122,7 @@ impl<D: Dataset> DataLoader<D, DefaultCollate> {
             collate: Arc::new(DefaultCollate),
             batch_size,
             seed: None,
+            sampler: None,
             drop_last: false,
             num_workers: 0,
             prefetch_factor: 2,
@@ -164,6 +167,7 @@ impl<D: Dataset, C> DataLoader<D, C> {
             collate: Arc::new(collate),
             batch_size: self.batch_size,
             seed: self.seed,
+            sampler: self.sampler,
             drop_last: self.drop_last,
             num_workers: self.num_workers,
             prefetch_factor: self.prefetch_factor,
@@ -171,14 +175,31 @@ impl<D: Dataset, C> DataLoader<D, C> {
         }
     }
 
+    /// Draws each epoch's indices from `sampler` (this process's share of
+    /// a data-parallel job) instead of the whole dataset, like
+    /// `DataLoader(dataset, sampler=DistributedSampler(...))`. The sampler
+    /// decides the order (its own shuffle and seed; the loader's
+    /// [`shuffle`](DataLoader::shuffle) no longer applies) and is told the
+    /// loader's epoch, as `sampler.set_epoch(epoch)` would.
+    pub fn sampler(mut self, sampler: DistributedSampler) -> Self {
+        self.sampler = Some(sampler);
+        self
+    }
+
     /// Batches per epoch.
     pub fn len(&self) -> usize {
-        let n = self.dataset.len();
+        let n = self.samples_per_epoch();
         if self.drop_last {
             n / self.batch_size
         } else {
             n.div_ceil(self.batch_size)
         }
+    }
+
+    /// Items per epoch: the dataset's, or the sampler's share of it.
+    fn samples_per_epoch(&self) -> usize {
+        let n = self.dataset.len();
+        self.sampler.map_or(n, |s| s.num_samples(n))
     }
 
     /// Whether an epoch has no batches.
@@ -223,6 +244,9 @@ impl<D: Dataset, C> DataLoader<D, C> {
     /// cutting into batches and dropping the last one).
     pub fn indices(&self, epoch: u64) -> Vec<usize> {
         let n = self.dataset.len();
+        if let Some(sampler) = &self.sampler {
+            return sampler.indices(n, epoch);
+        }
         match self.seed {
             Some(seed) => permutation(n, &mut epoch_rng(seed, epoch)),
             None => (0..n).collect(),
@@ -307,7 +331,7 @@ where
 /// The generator of epoch `epoch`'s order: a function of the seed and the
 /// epoch alone, so any epoch can be replayed without replaying the ones
 /// before it.
-fn epoch_rng(seed: u64, epoch: u64) -> Rng {
+pub(crate) fn epoch_rng(seed: u64, epoch: u64) -> Rng {
     let base = Rng::seed_from(seed).next_u64();
     // Multiplying by an odd constant is a bijection, so distinct epochs give
     // distinct seeds.

@@ -7,6 +7,8 @@
 //! - [`DataLoader`]: batches in a seeded shuffled order, `drop_last`, worker
 //!   threads that keep the order, a [`Collate`] step, and a position
 //!   ([`LoaderState`]) that checkpoints save and restore.
+//! - [`DistributedSampler`]: one process's share of each epoch in a
+//!   data-parallel job.
 //! - [`read_idx`], [`read_idx_images`], [`read_idx_labels`]: the IDX format,
 //!   plain or gzip-compressed, read as untrusted input.
 //!
@@ -18,6 +20,7 @@ mod error;
 mod idx;
 mod loader;
 mod mnist;
+mod sampler;
 
 pub use collate::{Batchable, Collate, DefaultCollate};
 pub use dataset::{
@@ -30,3 +33,4 @@ pub use idx::{
 };
 pub use loader::{Batches, DataLoader, LoaderState};
 pub use mnist::{Mnist, MnistSplit};
+pub use sampler::DistributedSampler;
