@@ -61,9 +61,10 @@ pub fn launched_by_mpi() -> bool {
 
 /// The job's group of every process: MPI's world when the program runs
 /// under an MPI launcher, else this process alone
-/// ([`ProcessGroup::single`]). Call it once; keep the group (or a clone)
-/// while the program communicates: MPI is finalised when the last clone of
-/// the world group and of every group made from it is dropped.
+/// ([`ProcessGroup::single`]). Calling it again while a group lives returns
+/// the same world. Keep the group (or a clone) while the program
+/// communicates: MPI is finalised when the last clone of the world group
+/// and of every group made from it is dropped, and cannot start again.
 ///
 /// # Errors
 /// Under a launcher, in a build without the `mpi` feature; MPI failing to
@@ -80,8 +81,8 @@ pub fn init() -> Result<ProcessGroup> {
 /// MPI makes a world of one).
 ///
 /// # Errors
-/// A build without the `mpi` feature; MPI failing to start or already
-/// started.
+/// A build without the `mpi` feature; MPI failing to start, or finalised
+/// earlier in this process.
 pub fn init_mpi() -> Result<ProcessGroup> {
     #[cfg(feature = "mpi")]
     {

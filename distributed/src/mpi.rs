@@ -88,14 +88,22 @@ pub struct Mpi {
     rt: Arc<Runtime>,
 }
 
+/// The live runtime, so that a second `init` shares it.
+static RUNTIME: Mutex<Option<std::sync::Weak<Runtime>>> = Mutex::new(None);
+
 impl Mpi {
+    /// Starts MPI, or returns the running instance (every handle shares it).
     pub(crate) fn init() -> Result<Self> {
+        let mut live = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(rt) = live.as_ref().and_then(std::sync::Weak::upgrade) {
+            return Ok(Mpi { rt });
+        }
         let _guard = lock();
         let (universe, _level) = mpi::initialize_with_threading(mpi::Threading::Serialized)
             .ok_or_else(|| {
                 DistError::invalid(
                     "init_mpi",
-                    "MPI is already initialised in this process (init_mpi can be called once)",
+                    "MPI was started and finalised earlier in this process, and cannot start again: keep the world group alive for the whole program",
                 )
             })?;
         let version = mpi::environment::library_version().unwrap_or_default();
@@ -113,13 +121,13 @@ impl Mpi {
         unsafe {
             ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN);
         }
-        Ok(Mpi {
-            rt: Arc::new(Runtime {
-                universe: Mutex::new(Some(universe)),
-                poisoned: Mutex::new(None),
-                in_place,
-            }),
-        })
+        let rt = Arc::new(Runtime {
+            universe: Mutex::new(Some(universe)),
+            poisoned: Mutex::new(None),
+            in_place,
+        });
+        *live = Some(Arc::downgrade(&rt));
+        Ok(Mpi { rt })
     }
 
     /// Every process of the job.

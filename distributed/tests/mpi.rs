@@ -580,6 +580,39 @@ fn train(a: &TrainArgs) -> R {
     Ok(())
 }
 
+/// The training example with `--distributed`: the ranks report the same
+/// metrics; only rank 0 writes files.
+fn example(out: &str) -> R {
+    // The example calls `init` again: it gets this same world.
+    let g = world()?;
+    let args = forma_examples::train::Args {
+        distributed: true,
+        epochs: Some(1),
+        train_size: Some(512),
+        test_size: Some(128),
+        batch_size: Some(32),
+        progress: false,
+        out: PathBuf::from(out).join(format!("rank{}", g.rank())),
+        ..Default::default()
+    };
+    let summary = forma_examples::train::run(&args).map_err(err)?;
+    let acc = Tensor::<(C<1>,), f64>::from_vec(vec![summary.best_test_acc], (C,)).unwrap();
+    let all = g.all_gather(&acc).map_err(err)?;
+    ensure!(
+        all[0].to_vec() == all[1].to_vec(),
+        "the ranks disagree: {:?} vs {:?}",
+        all[0].to_vec(),
+        all[1].to_vec()
+    );
+    let wrote = args.out.join("best.safetensors").exists() && args.out.join("metrics.csv").exists();
+    ensure!(
+        wrote == (g.rank() == 0),
+        "rank {} wrote files: {wrote}",
+        g.rank()
+    );
+    Ok(())
+}
+
 // ---------------------------------------------------------------- launcher
 
 fn run_case(name: &str, args: &[String]) -> R {
@@ -591,6 +624,7 @@ fn run_case(name: &str, args: &[String]) -> R {
         "early-exit" => early_exit(),
         "crash" => crash(),
         "train" => train(&train_args(args)),
+        "example" => example(&args[0]),
         other => Err(format!("no case {other}")),
     }
 }
@@ -679,6 +713,9 @@ fn launcher() -> i32 {
         print_job(case, &job);
         results.push((case, plain(job)));
     }
+    let job = mpirun(2, "example", &[&p("example")], limit);
+    print_job("the training example, --distributed", &job);
+    results.push(("training example", plain(job)));
     // A rank that leaves: rank 0 gets a timeout error within about 3 s.
     let job = mpirun(2, "early-exit", &[], Duration::from_secs(120));
     print_job("early-exit", &job);
