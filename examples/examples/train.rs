@@ -20,10 +20,18 @@
 //! keys: `torch.nn` loads it), saves the training state for `--resume`, and
 //! rewrites `metrics.csv` and `metrics.png`.
 //!
+//! Data-parallel, under MPI (each process trains on its share of every
+//! epoch; rank 0 writes the files):
+//!
+//! ```sh
+//! cargo build --release -p forma-examples --features distributed --example train
+//! mpirun -np 2 target/release/examples/train --distributed
+//! ```
+//!
 //! The model, the loop and the files are in `examples/src/train/`
 //! (`forma_examples::train`), where the tests can run them too.
 
-use forma_examples::train::{parse_args, run, Command, USAGE};
+use forma_examples::train::{line_prefix, parse_args, run, Command, USAGE};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -42,7 +50,8 @@ fn main() -> ExitCode {
         Ok(summary) => {
             if let Some(acc) = summary.final_test_acc() {
                 println!(
-                    "held-out accuracy: {:.2}% (best {:.2}%); model and metrics in {}",
+                    "{}held-out accuracy: {:.2}% (best {:.2}%); model and metrics in {}",
+                    line_prefix(),
                     100.0 * acc,
                     100.0 * summary.best_test_acc,
                     summary.out.display()

@@ -93,6 +93,11 @@ pub struct Args {
         help = "No progress bars, only a line per epoch"
     )]
     pub progress: bool,
+    /// Train data-parallel across the processes of an MPI job: run as
+    /// `mpirun -np N .../train --distributed` from a build with `--features
+    /// distributed`; --batch-size is per process
+    #[arg(long)]
+    pub distributed: bool,
     /// Also write the best model as --out/model.onnx (opset 17, any batch
     /// size), for ONNX Runtime and other runtimes
     #[arg(long)]
@@ -120,6 +125,7 @@ impl Default for Args {
             workers: 0,
             progress: true,
             export_onnx: false,
+            distributed: false,
         }
     }
 }

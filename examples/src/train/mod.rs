@@ -30,19 +30,41 @@
 mod args;
 pub mod report;
 
+/// What every line this run prints starts with: `[rank r/N] ` in a
+/// data-parallel job, so the ranks' interleaved lines can be told apart.
+static LINE_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// What this process's lines start with: `[rank r/N] ` in a data-parallel
+/// job, else nothing.
+pub fn line_prefix() -> &'static str {
+    LINE_PREFIX.get().map_or("", String::as_str)
+}
+
+/// `println!` with this process's [`LINE_PREFIX`].
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!(
+            "{}{}",
+            $crate::train::line_prefix(),
+            format_args!($($arg)*)
+        )
+    };
+}
+
 pub use args::{parse_args, Args, Command, DeviceArg, USAGE};
 pub use report::EpochMetrics;
 
 use crate::digits::{DigitSet, CLASSES};
 use forma::core::device::Backend;
 use forma::core::tape::no_grad;
-use forma::nn::data::{DataError, DataLoader, Dataset, Mnist, MnistSplit};
+use forma::nn::data::{DataError, DataLoader, Dataset, DistributedSampler, Mnist, MnistSplit};
 use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu};
 use forma::nn::loss::{cross_entropy, Mean, Sum};
 use forma::nn::optim::{Adam, AdamOptions, OptimError};
 use forma::nn::sched::ExponentialLR;
 use forma::nn::state::{CheckpointError, LoadError, TrainingState};
 use forma::prelude::*;
+use forma_distributed::{save_on_rank0, DistributedDataParallel, ProcessGroup};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -201,6 +223,9 @@ pub enum TrainError {
     /// `--export-onnx` failed.
     #[error("onnx export: {0}")]
     Export(forma::Error),
+    /// `--distributed`: the job could not start or a collective failed.
+    #[error("distributed: {0}")]
+    Distributed(#[from] forma_distributed::DistError),
     /// `--download` failed.
     #[error("download: {0}")]
     Download(#[from] crate::download::DownloadError),
@@ -401,15 +426,25 @@ pub const RUSTC_VERSION: &str = env!("FORMA_EXAMPLES_RUSTC");
 /// A [`TrainError`]: unreadable data, an unwritable output directory, a
 /// state that `--resume` cannot continue.
 pub fn run(args: &Args) -> Result<Summary, TrainError> {
+    let world = if args.distributed {
+        forma_distributed::init()?
+    } else {
+        ProcessGroup::single()
+    };
+    if world.world_size() > 1 {
+        let _ = LINE_PREFIX.set(format!("[rank {}/{}] ", world.rank(), world.world_size()));
+    } else if args.distributed {
+        say!("distributed: not started by an MPI launcher (or built without --features distributed): training as one process");
+    }
     match args.device {
-        DeviceArg::Cpu => run_on(args, &Cpu),
+        DeviceArg::Cpu => run_on(args, &Cpu, &world),
         #[cfg(feature = "cuda")]
         device @ DeviceArg::Cuda(ordinal) => {
             let cuda = forma::cuda::Cuda::new(ordinal).map_err(|e| TrainError::Device {
                 device,
                 reason: e.to_string(),
             })?;
-            run_on(args, &cuda)
+            run_on(args, &cuda, &world)
         }
         #[cfg(not(feature = "cuda"))]
         device @ DeviceArg::Cuda(_) => Err(TrainError::Device {
@@ -419,12 +454,16 @@ pub fn run(args: &Args) -> Result<Summary, TrainError> {
     }
 }
 
-/// [`run`] on a given device.
-fn run_on<D: Device<f32>>(args: &Args, device: &D) -> Result<Summary, TrainError> {
+/// [`run`] on a given device, as one rank of `world`.
+fn run_on<D: Device<f32>>(
+    args: &Args,
+    device: &D,
+    world: &ProcessGroup,
+) -> Result<Summary, TrainError> {
     // `--download` fills the cache, then the run reads it as `--data` would.
     let downloaded;
     let args = if args.download {
-        println!(
+        say!(
             "data: MNIST from {} into {}",
             args.mirror,
             args.cache.display()
@@ -467,7 +506,7 @@ fn run_on<D: Device<f32>>(args: &Args, device: &D) -> Result<Summary, TrainError
     };
     let epochs = args.epochs.unwrap_or(DEFAULT_EPOCHS);
 
-    println!(
+    say!(
         "forma {} ({}, {} build)",
         env!("CARGO_PKG_VERSION"),
         RUSTC_VERSION,
@@ -479,57 +518,80 @@ fn run_on<D: Device<f32>>(args: &Args, device: &D) -> Result<Summary, TrainError
     );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if device.name() == "cpu" {
-        println!("device: cpu ({threads} threads)");
+        say!("device: cpu ({threads} threads)");
     } else {
-        println!("device: {}", device.name());
+        say!("device: {}", device.name());
     }
-    println!("seed: {} (initialisation, shuffling)", settings.seed);
+    say!("seed: {} (initialisation, shuffling)", settings.seed);
 
     let started = Instant::now();
     let (train_set, test_set, source) = load_data(&settings)?;
     let (mean, std) = train_set.pixel_stats();
     let train_set = train_set.normalize(mean, std);
     let test_set = test_set.normalize(mean, std);
-    println!(
+    say!(
         "data: {source}: {} training / {} held-out images, normalised with mean {mean:.4} std {std:.4} ({:.1}s)",
         train_set.len(),
         test_set.len(),
         started.elapsed().as_secs_f64()
     );
-    std::fs::create_dir_all(&args.out).map_err(|source| TrainError::Io {
-        path: args.out.clone(),
-        source,
-    })?;
-    let shown: Vec<&[u8]> = (0..train_set.len().min(100))
-        .filter_map(|i| train_set.pixels(i))
-        .collect();
-    report::save_image_grid(&files.samples, &shown, 10, 2)?;
+    // Only rank 0 writes files.
+    if world.rank() == 0 {
+        std::fs::create_dir_all(&args.out).map_err(|source| TrainError::Io {
+            path: args.out.clone(),
+            source,
+        })?;
+        let shown: Vec<&[u8]> = (0..train_set.len().min(100))
+            .filter_map(|i| train_set.pixels(i))
+            .collect();
+        report::save_image_grid(&files.samples, &shown, 10, 2)?;
+    }
 
     let mut rng = Rng::seed_from(settings.seed);
-    match settings.model {
-        ModelKind::Cnn => fit(
+    let run = Run {
+        device,
+        world,
+        args,
+        settings: &settings,
+        epochs,
+        files: &files,
+    };
+    match (settings.model, world.world_size() > 1) {
+        (ModelKind::Cnn, false) => fit(
             Cnn::new_on(device, &mut rng),
-            device,
-            args,
-            &settings,
-            epochs,
+            &run,
             saved,
             train_set,
             test_set,
-            &files,
         ),
-        ModelKind::Linear => fit(
+        (ModelKind::Linear, false) => fit(
             LinearModel::new_on(device, &mut rng),
-            device,
-            args,
-            &settings,
-            epochs,
+            &run,
             saved,
             train_set,
             test_set,
-            &files,
         ),
+        // Every rank starts from rank 0's weights and averages its
+        // gradients with the others' during backward.
+        (ModelKind::Cnn, true) => {
+            let model = DistributedDataParallel::new(Cnn::new_on(device, &mut rng), world)?;
+            fit(model, &run, saved, train_set, test_set)
+        }
+        (ModelKind::Linear, true) => {
+            let model = DistributedDataParallel::new(LinearModel::new_on(device, &mut rng), world)?;
+            fit(model, &run, saved, train_set, test_set)
+        }
     }
+}
+
+/// What [`fit`] runs with besides the model and the data.
+struct Run<'a, D> {
+    device: &'a D,
+    world: &'a ProcessGroup,
+    args: &'a Args,
+    settings: &'a Settings,
+    epochs: usize,
+    files: &'a OutFiles,
 }
 
 /// The training and held-out sets and a description of where they come from.
@@ -655,38 +717,59 @@ where
     Ok((loss / n, hits as f64 / n))
 }
 
-/// The training loop proper, for either model.
+/// The training loop proper, for either model, alone or wrapped in
+/// [`DistributedDataParallel`].
 fn fit<M, D>(
     mut model: M,
-    device: &D,
-    args: &Args,
-    settings: &Settings,
-    epochs: usize,
+    run: &Run<'_, D>,
     saved: Option<TrainingState>,
     train_set: DigitSet,
     test_set: DigitSet,
-    files: &OutFiles,
 ) -> Result<Summary, TrainError>
 where
     M: Module + Forward<DeviceImages<D>, Logits<D>>,
     D: Device<f32>,
 {
+    let Run {
+        device,
+        world,
+        args,
+        settings,
+        epochs,
+        files,
+    } = *run;
+    let (rank, ranks) = (world.rank(), world.world_size());
+    // Progress bars from rank 0 only; every rank prints its epoch lines.
+    let progress = args.progress && rank == 0;
     let mut opt = Adam::<f32, D>::try_new(AdamOptions::default().lr(settings.lr))?;
     let mut sched = ExponentialLR::try_new(&mut opt, LR_DECAY)?;
-    let mut loader = DataLoader::new(train_set, settings.batch_size)?
-        .shuffle(settings.seed)
-        .num_workers(args.workers);
+    let loader = DataLoader::new(train_set, settings.batch_size)?.num_workers(args.workers);
+    let mut loader = if ranks > 1 {
+        // Each rank its own share of every epoch, drawn from the seed.
+        let share = DistributedSampler::new(ranks, rank)?.seed(settings.seed);
+        say!(
+            "distributed: rank {rank} of {ranks} ({}); batch size {} per rank, {} in all",
+            world.backend(),
+            settings.batch_size,
+            settings.batch_size * ranks
+        );
+        loader.sampler(share)
+    } else {
+        loader.shuffle(settings.seed)
+    };
     let mut metrics: Vec<EpochMetrics> = Vec::new();
     let mut best = f64::NEG_INFINITY;
     let test_set = Arc::new(test_set);
 
-    println!(
-        "model: {} ({} parameters)\n{}",
+    say!(
+        "model: {} ({} parameters)",
         settings.model.name(),
-        model.num_parameters(),
-        model.repr()
+        model.num_parameters()
     );
-    println!(
+    if rank == 0 {
+        println!("{}", model.repr());
+    }
+    say!(
         "optimizer: Adam, lr {} decaying x{LR_DECAY} per epoch; batch size {}; {} batches per epoch",
         settings.lr,
         settings.batch_size,
@@ -708,14 +791,14 @@ where
             .iter()
             .map(|m| m.test_acc)
             .fold(f64::NEG_INFINITY, f64::max);
-        println!(
+        say!(
             "resuming {} at epoch {} (best held-out accuracy so far {:.2}%)",
             args.out.display(),
             loader.state().epoch + 1,
             100.0 * best
         );
     } else {
-        println!("output: {}", args.out.display());
+        say!("output: {}", args.out.display());
     }
 
     model.train();
@@ -726,7 +809,7 @@ where
         let t0 = Instant::now();
         let bar = progress_bar(
             batches,
-            args.progress,
+            progress,
             "{prefix} [{bar:30.cyan/blue}] {pos:>4}/{len} {msg} [{elapsed_precise} < {eta}]",
             format!("epoch {epoch}/{epochs}"),
         );
@@ -763,9 +846,18 @@ where
             &mut model,
             device,
             &test_set,
-            args.progress,
+            progress,
             format!("epoch {epoch}/{epochs} evaluating"),
         )?;
+        if ranks > 1 {
+            // The epoch's figures over every rank's share.
+            let totals =
+                Tensor::<(C<3>,), f64>::from_vec(vec![loss_sum, hits as f64, seen as f64], (C,))
+                    .map_err(|e| TrainError::Distributed(e.into()))?;
+            world.all_reduce(&totals, forma_distributed::ReduceOp::Sum)?;
+            let t = totals.to_vec();
+            (loss_sum, hits, seen) = (t[0], t[1] as usize, t[2] as usize);
+        }
         let seen_f = seen.max(1) as f64;
         let row = EpochMetrics {
             epoch,
@@ -779,6 +871,8 @@ where
         let improved = test_acc > best;
         if improved {
             best = test_acc;
+        }
+        if improved && rank == 0 {
             model.save_safetensors(&files.best)?;
             if args.export_onnx {
                 // The same weights as `best.safetensors`, as an inference
@@ -794,18 +888,25 @@ where
         let mut extra = BTreeMap::new();
         settings.to_extra(&mut extra);
         extra.insert("metrics".into(), report::to_csv_exact(&metrics));
-        TrainingState {
+        let state = TrainingState {
             model: model.state_dict(),
             optimizer: Some(opt.try_state_dict()?),
             scheduler: Some(sched.state_dict()),
             loader: Some(loader.state()),
             extra,
+        };
+        if ranks > 1 {
+            // Rank 0 writes; the others wait until the file is there.
+            save_on_rank0(world, &files.state, &state)?;
+        } else {
+            state.save(&files.state)?;
         }
-        .save(&files.state)?;
-        report::write_atomic(&files.csv, report::to_csv(&metrics).as_bytes())?;
-        report::save_plot(&files.plot, &metrics)?;
+        if rank == 0 {
+            report::write_atomic(&files.csv, report::to_csv(&metrics).as_bytes())?;
+            report::save_plot(&files.plot, &metrics)?;
+        }
 
-        println!(
+        say!(
             "epoch {epoch}/{epochs}  train loss {:.4} acc {:.2}%  held-out loss {:.4} acc {:.2}%  {:.0} samples/s  {:.1}s{}",
             row.train_loss,
             100.0 * row.train_acc,
@@ -813,11 +914,15 @@ where
             100.0 * row.test_acc,
             seen as f64 / train_secs,
             row.seconds,
-            if improved { "  (best: saved)" } else { "" }
+            match (improved, rank) {
+                (true, 0) => "  (best: saved)",
+                (true, _) => "  (best)",
+                _ => "",
+            }
         );
     }
     if !trained {
-        println!(
+        say!(
             "nothing to train: the run has done {} epochs (ask for more with --epochs N)",
             loader.state().epoch
         );
