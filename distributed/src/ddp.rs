@@ -1,24 +1,6 @@
 //! [`DistributedDataParallel`]: one model replica per process, gradients
 //! averaged across processes during backward, like PyTorch's
 //! `torch.nn.parallel.DistributedDataParallel`.
-//!
-//! How it works, as in PyTorch's reducer:
-//!
-//! - At construction every rank checks that the others hold the same
-//!   parameters (names, sizes, dtypes), then takes rank 0's parameters and
-//!   buffers, so every replica starts equal.
-//! - Parameters are grouped into buckets of about
-//!   [`DdpOptions::bucket_cap_mb`] megabytes, in reverse order (the order in
-//!   which backward usually produces their gradients).
-//! - A post-accumulate-grad hook on each parameter copies its gradient into
-//!   its bucket; when a bucket is full it starts a non-blocking sum across
-//!   the ranks, while backward goes on computing the next gradients.
-//!   Buckets start in one fixed order on every rank, as MPI requires.
-//! - When backward ends, a callback waits for every bucket and writes each
-//!   parameter's averaged gradient (sum / world size) back, so the
-//!   optimizer step that follows sees the same gradient on every rank.
-//! - Each forward first broadcasts rank 0's buffers (BatchNorm's running
-//!   statistics), PyTorch's `broadcast_buffers=True`.
 
 use crate::comm::{Comm, Pending};
 use crate::error::{DistError, Result};
@@ -242,7 +224,27 @@ fn lock(r: &Mutex<Reducer>) -> MutexGuard<'_, Reducer> {
     r.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Wraps a model for data-parallel training: see the [module docs](self).
+/// Wraps a model for data-parallel training, like PyTorch's
+/// `DistributedDataParallel`.
+///
+/// How it works, as in PyTorch's reducer:
+///
+/// - At construction every rank checks that the others hold the same
+///   parameters (names, sizes, dtypes), then takes rank 0's parameters and
+///   buffers, so every replica starts equal.
+/// - Parameters are grouped into buckets of about
+///   [`DdpOptions::bucket_cap_mb`] megabytes, in reverse order (the order in
+///   which backward usually produces their gradients).
+/// - A post-accumulate-grad hook on each parameter copies its gradient into
+///   its bucket; when a bucket is full it starts a non-blocking sum across
+///   the ranks, while backward goes on computing the next gradients.
+///   Buckets start in one fixed order on every rank, as MPI requires.
+/// - When backward ends, a callback waits for every bucket and writes each
+///   parameter's averaged gradient (sum / world size) back, so the
+///   optimizer step that follows sees the same gradient on every rank.
+/// - Each forward first broadcasts rank 0's buffers (BatchNorm's running
+///   statistics), PyTorch's `broadcast_buffers=True`.
+///
 ///
 /// ```
 /// use forma::prelude::*;
