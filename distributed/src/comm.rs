@@ -26,6 +26,12 @@ pub enum ReduceOp {
 pub(crate) trait Pending: Send + Debug {
     /// Waits until it completes, at most `timeout`.
     fn wait(self: Box<Self>, timeout: Duration) -> Result<()>;
+
+    /// Lets the library move it along without waiting (MPI progresses a
+    /// non-blocking collective only inside its calls).
+    fn progress(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One communicator: a fixed set of processes that run collectives together.

@@ -135,7 +135,12 @@ impl Reducer {
             (BucketData::F64(v), None) => v[off..off + n].fill(0.0),
         }
         bucket.remaining -= 1;
-        self.launch_ready()
+        self.launch_ready()?;
+        // Give the reductions in flight a turn while backward goes on.
+        for p in &mut self.pending {
+            p.progress()?;
+        }
+        Ok(())
     }
 
     /// End of backward: waits for every bucket and writes the averaged

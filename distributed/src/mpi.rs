@@ -231,30 +231,47 @@ struct MpiPending {
     rt: Arc<Runtime>,
     /// A copy of the input, when the implementation has no in-place marker.
     _scratch: Option<Vec<u8>>,
+    /// MPI_Test has reported it complete (the request is freed).
+    done: bool,
+}
+
+impl MpiPending {
+    /// One MPI_Test: whether the collective has completed.
+    fn test(&mut self) -> Result<bool> {
+        if self.done {
+            return Ok(true);
+        }
+        let mut flag: c_int = 0;
+        let rc = {
+            let _guard = lock();
+            // SAFETY: the request is live until MPI_Test reports it done.
+            unsafe { ffi::MPI_Test(&mut self.req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) }
+        };
+        if rc != 0 {
+            return Err(DistError::Backend {
+                collective: self.what,
+                rank: self.rank,
+                world: self.size,
+                backend: "mpi",
+                code: rc,
+                message: error_string(rc),
+            });
+        }
+        self.done = flag != 0;
+        Ok(self.done)
+    }
 }
 
 impl Pending for MpiPending {
+    fn progress(&mut self) -> Result<()> {
+        self.test().map(|_| ())
+    }
+
     fn wait(mut self: Box<Self>, timeout: Duration) -> Result<()> {
         let start = Instant::now();
         let mut polls = 0u32;
         loop {
-            let mut flag: c_int = 0;
-            let rc = {
-                let _guard = lock();
-                // SAFETY: the request is live until MPI_Test reports it done.
-                unsafe { ffi::MPI_Test(&mut self.req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) }
-            };
-            if rc != 0 {
-                return Err(DistError::Backend {
-                    collective: self.what,
-                    rank: self.rank,
-                    world: self.size,
-                    backend: "mpi",
-                    code: rc,
-                    message: error_string(rc),
-                });
-            }
-            if flag != 0 {
+            if self.test()? {
                 return Ok(());
             }
             let waited = start.elapsed();
@@ -335,6 +352,7 @@ impl MpiComm {
             size: self.size,
             rt: Arc::clone(&self.rt),
             _scratch: scratch,
+            done: false,
         })
     }
 
