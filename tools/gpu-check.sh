@@ -30,7 +30,9 @@ build() {
     cargo test -p forma --features cuda --tests --no-run --message-format=json >"$list.1"
     cargo test -p forma-cuda --features cuda --tests --lib --no-run --message-format=json >"$list.2"
     cargo bench -p forma-benches --features cuda --bench cuda --no-run --message-format=json >"$list.3"
-    cat "$list".1 "$list".2 "$list".3 | python3 -c '
+    # NcclGroup on one GPU (world size 1).
+    cargo test -p forma-distributed --features nccl --test nccl --no-run --message-format=json >"$list.4"
+    cat "$list".1 "$list".2 "$list".3 "$list".4 | python3 -c '
 import json, sys
 for line in sys.stdin:
     try:
@@ -43,7 +45,7 @@ for line in sys.stdin:
     while read -r exe; do
         cp "$exe" "$bundle/bin/"
     done <"$list"
-    rm -f "$list" "$list".1 "$list".2 "$list".3
+    rm -f "$list" "$list".1 "$list".2 "$list".3 "$list".4
     cp -r tools/fixtures "$bundle/tools/fixtures"
     cp benches/cuda_bench.py "$bundle/"
     cp tools/gpu-check.sh "$bundle/gpu-check.sh"
@@ -89,7 +91,7 @@ for r in roots:
 run() {
     local bundle=${1:-$(cd "$(dirname "$0")" && pwd)}
     local extra="" lib d
-    for lib in 'libcuda.so*' 'libnvrtc.so*' 'libcublas.so*' 'libcublasLt.so*'; do
+    for lib in 'libcuda.so*' 'libnvrtc.so*' 'libcublas.so*' 'libcublasLt.so*' 'libnccl.so*'; do
         if d=$(find_lib "$lib"); then
             echo "found $lib in $d"
             case ":$extra:" in *":$d:"*) ;; *) extra="$extra:$d" ;; esac

@@ -13,10 +13,12 @@
 //!   [`forma_nn::data::DistributedSampler`].
 //! - [`save_on_rank0`]: one checkpoint per job, written atomically by rank 0.
 //!
-//! The backend is MPI (feature `mpi`: OpenMPI or MPICH through the `mpi`
-//! crate; launch with `mpirun -np N program`). [`init`] picks it when the
-//! program runs under a launcher and otherwise returns the single-process
-//! group, so the same program runs alone, unchanged.
+//! CPU tensors travel over MPI (feature `mpi`: OpenMPI or MPICH through the
+//! `mpi` crate; launch with `mpirun -np N program`). [`init`] picks MPI when
+//! the program runs under a launcher and otherwise returns the
+//! single-process group, so the same program runs alone, unchanged. CUDA
+//! tensors have NCCL's collectives in `NcclGroup` (feature `nccl`, joined
+//! from torchrun's environment with `NcclGroup::init_from_env`).
 //!
 //! ```no_run
 //! use forma::prelude::*;
@@ -37,6 +39,8 @@ mod group;
 mod join;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod wire;
 
 pub use checkpoint::save_on_rank0;
@@ -45,6 +49,8 @@ pub use ddp::{strip_module_prefix, DdpOptions, DistributedDataParallel, NoSync};
 pub use error::{DistError, Result};
 pub use group::{ProcessGroup, DEFAULT_TIMEOUT};
 pub use join::EvenBatches;
+#[cfg(feature = "nccl")]
+pub use nccl::NcclGroup;
 
 /// Whether this process was started by an MPI launcher (`mpirun`,
 /// `mpiexec`, `srun` with PMI/PMIx): the variables they set.

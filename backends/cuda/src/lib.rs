@@ -190,6 +190,14 @@ impl Cuda {
         self.inner.pool.release_cached()
     }
 
+    /// The stream every op of this device is issued on: a library that
+    /// issues its own work there (NCCL collectives) is ordered with Forma's
+    /// ops without a synchronisation.
+    #[cfg(feature = "cuda")]
+    pub fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
+        &self.inner.stream
+    }
+
     #[cfg(feature = "cuda")]
     pub(crate) fn inner(&self) -> &device::Inner {
         &self.inner
