@@ -161,6 +161,11 @@ impl Reducer {
 
     fn finish_inner(&mut self) -> Result<()> {
         if let Some(e) = self.error.take() {
+            // Complete what was started, so no request outlives its bucket
+            // and the other ranks are not left inside a collective.
+            for p in self.pending.drain(..) {
+                let _ = p.wait(self.timeout);
+            }
             return Err(e);
         }
         let unused: Vec<usize> = (0..self.slots.len())
@@ -250,6 +255,10 @@ fn lock(r: &Mutex<Reducer>) -> MutexGuard<'_, Reducer> {
 /// - Each forward first broadcasts rank 0's buffers (BatchNorm's running
 ///   statistics), PyTorch's `broadcast_buffers=True`.
 ///
+/// One difference from PyTorch: every backward that reaches the parameters
+/// reduces their gradients (outside [`DistributedDataParallel::no_sync`]),
+/// whether the loss came from the wrapper's forward or from the module's
+/// own; PyTorch reduces only after a forward through the wrapper.
 ///
 /// ```
 /// use forma::prelude::*;
@@ -270,6 +279,8 @@ fn lock(r: &Mutex<Reducer>) -> MutexGuard<'_, Reducer> {
 pub struct DistributedDataParallel<M> {
     module: M,
     group: ProcessGroup,
+    /// `group` without the per-call size check, for the buffer broadcasts.
+    quiet: ProcessGroup,
     reducer: Arc<Mutex<Reducer>>,
     hooks: Vec<HookHandle>,
     options: DdpOptions,
@@ -568,6 +579,8 @@ impl<M: Module> DistributedDataParallel<M> {
         Ok(DistributedDataParallel {
             module,
             group: group.clone(),
+            // Sizes were compared once above; per-step broadcasts skip it.
+            quiet: group.clone().check_sizes(false),
             reducer,
             hooks,
             options,
@@ -732,7 +745,7 @@ impl<X, Y, M: Module + Forward<X, Y>> Forward<X, Y> for DistributedDataParallel<
         let sync = lock(&self.reducer).sync;
         if sync && self.options.broadcast_buffers && self.group.world_size() > 1 {
             let mut bc = Broadcast {
-                group: &self.group,
+                group: &self.quiet,
                 buffers_only: true,
                 err: None,
             };
