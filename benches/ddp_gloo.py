@@ -57,13 +57,40 @@ def worker(rank, world, port, args):
     dist.destroy_process_group()
 
 
+def plain(args):
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = lenet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1000)
+    x = torch.randn(args.batch, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (args.batch,), generator=g)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    secs = time.perf_counter() - start
+    print(f"examples_per_s\t{args.batch * args.steps / secs:.1f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--plain", action="store_true", help="one process, no DDP wrapper")
     args = p.parse_args()
+    if args.plain:
+        plain(args)
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -1,6 +1,7 @@
 //! Data-parallel scaling on this machine, beside PyTorch: the training
 //! example's LeNet, SGD with momentum, 32 random 28x28 images per process
-//! per step, one thread per process; world size 1 and 2.
+//! per step, one thread per process; world size 1 and 2, and one process
+//! without the wrapper (what DistributedDataParallel costs by itself).
 //!
 //! ```sh
 //! cargo bench -p forma-distributed --features mpi --bench scaling            # 3 rounds
@@ -25,6 +26,40 @@ use std::time::Instant;
 const BATCH: usize = 32;
 const WARMUP: usize = 10;
 const STEPS: usize = 60;
+
+/// The same training in this process without the wrapper or MPI: what
+/// DistributedDataParallel costs at world size 1.
+fn plain_main() {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build_global()
+        .ok();
+    let model = Cnn::new(&mut Rng::seed_from(0));
+    let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.05).momentum(0.9));
+    let mut rng = Rng::seed_from(1000);
+    let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(BATCH), C, C, C), &mut rng);
+    let y = Tensor::<(Dyn,), i64>::from_vec(
+        (0..BATCH).map(|_| rng.below(10) as i64).collect(),
+        (Dyn(BATCH),),
+    )
+    .unwrap();
+    let mut step = || {
+        opt.zero_grad(&model);
+        cross_entropy(&model.forward(x.clone()), &y, Mean).backward();
+        opt.step(&model);
+    };
+    for _ in 0..WARMUP {
+        step();
+    }
+    let t0 = Instant::now();
+    for _ in 0..STEPS {
+        step();
+    }
+    println!(
+        "examples_per_s\t{:.1}",
+        (BATCH * STEPS) as f64 / t0.elapsed().as_secs_f64()
+    );
+}
 
 /// One rank's part: prints the job's examples/s from rank 0.
 fn rank_main() {
@@ -80,8 +115,17 @@ fn examples_per_s(cmd: &mut Command) -> Option<f64> {
     v
 }
 
-fn forma(world: usize) -> Option<f64> {
+/// Forma's examples/s with `world` processes, or in-process without the
+/// wrapper for `None`.
+fn forma(world: Option<usize>) -> Option<f64> {
     let exe = std::env::current_exe().ok()?;
+    let Some(world) = world else {
+        return examples_per_s(
+            Command::new(exe)
+                .arg("--plain")
+                .env("RAYON_NUM_THREADS", "1"),
+        );
+    };
     examples_per_s(
         Command::new("mpirun")
             .args([
@@ -98,11 +142,17 @@ fn forma(world: usize) -> Option<f64> {
     )
 }
 
-fn torch(world: usize) -> Option<f64> {
+/// PyTorch's, the same way.
+fn torch(world: Option<usize>) -> Option<f64> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/ddp_gloo.py");
-    examples_per_s(Command::new("python3").arg(script).args([
+    let mut cmd = Command::new("python3");
+    cmd.arg(script);
+    if world.is_none() {
+        cmd.arg("--plain");
+    }
+    examples_per_s(cmd.args([
         "--world",
-        &world.to_string(),
+        &world.unwrap_or(1).to_string(),
         "--batch",
         &BATCH.to_string(),
         "--steps",
@@ -140,6 +190,9 @@ fn main() {
     if args.iter().any(|a| a == "--rank") {
         return rank_main();
     }
+    if args.iter().any(|a| a == "--plain") {
+        return plain_main();
+    }
     let rounds = args
         .iter()
         .position(|a| a == "--rounds")
@@ -154,11 +207,16 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
     );
-    let worlds = [1usize, 2];
+    // (label, processes; None: one process without the wrapper)
+    let worlds = [
+        ("1, no DDP wrapper", None),
+        ("1", Some(1usize)),
+        ("2", Some(2)),
+    ];
     let mut f: Vec<Vec<f64>> = vec![Vec::new(); worlds.len()];
     let mut t: Vec<Vec<f64>> = vec![Vec::new(); worlds.len()];
     for round in 0..rounds {
-        for (i, &w) in worlds.iter().enumerate() {
+        for (i, &(_, w)) in worlds.iter().enumerate() {
             let order: [bool; 2] = if (round + i) % 2 == 0 {
                 [true, false]
             } else {
@@ -180,14 +238,14 @@ fn main() {
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     println!("\n| processes | Forma (MPI) examples/s | PyTorch DDP (gloo) examples/s | Forma / PyTorch |");
     println!("|---|---|---|---|");
-    for (i, &w) in worlds.iter().enumerate() {
+    for (i, &(w, _)) in worlds.iter().enumerate() {
         let ratio = match (fm[i], tm[i]) {
             (Some(a), Some(b)) => format!("{:.2}x", a / b),
             _ => "-".into(),
         };
         println!("| {w} | {} | {} | {ratio} |", show(fm[i]), show(tm[i]));
     }
-    let eff = |v: &[Option<f64>]| match (v[0], v[1]) {
+    let eff = |v: &[Option<f64>]| match (v[1], v[2]) {
         (Some(one), Some(two)) => format!("{:.0}%", 100.0 * two / (2.0 * one)),
         _ => "-".into(),
     };
