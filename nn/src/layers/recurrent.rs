@@ -108,8 +108,8 @@ impl<const H: usize, E: Float, D: Device<E>> RnnWeights<H, E, D> {
         }
     }
 
-    /// `x W_ih^T + b_ih` for a whole sequence `[batch, T, input]`.
-    fn input_projection(&self, x: &Tensor<(Dyn, Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn, Dyn), E, D> {
+    /// `x W_ih^T + b_ih` for one step `[batch, input]`.
+    fn input_projection(&self, x: &Tensor<(Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn), E, D> {
         let y = x.matmul(&self.weight_ih.t());
         match &self.bias_ih {
             Some(b) => &y + b,
@@ -437,15 +437,22 @@ where
     let (b, t) = (x.size(0), x.size(1));
     let dev = x.device().clone();
     let mut init = K::split(state.as_ref(), params.cells.len(), b, &dev)?;
-    let mut input: Tensor<(Dyn, Dyn, Dyn), E, D> = restore(x);
+    let x: Tensor<(Dyn, Dyn, Dyn), E, D> = restore(x);
+    let features = x.size(2);
+    // Each layer reads the one below it step by step, `[batch, features]`
+    // per step, so that no step's gradient is spread over a whole sequence:
+    // projecting the sequence at once and narrowing it per step made each
+    // step's backward write a sequence-sized tensor of zeros and add it up
+    // (two thirds of a 64-step LSTM's backward).
+    let mut steps: Vec<Tensor<(Dyn, Dyn), E, D>> = (0..t)
+        .map(|i| x.narrow::<1>(i, 1).try_reshape_to((Dyn(b), Dyn(features))))
+        .collect::<Result<_>>()?;
     let mut finals = Vec::with_capacity(init.len());
     init.reverse(); // popped in order below
     for layer in 0..layers {
         let mut outs = Vec::with_capacity(dirs);
         for dir in 0..dirs {
             let w = &params.cells[layer * dirs + dir];
-            let xw = w.input_projection(&input);
-            let gh = xw.size(2);
             let mut state = init
                 .pop()
                 .expect("one initial state per layer and direction");
@@ -456,31 +463,34 @@ where
                 (0..t).rev().collect()
             };
             for i in order {
-                let xt = xw.narrow::<1>(i, 1).try_reshape_to((Dyn(b), Dyn(gh)))?;
-                state = K::step(w, xt, &state);
+                state = K::step(w, w.input_projection(&steps[i]), &state);
                 seq.push(K::output(&state));
             }
             if dir == 1 {
                 seq.reverse();
             }
-            outs.push(stack::<1, _, E, D>(&seq));
+            outs.push(seq);
             finals.push(state);
         }
-        let out = if dirs == 1 {
+        steps = if dirs == 1 {
             outs.pop().expect("one direction")
         } else {
-            cat::<2, _, E, D>(&outs)
+            (0..t)
+                .map(|i| cat::<1, _, E, D>(&[outs[0][i].clone(), outs[1][i].clone()]))
+                .collect()
         };
-        input = if training.is_on() && options.dropout > 0.0 && layer + 1 < layers {
-            drop.apply(out, options.dropout)?
-        } else {
-            out
-        };
+        if training.is_on() && options.dropout > 0.0 && layer + 1 < layers {
+            steps = steps
+                .into_iter()
+                .map(|s| drop.apply(s, options.dropout))
+                .collect::<Result<_>>()?;
+        }
     }
+    let output: Tensor<(Dyn, Dyn, Dyn), E, D> = stack::<1, _, E, D>(&steps);
     if let Some((op, ins)) = captured {
-        forma_core::graph::note(op, &ins, &input.val());
+        forma_core::graph::note(op, &ins, &output.val());
     }
-    Ok((restore(input), K::join(finals)))
+    Ok((restore(output), K::join(finals)))
 }
 
 /// Splits an initial state `[layers * directions, batch, H]` into one
