@@ -18,7 +18,8 @@
 //! the program runs under a launcher and otherwise returns the
 //! single-process group, so the same program runs alone, unchanged. CUDA
 //! tensors have NCCL's collectives in `NcclGroup` (feature `nccl`, joined
-//! from torchrun's environment with `NcclGroup::init_from_env`).
+//! from torchrun's environment with `NcclGroup::init_from_env`), and CUDA
+//! models `NcclDistributedDataParallel`.
 //!
 //! ```no_run
 //! use forma::prelude::*;
@@ -41,6 +42,8 @@ mod join;
 mod mpi;
 #[cfg(feature = "nccl")]
 mod nccl;
+#[cfg(feature = "nccl")]
+mod nccl_ddp;
 mod wire;
 
 pub use checkpoint::save_on_rank0;
@@ -51,6 +54,8 @@ pub use group::{ProcessGroup, DEFAULT_TIMEOUT};
 pub use join::EvenBatches;
 #[cfg(feature = "nccl")]
 pub use nccl::NcclGroup;
+#[cfg(feature = "nccl")]
+pub use nccl_ddp::{NcclDistributedDataParallel, NcclNoSync};
 
 /// Whether this process was started by an MPI launcher (`mpirun`,
 /// `mpiexec`, `srun` with PMI/PMIx): the variables they set.
