@@ -91,6 +91,22 @@ def lenet_step():
     return timed(5, 50, train_step(model, opt, x, y))
 
 
+def rnn_step(cls):
+    net = cls(128, 256, num_layers=2, batch_first=True)
+    opt = torch.optim.Adam(net.parameters())
+    x = torch.randn(32, 64, 128)
+
+    def step():
+        opt.zero_grad()
+        y, _ = net(x)
+        loss = y.square().mean()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return timed(2, 8, step)
+
+
 def encoder(batch, seq):
     layer = torch.nn.TransformerEncoderLayer(384, 12, 1536, batch_first=True)
     # enable_nested_tensor off: no padding mask here, and it only warns.
@@ -178,6 +194,8 @@ WORKLOADS = {
     "matmul 64x784x512": lambda t: matmul(64, 784, 512),
     "mlp step": lambda t: mlp_step(),
     "lenet step": lambda t: lenet_step(),
+    "lstm step": lambda t: rnn_step(torch.nn.LSTM),
+    "gru step": lambda t: rnn_step(torch.nn.GRU),
     "encoder b8 s128": lambda t: encoder(8, 128),
     "encoder b1 s16": lambda t: encoder(1, 16),
     "gelu chain": lambda t: gelu_chain(),

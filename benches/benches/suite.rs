@@ -20,7 +20,9 @@
 //! printed beside it; a core that boosts past that clock beats it.
 
 use forma::core::tape::no_grad;
-use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu, TransformerEncoderLayer};
+use forma::nn::layers::{
+    Conv2d, Flatten, Gru, Linear, Lstm, MaxPool2d, Relu, TransformerEncoderLayer,
+};
 use forma::nn::loss::{cross_entropy, Mean};
 use forma::nn::optim::{Adam, AdamOptions, Sgd, SgdOptions};
 use forma::prelude::*;
@@ -321,6 +323,30 @@ fn lenet_step(rng: &mut Rng) -> Sample {
     Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y))
 }
 
+/// A 2-layer recurrent net, input 128, hidden 256, batch 32, 64 steps,
+/// Adam (issue 36's held-out shape): one training step on the mean square
+/// of the last layer's outputs.
+macro_rules! rnn_step {
+    ($name:ident, $layer:ident) => {
+        fn $name(rng: &mut Rng) -> Sample {
+            let net = $layer::<128, 256>::new(2, &Cpu, rng);
+            let mut opt: Adam = Adam::new(AdamOptions::default());
+            let x = Tensor::<(Dyn, Dyn, C<128>)>::randn((Dyn(32), Dyn(64), C), rng);
+            Sample::time(2, 8, || {
+                opt.zero_grad(&net);
+                let y: Tensor<(Dyn, Dyn, C<256>)> = net.forward(x.clone());
+                let loss = y.square().mean_all();
+                loss.backward();
+                opt.step(&net);
+                std::hint::black_box(loss.item());
+            })
+        }
+    };
+}
+
+rnn_step!(lstm_step, Lstm);
+rnn_step!(gru_step, Gru);
+
 type EncoderLayer = TransformerEncoderLayer<384, 12, 1536>;
 
 fn encoder(batch: usize, seq: usize, rng: &mut Rng) -> Sample {
@@ -493,6 +519,20 @@ fn workloads() -> Vec<Workload> {
         Unit::Millis,
         0.8,
         Box::new(lenet_step),
+    ));
+    w.push(Workload::new(
+        "lstm step",
+        "LSTM 2x128->256 b32 s64 Adam step",
+        Unit::Millis,
+        1.0,
+        Box::new(lstm_step),
+    ));
+    w.push(Workload::new(
+        "gru step",
+        "GRU 2x128->256 b32 s64 Adam step",
+        Unit::Millis,
+        1.0,
+        Box::new(gru_step),
     ));
     w.push(Workload::new(
         "encoder b8 s128",
