@@ -143,6 +143,26 @@ impl Reducer {
         Ok(())
     }
 
+    /// Clears what a backward that failed part-way left (its end-of-backward
+    /// callback is dropped unrun then): the next backward starts clean.
+    fn recover(&mut self) {
+        if !self.queued {
+            return;
+        }
+        self.queued = false;
+        for p in self.pending.drain(..) {
+            let _ = p.wait(self.timeout);
+        }
+        for s in &mut self.slots {
+            s.ready = false;
+        }
+        for b in &mut self.buckets {
+            b.remaining = b.slots.len();
+        }
+        self.next = 0;
+        self.error = None;
+    }
+
     /// End of backward: waits for every bucket and writes the averaged
     /// gradients back.
     fn finish(&mut self) -> Result<()> {
@@ -742,7 +762,11 @@ impl<M: Module> Module for DistributedDataParallel<M> {
 
 impl<X, Y, M: Module + Forward<X, Y>> Forward<X, Y> for DistributedDataParallel<M> {
     fn try_forward(&self, x: X) -> forma_core::Result<Y> {
-        let sync = lock(&self.reducer).sync;
+        let sync = {
+            let mut r = lock(&self.reducer);
+            r.recover();
+            r.sync
+        };
         if sync && self.options.broadcast_buffers && self.group.world_size() > 1 {
             let mut bc = Broadcast {
                 group: &self.quiet,

@@ -363,7 +363,19 @@ impl<M: Module> Module for NcclDistributedDataParallel<M> {
 
 impl<X, Y, M: Module + Forward<X, Y>> Forward<X, Y> for NcclDistributedDataParallel<M> {
     fn try_forward(&self, x: X) -> forma_core::Result<Y> {
-        let sync = lock(&self.state).sync;
+        let sync = {
+            let mut s = lock(&self.state);
+            // A backward that failed part-way dropped its end-of-backward
+            // callback: start the next one clean.
+            if s.queued {
+                s.queued = false;
+                s.error = None;
+                for p in &mut s.params {
+                    p.ready = false;
+                }
+            }
+            s.sync
+        };
         if sync && self.options.broadcast_buffers && self.group.world_size() > 1 {
             let mut c = Collect {
                 group: &self.group,

@@ -190,3 +190,46 @@ fn a_loader_with_a_distributed_sampler_yields_its_share() {
     seen.dedup();
     assert_eq!(seen, (0..10).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_failed_backward_leaves_the_wrapper_usable() {
+    #[derive(Module)]
+    struct Two {
+        a: Tensor<(C<2>,)>,
+        b: Tensor<(C<2>,)>,
+    }
+    impl Forward<Tensor<(C<2>,)>, Tensor<(C<2>,)>> for Two {
+        fn try_forward(&self, x: Tensor<(C<2>,)>) -> forma::core::Result<Tensor<(C<2>,)>> {
+            Ok(&(&x * &self.a) + &self.b)
+        }
+    }
+    let world = ProcessGroup::single();
+    let ddp = DistributedDataParallel::new(
+        Two {
+            a: Tensor::ones().requires_grad(),
+            b: Tensor::ones().requires_grad(),
+        },
+        &world,
+    )
+    .unwrap();
+    let x = Tensor::<(C<2>,)>::from_vec(vec![2.0, 3.0], (C,)).unwrap();
+    // `a` gets its gradient first (its hook starts the reduction and queues
+    // the end-of-backward callback), then `fail`'s hook fails the backward,
+    // which drops that callback.
+    let fail = Tensor::<(Dyn,)>::ones_on((Dyn(2),), &Cpu).requires_grad();
+    fail.register_hook(|_| Some(Tensor::<(Dyn,)>::ones_on((Dyn(3),), &Cpu)));
+    let e = (&fail.sum_all() + &ddp.module().a.sum_all())
+        .try_backward()
+        .unwrap_err();
+    assert!(e.to_string().contains("register_hook"), "{e}");
+    // The next forward starts clean: a backward that leaves `b` out is
+    // reported again (the end-of-backward check runs), and a full step
+    // reduces and writes the gradients.
+    let _ = ddp.forward(x.clone());
+    let e = ddp.module().a.sum_all().try_backward().unwrap_err();
+    assert!(e.to_string().contains("received no gradient"), "{e}");
+    ddp.module().a.zero_grad();
+    ddp.forward(x).sum_all().backward();
+    assert_eq!(ddp.module().a.grad().unwrap().to_vec(), [2.0, 3.0]);
+    assert_eq!(ddp.module().b.grad().unwrap().to_vec(), [1.0, 1.0]);
+}
