@@ -149,10 +149,17 @@ impl Reducer {
         if !self.queued {
             return;
         }
-        self.queued = false;
         for p in self.pending.drain(..) {
             let _ = p.wait(self.timeout);
         }
+        self.error = None;
+        self.reset();
+    }
+
+    /// The state before a backward: no parameter ready, no bucket started,
+    /// no callback queued.
+    fn reset(&mut self) {
+        self.queued = false;
         for s in &mut self.slots {
             s.ready = false;
         }
@@ -160,22 +167,14 @@ impl Reducer {
             b.remaining = b.slots.len();
         }
         self.next = 0;
-        self.error = None;
     }
 
     /// End of backward: waits for every bucket and writes the averaged
     /// gradients back.
     fn finish(&mut self) -> Result<()> {
-        self.queued = false;
         let result = self.finish_inner();
-        for s in &mut self.slots {
-            s.ready = false;
-        }
-        for b in &mut self.buckets {
-            b.remaining = b.slots.len();
-        }
-        self.next = 0;
         self.pending.clear();
+        self.reset();
         result
     }
 

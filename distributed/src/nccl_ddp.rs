@@ -43,12 +43,17 @@ impl State {
     /// none written where no rank used it); otherwise a check that every
     /// parameter was reduced.
     fn finish(&mut self) -> Result<()> {
-        self.queued = false;
         let result = self.finish_inner();
+        self.reset();
+        result
+    }
+
+    /// The state before a backward: no parameter ready, no callback queued.
+    fn reset(&mut self) {
+        self.queued = false;
         for p in &mut self.params {
             p.ready = false;
         }
-        result
     }
 
     fn finish_inner(&mut self) -> Result<()> {
@@ -368,11 +373,8 @@ impl<X, Y, M: Module + Forward<X, Y>> Forward<X, Y> for NcclDistributedDataParal
             // A backward that failed part-way dropped its end-of-backward
             // callback: start the next one clean.
             if s.queued {
-                s.queued = false;
                 s.error = None;
-                for p in &mut s.params {
-                    p.ready = false;
-                }
+                s.reset();
             }
             s.sync
         };
