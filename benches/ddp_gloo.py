@@ -27,15 +27,12 @@ def lenet():
     )
 
 
-def worker(rank, world, port, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(lenet())
+def timed_steps(model, seed, args, sync=lambda: None):
+    """Seconds for args.steps SGD-momentum steps of `model` on one batch
+    drawn from `seed`, after args.warmup steps; `sync` runs before and after
+    the timed steps (a barrier in a job)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    g = torch.Generator().manual_seed(1000 + rank)
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(args.batch, 1, 28, 28, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
 
@@ -46,12 +43,22 @@ def worker(rank, world, port, args):
 
     for _ in range(args.warmup):
         step()
-    dist.barrier()
+    sync()
     start = time.perf_counter()
     for _ in range(args.steps):
         step()
-    dist.barrier()
-    secs = time.perf_counter() - start
+    sync()
+    return time.perf_counter() - start
+
+
+def worker(rank, world, port, args):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(lenet())
+    secs = timed_steps(model, 1000 + rank, args, dist.barrier)
     if rank == 0:
         print(f"examples_per_s\t{world * args.batch * args.steps / secs:.1f}", flush=True)
     dist.destroy_process_group()
@@ -60,23 +67,7 @@ def worker(rank, world, port, args):
 def plain(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = lenet()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    g = torch.Generator().manual_seed(1000)
-    x = torch.randn(args.batch, 1, 28, 28, generator=g)
-    y = torch.randint(0, 10, (args.batch,), generator=g)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    for _ in range(args.warmup):
-        step()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    secs = time.perf_counter() - start
+    secs = timed_steps(lenet(), 1000, args)
     print(f"examples_per_s\t{args.batch * args.steps / secs:.1f}", flush=True)
 
 

@@ -27,72 +27,60 @@ const BATCH: usize = 32;
 const WARMUP: usize = 10;
 const STEPS: usize = 60;
 
-/// The same training in this process without the wrapper or MPI: what
-/// DistributedDataParallel costs at world size 1.
-fn plain_main() {
+type Images = Tensor<(Dyn, C<1>, C<28>, C<28>)>;
+
+/// Seconds for `STEPS` SGD-momentum steps of `model` on one batch drawn
+/// from `seed`, after `WARMUP` steps; `sync` runs before and after the
+/// timed steps (a barrier in a job). One thread.
+fn timed_steps<M: Module + Forward<Images, Tensor<(Dyn, C<10>)>>>(
+    model: &M,
+    seed: u64,
+    sync: impl Fn(),
+) -> f64 {
     rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build_global()
         .ok();
-    let model = Cnn::new(&mut Rng::seed_from(0));
     let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.05).momentum(0.9));
-    let mut rng = Rng::seed_from(1000);
-    let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(BATCH), C, C, C), &mut rng);
+    let mut rng = Rng::seed_from(seed);
+    let x = Images::randn((Dyn(BATCH), C, C, C), &mut rng);
     let y = Tensor::<(Dyn,), i64>::from_vec(
         (0..BATCH).map(|_| rng.below(10) as i64).collect(),
         (Dyn(BATCH),),
     )
     .unwrap();
     let mut step = || {
-        opt.zero_grad(&model);
+        opt.zero_grad(model);
         cross_entropy(&model.forward(x.clone()), &y, Mean).backward();
-        opt.step(&model);
+        opt.step(model);
     };
     for _ in 0..WARMUP {
         step();
     }
+    sync();
     let t0 = Instant::now();
     for _ in 0..STEPS {
         step();
     }
-    println!(
-        "examples_per_s\t{:.1}",
-        (BATCH * STEPS) as f64 / t0.elapsed().as_secs_f64()
-    );
+    sync();
+    t0.elapsed().as_secs_f64()
+}
+
+/// The same training in this process without the wrapper or MPI: what
+/// DistributedDataParallel costs at world size 1.
+fn plain_main() {
+    let secs = timed_steps(&Cnn::new(&mut Rng::seed_from(0)), 1000, || {});
+    println!("examples_per_s\t{:.1}", (BATCH * STEPS) as f64 / secs);
 }
 
 /// One rank's part: prints the job's examples/s from rank 0.
 fn rank_main() {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build_global()
-        .ok();
     let world = forma_distributed::init().expect("MPI");
     let rank = world.rank();
     let ddp = DistributedDataParallel::new(Cnn::new(&mut Rng::seed_from(0)), &world).expect("DDP");
-    let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.05).momentum(0.9));
-    let mut rng = Rng::seed_from(1000 + rank as u64);
-    let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(BATCH), C, C, C), &mut rng);
-    let y = Tensor::<(Dyn,), i64>::from_vec(
-        (0..BATCH).map(|_| rng.below(10) as i64).collect(),
-        (Dyn(BATCH),),
-    )
-    .unwrap();
-    let mut step = || {
-        opt.zero_grad(&ddp);
-        cross_entropy(&ddp.forward(x.clone()), &y, Mean).backward();
-        opt.step(&ddp);
-    };
-    for _ in 0..WARMUP {
-        step();
-    }
-    world.barrier().expect("barrier");
-    let t0 = Instant::now();
-    for _ in 0..STEPS {
-        step();
-    }
-    world.barrier().expect("barrier");
-    let secs = t0.elapsed().as_secs_f64();
+    let secs = timed_steps(&ddp, 1000 + rank as u64, || {
+        world.barrier().expect("barrier")
+    });
     if rank == 0 {
         println!(
             "examples_per_s\t{:.1}",
