@@ -5,6 +5,7 @@
 //! [`device::Backend`] traits works on erased sizes ([`layout::Layout`]), so that
 //! kernels are compiled once per dtype and never per shape.
 
+pub mod autocast;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod amp_parity;
 mod autograd;
 mod autograd_hooks;
 mod autograd_inplace;

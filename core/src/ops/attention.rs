@@ -115,6 +115,15 @@ impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
     {
         self.same_device(NAME, key)?;
         self.same_device(NAME, value)?;
+        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+            let _inner = crate::autocast::suspend();
+            let (q, k) = (self.try_round_to(low)?, key.try_round_to(low)?);
+            let v = value.try_round_to(low)?;
+            let m = attn_mask.map(|m| m.try_round_to(low)).transpose()?;
+            let y =
+                q.try_scaled_dot_product_attention_unnoted(&k, &v, m.as_ref(), is_causal, scale)?;
+            return y.try_round_to(low);
+        }
         let (q, k, v) = (self.layout.dims, key.layout.dims, value.layout.dims);
         if k[..2] != q[..2] || k[3] != q[3] {
             return Err(Error::shape(

@@ -189,6 +189,11 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         p: Conv2dParams,
     ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
         self.same_device("conv2d", weight)?;
+        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+            let _inner = crate::autocast::suspend();
+            let (x, w) = (self.try_round_to(low)?, weight.try_round_to(low)?);
+            return x.try_conv2d_unnoted(&w, p)?.try_round_to(low);
+        }
         let out = Conv2dGeometry::new(&self.layout.dims, &weight.layout.dims, &p)?.out_dims();
         let s = self.device.conv2d(
             &self.storage(),
@@ -462,6 +467,11 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         p: ConvTranspose2dParams,
     ) -> Result<Tensor<(N, Dyn, Dyn, Dyn), E, D>> {
         self.same_device("conv_transpose2d", weight)?;
+        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+            let _inner = crate::autocast::suspend();
+            let (x, w) = (self.try_round_to(low)?, weight.try_round_to(low)?);
+            return x.try_conv_transpose2d_unnoted(&w, p)?.try_round_to(low);
+        }
         let xdims = self.layout.dims;
         let wdims = weight.layout.dims;
         let out = check_conv_transpose(&xdims, &wdims, &p)?;

@@ -79,6 +79,13 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: MatmulShape<(I, O)>,
     {
+        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+            let _inner = crate::autocast::suspend();
+            let x = self.try_round_to(low)?;
+            let w = weight.try_round_to(low)?;
+            let b = bias.map(|b| b.try_round_to(low)).transpose()?;
+            return x.try_linear_unnoted(&w, b.as_ref())?.try_round_to(low);
+        }
         let Some(b) = bias else {
             return self.try_matmul(&weight.t());
         };

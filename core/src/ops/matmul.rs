@@ -56,6 +56,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         S: MatmulShape<S2>,
     {
         self.same_device("matmul", rhs)?;
+        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+            let _inner = crate::autocast::suspend();
+            let (a, b) = (self.try_round_to(low)?, rhs.try_round_to(low)?);
+            return a.try_matmul_unnoted(&b)?.try_round_to(low);
+        }
         // Promote vectors: [k] -> [1, k] on the left, [k] -> [k, 1] on the right.
         let la = if S::RANK == 1 {
             self.layout.insert_axis(0)

@@ -470,6 +470,8 @@ fn backward_pass<E: Dtype, D: Backend>(
         }
     }
     let _guard = no_grad();
+    // A backward computes as its forward did, whatever autocast says now.
+    let _autocast = crate::autocast::suspend();
     let ops = root.ops;
     let key = |v: &Arc<Var<E, D>>| Arc::as_ptr(v) as usize;
     // How many edges of the graph lead into each var (one per use by an op),

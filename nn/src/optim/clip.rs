@@ -36,6 +36,7 @@ macro_rules! for_cpu_dtype {
         }
     };
 }
+pub(super) use for_cpu_dtype;
 
 /// Scales the gradients of `model`'s parameters so that their total 2-norm
 /// (over all gradients, as if concatenated) is at most `max_norm`, like
@@ -234,13 +235,16 @@ pub fn clip_grad_value_on<E: Float, D: Device<E>>(
     model: &impl Module,
     clip: f64,
 ) -> Result<(), OptimError> {
-    rewrite::<E, D>(model, Rewrite::Clamp(clip))
+    rewrite::<E, D>(model, Rewrite::Clamp(clip)).map(|_| ())
 }
 
 /// The float types of the CPU parameters of `model` that have a gradient,
 /// in the order first met; a parameter with a gradient on another device
 /// is refused, pointing to `typed` (the function that names the device).
-fn cpu_grad_dtypes(model: &impl Module, typed: &'static str) -> Result<Vec<DType>, OptimError> {
+pub(super) fn cpu_grad_dtypes(
+    model: &impl Module,
+    typed: &'static str,
+) -> Result<Vec<DType>, OptimError> {
     struct Kinds {
         dtypes: Vec<DType>,
         elsewhere: Option<(String, String)>,
@@ -292,18 +296,26 @@ fn same_tensor<E: Float, D: Device<E>>(a: &Flat<E, D>, b: &Flat<E, D>) -> bool {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Rewrite {
+pub(super) enum Rewrite {
     Scale(f64),
     Clamp(f64),
+    /// A loss scaler's unscale: multiplies by the inverse scale and notes
+    /// whether a gradient held a NaN or an infinity before.
+    Unscale(f64),
 }
 
 /// Rewrites the gradient of every (unique) parameter of `model` of type `E`
-/// on `D` in place.
-fn rewrite<E: Float, D: Device<E>>(model: &impl Module, op: Rewrite) -> Result<(), OptimError> {
+/// on `D` in place; returns whether a gradient held a NaN or an infinity
+/// (checked for [`Rewrite::Unscale`] only).
+pub(super) fn rewrite<E: Float, D: Device<E>>(
+    model: &impl Module,
+    op: Rewrite,
+) -> Result<bool, OptimError> {
     struct Each<E: Float, D: Device<E>> {
         op: Rewrite,
         seen: Vec<Flat<E, D>>,
         err: Option<forma_core::Error>,
+        found_inf: bool,
     }
     impl<E: Float, D: Device<E>> Visitor for Each<E, D> {
         fn tensor<S: Shape, E2: Dtype, D2: Backend>(&mut self, cx: &Cx, t: &Tensor<S, E2, D2>) {
@@ -323,6 +335,13 @@ fn rewrite<E: Float, D: Device<E>>(model: &impl Module, op: Rewrite) -> Result<(
             let new = match self.op {
                 Rewrite::Scale(c) => g.mul_scalar(c),
                 Rewrite::Clamp(c) => g.clamp(-c, c),
+                Rewrite::Unscale(c) => {
+                    // `0 * x` is NaN exactly for a NaN or infinite `x`: one
+                    // pass on the gradient's own device.
+                    let probe = g.mul_scalar(0.0).sum_all().to_vec()[0];
+                    self.found_inf |= !probe.is_finite();
+                    g.mul_scalar(c)
+                }
             };
             if let Err(e) = t.try_set_grad(&new) {
                 self.err = Some(e);
@@ -333,10 +352,11 @@ fn rewrite<E: Float, D: Device<E>>(model: &impl Module, op: Rewrite) -> Result<(
         op,
         seen: Vec::new(),
         err: None,
+        found_inf: false,
     };
     model.visit(&mut Cx::new(), &mut each);
     match each.err {
         Some(e) => Err(e.into()),
-        None => Ok(()),
+        None => Ok(each.found_inf),
     }
 }

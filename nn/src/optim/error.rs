@@ -91,6 +91,15 @@ pub enum OptimError {
         /// The function to call instead.
         typed: &'static str,
     },
+    /// A call out of its order, like a loss scaler's `step` twice between
+    /// two `update`s (PyTorch raises the same).
+    #[error("{owner}: {reason}")]
+    OutOfOrder {
+        /// The type or function (`GradScaler`, ...).
+        owner: &'static str,
+        /// What was called out of order, and the order that works.
+        reason: String,
+    },
     /// A tensor operation failed (a device error).
     #[error(transparent)]
     Tensor(#[from] forma_core::Error),

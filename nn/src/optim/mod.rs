@@ -46,6 +46,7 @@ mod group;
 mod grouped;
 pub(crate) mod options;
 mod rmsprop;
+mod scaler;
 mod sgd;
 
 pub use adagrad::{Adagrad, AdagradOptions};
@@ -58,6 +59,7 @@ pub use group::{ParamGroup, Select};
 pub use grouped::{Flat, GroupedOptimizer, NewOptimizer, ParamState};
 pub use options::{OptionFields, OptionValue};
 pub use rmsprop::{RmsProp, RmsPropOptions};
+pub use scaler::GradScaler;
 pub use sgd::{Sgd, SgdOptions};
 
 use crate::module::Module;
