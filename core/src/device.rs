@@ -50,6 +50,15 @@ pub trait Backend: Clone + Debug + PartialEq + Send + Sync + 'static {
         src: &Self::Storage<E>,
         layout: &Layout,
     ) -> Result<Self::Storage<F>>;
+
+    /// The tape's gradient arithmetic for element type `F` on this backend:
+    /// `None` (the default) where `F` is not a float type with every
+    /// kernel here. A cast into `F` or a move onto this device records its
+    /// backward only when there is one; a backend that has every kernel for
+    /// the four float types returns [`crate::tape::float_grad_ops`].
+    fn grad_ops<F: Dtype>(&self) -> Option<&'static dyn crate::tape::GradOps<F, Self>> {
+        None
+    }
 }
 
 /// A backend with a default instance, used by constructors that take no device

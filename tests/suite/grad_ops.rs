@@ -1857,16 +1857,51 @@ mod semantics {
         assert!(z.needs_grad());
     }
 
+    /// A cast records a backward that casts the gradient back, as in
+    /// PyTorch: through f32 and back, the gradient reaching an f64 leaf is
+    /// the f32 gradient widened.
     #[test]
-    #[should_panic(expected = "to_dtype is not differentiable yet: call `.detach()` first")]
-    fn to_dtype_of_an_op_output_on_the_tape_panics() {
-        let _ = on_tape().to_dtype::<f32>();
+    fn to_dtype_on_the_tape_casts_the_gradient_back() {
+        let x = rt::<M34>(3, ANY).requires_grad();
+        let y = x.to_dtype::<f32>();
+        assert_eq!(y.tape_var().unwrap().grad_fn(), Some("to_dtype"));
+        y.square().sum_all().backward();
+        let want: Vec<f64> = x
+            .to_vec()
+            .iter()
+            .map(|&v| f64::from(2.0 * (v as f32)))
+            .collect();
+        assert_eq!(x.grad().unwrap().to_vec(), want);
+    }
+
+    /// One backward crosses dtypes both ways and adds the paths: `h` is
+    /// used directly (f64) and through a round trip in bf16 (whose
+    /// gradient is rounded to bf16 on the way back); `h`'s own backward
+    /// runs once (a second run would find its graph freed).
+    #[test]
+    fn a_graph_that_crosses_dtypes_accumulates_every_path_once() {
+        let x = rt::<M34>(4, ANY).requires_grad();
+        let h = x.mul_scalar(3.0);
+        let low = h.to_dtype::<half::bf16>().mul_scalar(1.0 + 1.0 / 64.0);
+        let back = low.to_dtype::<f64>();
+        let w = 1.0 + 1.0 / 512.0; // not a bf16 value: rounds to 1
+        let loss = (&h.sum_all() + &back.sum_all().mul_scalar(w)).sum_all();
+        loss.backward();
+        // d/dh = 1 + bf16(bf16(w) * (1 + 2^-6)) = 1 + (1 + 2^-6), times 3.
+        let g = 3.0 * (1.0 + (1.0 + 1.0 / 64.0));
+        assert_eq!(x.grad().unwrap().to_vec(), vec![g; 12]);
     }
 
     #[test]
-    #[should_panic(expected = "call `.detach()` first")]
-    fn to_dtype_of_a_leaf_panics() {
-        let _ = rt::<M34>(3, ANY).requires_grad().to_dtype::<f64>();
+    fn to_dtype_to_a_type_without_gradients_is_an_error_on_the_tape() {
+        let err = on_tape().try_to_dtype::<i64>().map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("cannot carry a gradient"), "{err}");
+        assert!(err.to_string().contains("detach()"), "{err}");
+        // Detached or under no_grad, the same cast is fine.
+        let x = on_tape();
+        assert!(!x.detach().to_dtype::<i64>().needs_grad());
+        let _guard = forma::core::tape::no_grad();
+        assert!(!x.to_dtype::<f32>().needs_grad());
     }
 
     #[test]
@@ -1883,10 +1918,15 @@ mod semantics {
         assert!(!b.needs_grad());
     }
 
+    /// A device move records a backward that moves the gradient home.
     #[test]
-    fn to_device_on_the_tape_is_an_error() {
-        let err = on_tape().try_to_device(&Cpu).map(|_| ()).unwrap_err();
-        assert!(err.to_string().contains("detach()"), "{err}");
+    fn to_device_on_the_tape_moves_the_gradient_back() {
+        let x = rt::<M34>(5, ANY).requires_grad();
+        let y = x.exp().to_device(&Cpu);
+        assert_eq!(y.tape_var().unwrap().grad_fn(), Some("to_device"));
+        y.sum_all().backward();
+        let want: Vec<f64> = x.to_vec().iter().map(|v| v.exp()).collect();
+        assert_eq!(x.grad().unwrap().to_vec(), want);
     }
 
     /// Every float op either records its backward or refuses a tape input;

@@ -203,6 +203,10 @@ pub fn gather_vec<E: Dtype>(src: &[E], layout: &Layout) -> Vec<E> {
 impl Backend for Cpu {
     type Storage<E: Dtype> = Vec<E>;
 
+    fn grad_ops<F: Dtype>(&self) -> Option<&'static dyn forma_core::tape::GradOps<F, Self>> {
+        forma_core::tape::float_grad_ops::<F, Self>()
+    }
+
     fn name(&self) -> String {
         "cpu".to_string()
     }

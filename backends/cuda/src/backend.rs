@@ -12,6 +12,10 @@ fn as_bytes<E: Dtype>(v: &[E]) -> &[u8] {
 impl Backend for Cuda {
     type Storage<E: Dtype> = CudaStorage<E>;
 
+    fn grad_ops<F: Dtype>(&self) -> Option<&'static dyn forma_core::tape::GradOps<F, Self>> {
+        forma_core::tape::float_grad_ops::<F, Self>()
+    }
+
     fn name(&self) -> String {
         format!("cuda:{}", self.ordinal())
     }

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::ops::binary::Add;
 use crate::shape::Dims;
 use crate::tensor::{StorageCell, Versioned};
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -208,6 +209,19 @@ pub struct Node<E: Dtype, D: Backend> {
     inputs: Vec<Option<Arc<Var<E, D>>>>,
     saved: Vec<Saved>,
     backward: Mutex<Option<BackwardFn<E, D>>>,
+    /// An input of another dtype or device (a cast's, a device move's) and
+    /// how its gradient is made from this node's output gradient.
+    cross: Option<Cross<E, D>>,
+}
+
+/// The gradient of an input of another element type or device, made from
+/// the output's gradient: its [`Raw`] boxed as `Any` (the input's own
+/// `Raw<E2, D2>`).
+pub type CrossBackwardFn<E, D> = Box<dyn Fn(&Raw<E, D>) -> Result<Box<dyn Any>> + Send + Sync>;
+
+struct Cross<E: Dtype, D: Backend> {
+    input: Arc<dyn AnyVar>,
+    backward: CrossBackwardFn<E, D>,
 }
 
 impl<E: Dtype, D: Backend> Node<E, D> {
@@ -225,7 +239,25 @@ impl<E: Dtype, D: Backend> Node<E, D> {
             inputs,
             saved,
             backward: Mutex::new(Some(backward)),
+            cross: None,
         }
+    }
+
+    /// A node whose one input has another element type or device (`input`,
+    /// a [`Var<E2, D2>`]): `backward` turns this node's output gradient into
+    /// that input's, a `Raw<E2, D2>` boxed as `Any`. How a cast or a device
+    /// move records itself.
+    pub fn crossing<E2: Dtype, D2: Backend>(
+        name: &'static str,
+        input: Arc<Var<E2, D2>>,
+        backward: impl Fn(&Raw<E, D>) -> Result<Raw<E2, D2>> + Send + Sync + 'static,
+    ) -> Self {
+        let mut node = Node::new(name, Vec::new(), Vec::new(), Box::new(|_| Ok(Vec::new())));
+        node.cross = Some(Cross {
+            input,
+            backward: Box::new(move |g| Ok(Box::new(backward(g)?) as Box<dyn Any>)),
+        });
+        node
     }
 
     /// Fails when a tensor this node saved was written in place since.
@@ -328,6 +360,32 @@ impl<E: Float, D: crate::device::Device<E>> GradOps<E, D> for FloatOps {
             .to_vec(&r.storage(), &r.layout)?
             .iter()
             .all(|v| v.is_finite()))
+    }
+}
+
+/// [`FloatOps`] for `F` when `F` is one of the four float types, for a
+/// backend with every kernel for all of them: what such a backend returns
+/// from [`Backend::grad_ops`].
+pub fn float_grad_ops<F: Dtype, D>() -> Option<&'static dyn GradOps<F, D>>
+where
+    D: crate::device::Device<f32>
+        + crate::device::Device<f64>
+        + crate::device::Device<half::f16>
+        + crate::device::Device<half::bf16>,
+{
+    fn pick<E: Float, F: Dtype, D: crate::device::Device<E>>() -> Option<&'static dyn GradOps<F, D>>
+    {
+        let ops: &'static dyn GradOps<E, D> = &FloatOps;
+        (&ops as &dyn Any)
+            .downcast_ref::<&'static dyn GradOps<F, D>>()
+            .copied()
+    }
+    match F::DTYPE {
+        DType::F32 => pick::<f32, F, D>(),
+        DType::F64 => pick::<f64, F, D>(),
+        DType::F16 => pick::<half::f16, F, D>(),
+        DType::BF16 => pick::<half::bf16, F, D>(),
+        _ => None,
     }
 }
 
@@ -441,6 +499,121 @@ impl<E: Dtype, D: Backend> Var<E, D> {
     }
 }
 
+/// A tape variable with its element type and device erased: what the
+/// backward pass walks, so one pass crosses casts and device moves.
+/// Gradients travel as `Box<dyn Any>` holding the variable's own `Raw`.
+trait AnyVar: Send + Sync {
+    /// The op's name (`None` for a leaf).
+    fn op_name(&self) -> Option<&'static str>;
+    fn is_leaf_var(&self) -> bool;
+    /// The inputs, in the order [`AnyVar::process`] returns their gradients.
+    fn inputs(&self) -> Vec<Option<Arc<dyn AnyVar>>>;
+    /// Takes this variable's complete gradient: a leaf accumulates it (and
+    /// runs its hooks); an op runs its backward and returns its inputs'
+    /// gradients.
+    fn process(
+        self: Arc<Self>,
+        g: Option<Box<dyn Any>>,
+        retain_graph: bool,
+    ) -> Result<Vec<Option<Box<dyn Any>>>>;
+    /// `a + b`, two gradients of this variable.
+    fn add(&self, a: Box<dyn Any>, b: Box<dyn Any>) -> Result<Box<dyn Any>>;
+    /// Whether a gradient of this variable is finite everywhere.
+    fn all_finite(&self, g: &dyn Any) -> Result<bool>;
+}
+
+fn unbox<E: Dtype, D: Backend>(g: Box<dyn Any>) -> Raw<E, D> {
+    *g.downcast::<Raw<E, D>>()
+        .expect("a gradient has its variable's dtype and device")
+}
+
+impl<E: Dtype, D: Backend> AnyVar for Var<E, D> {
+    fn op_name(&self) -> Option<&'static str> {
+        self.grad_fn()
+    }
+
+    fn is_leaf_var(&self) -> bool {
+        self.node.is_none()
+    }
+
+    fn inputs(&self) -> Vec<Option<Arc<dyn AnyVar>>> {
+        let Some(node) = &self.node else {
+            return Vec::new();
+        };
+        let mut out: Vec<Option<Arc<dyn AnyVar>>> = node
+            .inputs
+            .iter()
+            .map(|i| i.clone().map(|v| v as Arc<dyn AnyVar>))
+            .collect();
+        if let Some(c) = &node.cross {
+            out.push(Some(Arc::clone(&c.input)));
+        }
+        out
+    }
+
+    fn process(
+        self: Arc<Self>,
+        g: Option<Box<dyn Any>>,
+        retain_graph: bool,
+    ) -> Result<Vec<Option<Box<dyn Any>>>> {
+        let Some(node) = &self.node else {
+            let Some(g) = g else { return Ok(Vec::new()) };
+            // Every contribution to `g` is in: the tensor's hooks see the total.
+            let g = self.run_grad_hooks(unbox(g))?;
+            {
+                let mut slot = self.grad.lock().unwrap_or_else(|e| e.into_inner());
+                *slot = Some(match slot.take() {
+                    Some(old) => self.ops.add(&old, &g)?,
+                    None => g,
+                });
+            }
+            self.run_post_hooks()?;
+            return Ok(Vec::new());
+        };
+        // No gradient reached this op: its inputs get nothing from it, but
+        // they still count it as done.
+        let Some(g) = g else { return Ok(Vec::new()) };
+        let g = self.run_grad_hooks(unbox(g))?;
+        if self.retain.load(Ordering::Relaxed) {
+            *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
+        }
+        let freed = || {
+            Error::invalid("backward", format!("the graph through `{}` was already freed by an earlier backward; use `backward_retain` to keep it", node.name))
+        };
+        node.check_saved()?;
+        let typed = if retain_graph {
+            let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+            let f = slot.as_ref().ok_or_else(freed)?;
+            f(&g)?
+        } else {
+            // Dropping the closure right after it runs frees the activations it saved.
+            let f = node.take_backward().ok_or_else(freed)?;
+            f(&g)?
+        };
+        let mut out: Vec<Option<Box<dyn Any>>> = typed
+            .into_iter()
+            .map(|r| r.map(|r| Box::new(r) as Box<dyn Any>))
+            .collect();
+        if let Some(c) = &node.cross {
+            out.resize_with(node.inputs.len(), || None);
+            out.push(Some((c.backward)(&g)?));
+        }
+        Ok(out)
+    }
+
+    fn add(&self, a: Box<dyn Any>, b: Box<dyn Any>) -> Result<Box<dyn Any>> {
+        let sum = self.ops.add(&unbox::<E, D>(a), &unbox::<E, D>(b))?;
+        Ok(Box::new(sum))
+    }
+
+    fn all_finite(&self, g: &dyn Any) -> Result<bool> {
+        let g = g
+            .downcast_ref::<Raw<E, D>>()
+            .expect("a gradient has its variable's dtype and device");
+        self.ops.all_finite(g)
+    }
+}
+
 /// Runs the backward pass from `root` with upstream gradient `grad`.
 ///
 /// # Errors
@@ -452,15 +625,15 @@ pub fn backward_raw<E: Dtype, D: Backend>(
     retain_graph: bool,
 ) -> Result<()> {
     let scope = BackwardScope::enter();
-    let result = backward_pass(root, grad, retain_graph);
+    let result = backward_pass(
+        Arc::clone(root) as Arc<dyn AnyVar>,
+        Box::new(grad),
+        retain_graph,
+    );
     scope.finish(result)
 }
 
-fn backward_pass<E: Dtype, D: Backend>(
-    root: &Arc<Var<E, D>>,
-    grad: Raw<E, D>,
-    retain_graph: bool,
-) -> Result<()> {
+fn backward_pass(root: Arc<dyn AnyVar>, grad: Box<dyn Any>, retain_graph: bool) -> Result<()> {
     if anomaly_detection() {
         if let Some(name) = FIRST_ANOMALY.with(|a| *a.borrow()) {
             return Err(Error::invalid(
@@ -472,17 +645,16 @@ fn backward_pass<E: Dtype, D: Backend>(
     let _guard = no_grad();
     // A backward computes as its forward did, whatever autocast says now.
     let _autocast = crate::autocast::suspend();
-    let ops = root.ops;
-    let key = |v: &Arc<Var<E, D>>| Arc::as_ptr(v) as usize;
+    let key = |v: &Arc<dyn AnyVar>| Arc::as_ptr(v) as *const () as usize;
     // How many edges of the graph lead into each var (one per use by an op),
     // by an iterative walk: a var's gradient is complete once every op that
     // used it has run its backward.
     let mut uses: HashMap<usize, usize> = HashMap::new();
-    let mut stack: Vec<&Arc<Var<E, D>>> = vec![root];
-    uses.insert(key(root), 0);
+    let mut stack: Vec<Arc<dyn AnyVar>> = vec![Arc::clone(&root)];
+    uses.insert(key(&root), 0);
     while let Some(v) = stack.pop() {
-        for p in v.node.iter().flat_map(|n| n.inputs.iter().flatten()) {
-            let n = uses.entry(key(p)).or_insert(0);
+        for p in v.inputs().into_iter().flatten() {
+            let n = uses.entry(key(&p)).or_insert(0);
             *n += 1;
             if *n == 1 {
                 stack.push(p);
@@ -492,74 +664,38 @@ fn backward_pass<E: Dtype, D: Backend>(
     // Vars whose gradient is complete. Leaves go first, so a parameter's
     // hooks (and a data-parallel reduction) see its gradient as early as
     // possible; ops depth-first after that.
-    let mut ready_leaves: Vec<&Arc<Var<E, D>>> = Vec::new();
-    let mut ready: Vec<&Arc<Var<E, D>>> = vec![root];
-    let mut grads: HashMap<usize, Raw<E, D>> = HashMap::new();
-    grads.insert(key(root), grad);
+    let mut ready_leaves: Vec<Arc<dyn AnyVar>> = Vec::new();
+    let mut ready: Vec<Arc<dyn AnyVar>> = vec![Arc::clone(&root)];
+    let mut grads: HashMap<usize, Box<dyn Any>> = HashMap::new();
+    grads.insert(key(&root), grad);
     while let Some(v) = ready_leaves.pop().or_else(|| ready.pop()) {
-        let g = grads.remove(&key(v));
-        let Some(node) = &v.node else {
-            let Some(g) = g else { continue };
-            // Every contribution to `g` is in: the tensor's hooks see the total.
-            let g = v.run_grad_hooks(g)?;
-            {
-                let mut slot = v.grad.lock().unwrap_or_else(|e| e.into_inner());
-                *slot = Some(match slot.take() {
-                    Some(old) => ops.add(&old, &g)?,
-                    None => g,
-                });
-            }
-            v.run_post_hooks()?;
-            continue;
-        };
-        let input_grads = match g {
-            Some(g) => {
-                let g = v.run_grad_hooks(g)?;
-                if v.retain.load(Ordering::Relaxed) {
-                    *v.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
-                }
-                let freed = || {
-                    Error::invalid("backward", format!("the graph through `{}` was already freed by an earlier backward; use `backward_retain` to keep it", node.name))
-                };
-                node.check_saved()?;
-                if retain_graph {
-                    let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
-                    let f = slot.as_ref().ok_or_else(freed)?;
-                    f(&g)?
-                } else {
-                    // Dropping the closure right after it runs frees the activations it saved.
-                    let f = node.take_backward().ok_or_else(freed)?;
-                    f(&g)?
-                }
-            }
-            // No gradient reached this op: its inputs get nothing from it,
-            // but they still count it as done.
-            None => Vec::new(),
-        };
-        let mut input_grads = input_grads.into_iter();
-        for input in &node.inputs {
+        let g = grads.remove(&key(&v));
+        let inputs = v.inputs();
+        let name = v.op_name().unwrap_or("leaf");
+        let mut input_grads = Arc::clone(&v).process(g, retain_graph)?.into_iter();
+        for input in inputs {
             let ig = input_grads.next().flatten();
             let Some(input) = input else {
                 continue;
             };
+            let k = key(&input);
             if let Some(ig) = ig {
-                if anomaly_detection() && !ops.all_finite(&ig)? {
+                if anomaly_detection() && !input.all_finite(&*ig)? {
                     return Err(Error::invalid(
                         "anomaly",
-                        format!("the backward of `{}` produced NaN or Inf", node.name),
+                        format!("the backward of `{name}` produced NaN or Inf"),
                     ));
                 }
-                let k = key(input);
                 let acc = match grads.remove(&k) {
-                    Some(old) => ops.add(&old, &ig)?,
+                    Some(old) => input.add(old, ig)?,
                     None => ig,
                 };
                 grads.insert(k, acc);
             }
-            let n = uses.get_mut(&key(input)).expect("counted in the walk");
+            let n = uses.get_mut(&k).expect("counted in the walk");
             *n -= 1;
             if *n == 0 {
-                if input.is_leaf() {
+                if input.is_leaf_var() {
                     ready_leaves.push(input);
                 } else {
                     ready.push(input);

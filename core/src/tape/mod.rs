@@ -27,8 +27,9 @@ pub mod util;
 
 pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use graph::{
-    anomaly_detection, backward_raw, is_grad_enabled, live_nodes, live_saved, no_grad,
-    queue_callback, set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Saved, Var,
+    anomaly_detection, backward_raw, float_grad_ops, is_grad_enabled, live_nodes, live_saved,
+    no_grad, queue_callback, set_anomaly_detection, FloatOps, GradOps, NoGradGuard, Node, Saved,
+    Var,
 };
 pub use hooks::HookHandle;
 pub use raw::Raw;

@@ -16,6 +16,7 @@ use crate::dtype::{DType, Dtype};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shape::{Dims, Shape};
+use crate::tape::Raw;
 use std::marker::PhantomData;
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
@@ -263,36 +264,85 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
 
     /// Converts to another dtype (a copy), like `tensor.to(dtype)`.
     ///
+    /// Differentiable, as in PyTorch: on the tape, the result's gradient is
+    /// cast back to this tensor's dtype (a cast to a non-float type, whose
+    /// result cannot carry a gradient, panics there; detach first).
+    ///
     /// # Panics
-    /// When the tensor is on the tape: casts are not differentiable yet, and
-    /// cutting the gradient silently would be worse; call `detach()` first.
+    /// A cast of a tensor on the tape to a type without gradients (see
+    /// [`Tensor::try_to_dtype`]).
     pub fn to_dtype<F: Dtype>(&self) -> Tensor<S, F, D> {
-        assert!(
-            !(self.var.is_some() && crate::tape::is_grad_enabled()),
-            "to_dtype is not differentiable yet: call `.detach()` first to cut the graph explicitly"
-        );
-        let s = ok(self.device.cast::<E, F>(&self.storage(), &self.layout));
-        let y = Tensor::from_storage(s, &self.layout.dims, self.device.clone());
-        crate::graph::note_op!(crate::graph::Op::Cast { to: F::DTYPE }, [self], y);
-        y
+        ok(self.try_to_dtype())
     }
 
-    /// Copies to another device (or another instance of the same backend).
+    /// Fallible [`Tensor::to_dtype`].
+    ///
+    /// # Errors
+    /// A tensor on the tape cast to a type that cannot carry a gradient
+    /// (an integer or bool type: call `.detach()` first to cut the graph
+    /// explicitly); a device failure.
+    pub fn try_to_dtype<F: Dtype>(&self) -> Result<Tensor<S, F, D>> {
+        let s = self.device.cast::<E, F>(&self.storage(), &self.layout)?;
+        let mut y = Tensor::from_storage(s, &self.layout.dims, self.device.clone());
+        crate::graph::note_op!(crate::graph::Op::Cast { to: F::DTYPE }, [self], y);
+        if let Some(var) = self.var.as_ref().filter(|_| crate::tape::is_grad_enabled()) {
+            let ops = self.device.grad_ops::<F>().ok_or_else(|| {
+                Error::invalid(
+                    "to_dtype",
+                    format!(
+                        "a cast to {} cannot carry a gradient: call `.detach()` first to cut the graph explicitly",
+                        F::DTYPE
+                    ),
+                )
+            })?;
+            let node = crate::tape::Node::crossing("to_dtype", Arc::clone(var), |g: &Raw<F, D>| {
+                let s = g.device.cast::<F, E>(&g.storage(), &g.layout)?;
+                Ok(Raw::new(s, &g.layout.dims, g.device.clone()))
+            });
+            y.var = Some(Arc::new(crate::tape::Var::from_node(node, ops)));
+        }
+        Ok(y)
+    }
+
+    /// Copies to another device (or another instance of the same backend),
+    /// like `tensor.to(device)`. Differentiable: the result's gradient is
+    /// moved back.
+    ///
+    /// # Panics
+    /// See [`Tensor::try_to_device`].
     pub fn to_device<D2: Backend>(&self, device: &D2) -> Tensor<S, E, D2> {
         ok(self.try_to_device(device))
     }
 
     /// Fallible [`Tensor::to_device`].
+    ///
+    /// # Errors
+    /// A tensor on the tape moved to a device without gradient arithmetic
+    /// for its dtype; a transfer failure.
     pub fn try_to_device<D2: Backend>(&self, device: &D2) -> Result<Tensor<S, E, D2>> {
-        if self.var.is_some() && crate::tape::is_grad_enabled() {
-            return Err(Error::invalid(
-                "to_device",
-                "moving a tensor on the tape is not differentiable yet: call `.detach()` first",
-            ));
-        }
         let host = self.try_to_vec()?;
         let s = device.upload(host)?;
-        Ok(Tensor::from_storage(s, &self.layout.dims, device.clone()))
+        let mut y = Tensor::from_storage(s, &self.layout.dims, device.clone());
+        if let Some(var) = self.var.as_ref().filter(|_| crate::tape::is_grad_enabled()) {
+            let ops = device.grad_ops::<E>().ok_or_else(|| {
+                Error::invalid(
+                    "to_device",
+                    format!(
+                        "{} has no gradient arithmetic for {}: call `.detach()` first to cut the graph explicitly",
+                        device.name(),
+                        E::DTYPE
+                    ),
+                )
+            })?;
+            let home = self.device.clone();
+            let node =
+                crate::tape::Node::crossing("to_device", Arc::clone(var), move |g: &Raw<E, D2>| {
+                    let host = g.device.to_vec(&g.storage(), &g.layout)?;
+                    Ok(Raw::new(home.upload(host)?, &g.layout.dims, home.clone()))
+                });
+            y.var = Some(Arc::new(crate::tape::Var::from_node(node, ops)));
+        }
+        Ok(y)
     }
 
     /// Checks that another operand lives on the same device.
