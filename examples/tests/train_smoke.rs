@@ -446,3 +446,44 @@ fn command_line() {
         assert!(!err.starts_with("error"), "{bad:?}: {err}");
     }
 }
+
+/// `--amp bf16` beside an f32 run in the same directory: its own suffixed
+/// files (the f32 run's untouched), the precision saved for `--resume`,
+/// a loss that autocast changed but only by bf16 roundings, and one plot.
+#[test]
+fn an_amp_run_trains_beside_the_f32_run_with_its_own_files() {
+    use forma_examples::train::Amp;
+    let dir = out_dir("amp");
+    let plain = run(&tiny(&dir, 2)).unwrap();
+    let f32_files = OutFiles::in_dir(&dir);
+    let best = std::fs::read(&f32_files.best).unwrap();
+    let amp = run(&Args {
+        amp: Some(Amp::Bf16),
+        ..tiny(&dir, 2)
+    })
+    .unwrap();
+    let files = OutFiles::for_run(&dir, Some(Amp::Bf16));
+    assert!(files.best.ends_with("best-amp-bf16.safetensors"));
+    for f in [&files.best, &files.state, &files.csv, &files.plot] {
+        assert!(f.exists(), "{} is missing", f.display());
+    }
+    assert_eq!(
+        std::fs::read(&f32_files.best).unwrap(),
+        best,
+        "the f32 model was overwritten"
+    );
+    let state = TrainingState::load(&files.state).unwrap();
+    assert_eq!(state.extra.get("amp").map(String::as_str), Some("bf16"));
+    // Autocast ran (the losses differ) and stayed close to f32.
+    let (a, b) = (plain.metrics[0].train_loss, amp.metrics[0].train_loss);
+    assert_ne!(a, b, "the bf16 run computed exactly the f32 losses");
+    assert!((a - b).abs() <= 0.05 * a, "f32 loss {a}, bf16 loss {b}");
+    // The f32 run resumes from its own files, not the amp run's.
+    let resumed = run(&Args {
+        resume: true,
+        ..tiny(&dir, 3)
+    })
+    .unwrap();
+    assert_eq!(resumed.metrics[..2], plain.metrics[..2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,7 +2,7 @@
 //! derive), so each flag's name, default, check and `--help` line sit on
 //! its field.
 
-use super::ModelKind;
+use super::{Amp, ModelKind};
 use clap::error::ErrorKind;
 use clap::{ArgAction, CommandFactory, Parser};
 use std::path::PathBuf;
@@ -102,6 +102,11 @@ pub struct Args {
     /// size), for ONNX Runtime and other runtimes
     #[arg(long)]
     pub export_onnx: bool,
+    /// Mixed precision: bf16 (autocast) or f16 (autocast and a gradient
+    /// scaler). Its files sit beside an f32 run's in --out, suffixed
+    /// `-amp-bf16` / `-amp-f16`, and metrics.png shows both runs' curves
+    #[arg(long, value_name = "DTYPE", value_enum)]
+    pub amp: Option<Amp>,
 }
 
 impl Default for Args {
@@ -126,6 +131,7 @@ impl Default for Args {
             progress: true,
             export_onnx: false,
             distributed: false,
+            amp: None,
         }
     }
 }
@@ -135,6 +141,16 @@ impl Default for Args {
 impl clap::ValueEnum for ModelKind {
     fn value_variants<'a>() -> &'a [Self] {
         &[ModelKind::Cnn, ModelKind::Linear]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
+impl clap::ValueEnum for Amp {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Amp::Bf16, Amp::F16]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {

@@ -55,12 +55,13 @@ pub use args::{parse_args, Args, Command, DeviceArg, USAGE};
 pub use report::EpochMetrics;
 
 use crate::digits::{DigitSet, CLASSES};
+use forma::core::autocast::autocast;
 use forma::core::device::Backend;
 use forma::core::tape::no_grad;
 use forma::nn::data::{DataError, DataLoader, Dataset, DistributedSampler, Mnist, MnistSplit};
 use forma::nn::layers::{Conv2d, Flatten, Linear, MaxPool2d, Relu};
 use forma::nn::loss::{cross_entropy, Mean, Sum};
-use forma::nn::optim::{Adam, AdamOptions, OptimError};
+use forma::nn::optim::{Adam, AdamOptions, GradScaler, OptimError};
 use forma::nn::sched::ExponentialLR;
 use forma::nn::state::{CheckpointError, LoadError, TrainingState};
 use forma::prelude::*;
@@ -191,6 +192,47 @@ impl ModelKind {
     }
 }
 
+/// Mixed precision (`--amp`): the low type autocast computes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amp {
+    /// bfloat16 autocast (f32's range: no loss scaling).
+    Bf16,
+    /// float16 autocast with a [`GradScaler`].
+    F16,
+}
+
+impl Amp {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Amp::Bf16 => "bf16",
+            Amp::F16 => "f16",
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "bf16" => Some(Amp::Bf16),
+            "f16" => Some(Amp::F16),
+            _ => None,
+        }
+    }
+
+    /// The dtype autocast computes in.
+    pub fn dtype(self) -> DType {
+        match self {
+            Amp::Bf16 => DType::BF16,
+            Amp::F16 => DType::F16,
+        }
+    }
+
+    /// How the run is called in file names and the plot (`amp-bf16`).
+    pub fn tag(self) -> String {
+        format!("amp-{}", self.name())
+    }
+}
+
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
@@ -265,6 +307,7 @@ struct Settings {
     batch_size: usize,
     lr: f64,
     seed: u64,
+    amp: Option<Amp>,
 }
 
 impl Settings {
@@ -283,6 +326,7 @@ impl Settings {
         // `{:?}` prints the shortest text that reads back to the same f64.
         extra.insert("lr".into(), format!("{:?}", self.lr));
         extra.insert("seed".into(), self.seed.to_string());
+        extra.insert("amp".into(), self.amp.map_or("off", Amp::name).into());
     }
 
     fn from_extra(extra: &BTreeMap<String, String>) -> Result<Self, TrainError> {
@@ -311,6 +355,11 @@ impl Settings {
             batch_size: batch.parse().map_err(|_| bad("batch_size", batch))?,
             lr: lr.parse().map_err(|_| bad("lr", lr))?,
             seed: seed.parse().map_err(|_| bad("seed", seed))?,
+            // A state from before `--amp` trained in f32.
+            amp: match extra.get("amp").map_or("off", String::as_str) {
+                "off" => None,
+                v => Some(Amp::parse(v).ok_or_else(|| bad("amp", v))?),
+            },
         })
     }
 
@@ -363,6 +412,12 @@ impl Settings {
         if let Some(s) = args.seed.filter(|&s| s != saved.seed) {
             return Err(differ("--seed", s.to_string(), saved.seed.to_string()));
         }
+        // Each precision has its own files, so the flag selects the run and
+        // always matches; the check guards a state copied by hand.
+        if args.amp != saved.amp {
+            let name = |a: Option<Amp>| a.map_or("off", Amp::name).to_string();
+            return Err(differ("--amp", name(args.amp), name(saved.amp)));
+        }
         Ok(saved)
     }
 }
@@ -403,17 +458,61 @@ pub struct OutFiles {
 }
 
 impl OutFiles {
-    /// The files in `dir`.
+    /// The files of an f32 run in `dir`.
     pub fn in_dir(dir: &Path) -> Self {
+        Self::for_run(dir, None)
+    }
+
+    /// The files of a run in `dir` at precision `amp`: an `--amp` run's
+    /// are suffixed (`best-amp-bf16.safetensors`, ...), so it sits beside
+    /// the f32 run; both share `metrics.png` and `samples.png`.
+    pub fn for_run(dir: &Path, amp: Option<Amp>) -> Self {
+        let suffix = amp.map_or_else(String::new, |a| format!("-{}", a.tag()));
         OutFiles {
-            best: dir.join("best.safetensors"),
-            state: dir.join("state.safetensors"),
-            csv: dir.join("metrics.csv"),
+            best: dir.join(format!("best{suffix}.safetensors")),
+            state: dir.join(format!("state{suffix}.safetensors")),
+            csv: dir.join(format!("metrics{suffix}.csv")),
             plot: dir.join("metrics.png"),
             samples: dir.join("samples.png"),
-            onnx: dir.join("model.onnx"),
+            onnx: dir.join(format!("model{suffix}.onnx")),
         }
     }
+}
+
+/// Every run's metrics found in `dir` (f32 first, then each `--amp` run),
+/// labelled for the plot; `current` (this run's, not yet on disk) replaces
+/// what its file holds.
+fn runs_in(
+    dir: &Path,
+    current: (Option<Amp>, &[EpochMetrics]),
+) -> Vec<(String, Vec<EpochMetrics>)> {
+    let mut runs = Vec::new();
+    for amp in [None, Some(Amp::Bf16), Some(Amp::F16)] {
+        let label = amp.map_or_else(|| "f32".to_string(), |a| format!("{} autocast", a.name()));
+        let rows = if amp == current.0 {
+            current.1.to_vec()
+        } else {
+            // Another run's file: plotted when it is there and readable.
+            let path = OutFiles::for_run(dir, amp).csv;
+            match std::fs::read_to_string(path).map(|t| report::from_csv(&t)) {
+                Ok(Ok(rows)) if !rows.is_empty() => rows,
+                _ => continue,
+            }
+        };
+        runs.push((label, rows));
+    }
+    runs
+}
+
+/// Where a training state keeps the gradient scaler's values (`--amp f16`).
+const SCALER_KEY: &str = "grad_scaler.";
+
+/// The entries of `extra` under `prefix`, without it.
+fn unprefixed(extra: &BTreeMap<String, String>, prefix: &str) -> BTreeMap<String, String> {
+    extra
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_string(), v.clone())))
+        .collect()
 }
 
 /// The compiler that built this program, as the build script found it.
@@ -480,7 +579,7 @@ fn run_on<D: Device<f32>>(
     } else {
         args
     };
-    let files = OutFiles::in_dir(&args.out);
+    let files = OutFiles::for_run(&args.out, args.amp);
     let saved = if args.resume {
         if !files.state.exists() {
             return Err(TrainError::Resume(format!(
@@ -502,6 +601,7 @@ fn run_on<D: Device<f32>>(
             batch_size: args.batch_size.unwrap_or(DEFAULT_BATCH_SIZE),
             lr: args.lr.unwrap_or(DEFAULT_LR),
             seed: args.seed.unwrap_or(0),
+            amp: args.amp,
         },
     };
     let epochs = args.epochs.unwrap_or(DEFAULT_EPOCHS);
@@ -685,6 +785,7 @@ fn evaluate<M, D>(
     model: &mut M,
     device: &D,
     data: &Arc<DigitSet>,
+    amp: Option<Amp>,
     progress: bool,
     prefix: String,
 ) -> Result<(f64, f64), TrainError>
@@ -694,6 +795,8 @@ where
 {
     model.eval();
     let _no_grad = no_grad();
+    // Held-out figures in the precision the model trains in.
+    let _amp = amp.map(|a| autocast(a.dtype()));
     let mut loader = DataLoader::new(Arc::clone(data), 500)?;
     let bar = progress_bar(
         loader.len() as u64,
@@ -743,6 +846,7 @@ where
     let progress = args.progress && rank == 0;
     let mut opt = Adam::<f32, D>::try_new(AdamOptions::default().lr(settings.lr))?;
     let mut sched = ExponentialLR::try_new(&mut opt, LR_DECAY)?;
+    let mut scaler = GradScaler::new().enabled(settings.amp == Some(Amp::F16));
     let loader = DataLoader::new(train_set, settings.batch_size)?.num_workers(args.workers);
     let mut loader = if ranks > 1 {
         // Each rank its own share of every epoch, drawn from the seed.
@@ -785,6 +889,9 @@ where
             st.optimizer.as_ref().ok_or_else(|| missing("optimizer"))?,
         )?;
         sched.load_state_dict(st.scheduler.as_ref().ok_or_else(|| missing("scheduler"))?)?;
+        if scaler.is_enabled() {
+            scaler.load_state_dict(&unprefixed(&st.extra, SCALER_KEY))?;
+        }
         loader.set_state(st.loader.ok_or_else(|| missing("loader position"))?)?;
         metrics = report::from_csv(st.extra.get("metrics").map_or("", String::as_str))?;
         best = metrics
@@ -820,10 +927,18 @@ where
             let (x, y): (Images, Labels) = batch?;
             let (x, y) = (to_device(x, device), to_device(y, device));
             opt.zero_grad(&model);
-            let logits = model.forward(x);
-            let loss = cross_entropy(&logits, &y, Mean);
-            loss.backward();
-            opt.try_step(&model)?;
+            let (logits, loss) = {
+                // Forward and loss under autocast; backward outside, as
+                // PyTorch's recipe has it.
+                let _amp = settings.amp.map(|a| autocast(a.dtype()));
+                let logits = model.forward(x);
+                let loss = cross_entropy(&logits, &y, Mean);
+                (logits, loss)
+            };
+            // The scaler is off (a plain backward and step) but for f16.
+            scaler.scale(&loss).backward();
+            scaler.step(&mut opt, &model)?;
+            scaler.update()?;
 
             let n = y.dims()[0];
             loss_sum += loss.item() as f64 * n as f64;
@@ -846,6 +961,7 @@ where
             &mut model,
             device,
             &test_set,
+            settings.amp,
             progress,
             format!("epoch {epoch}/{epochs} evaluating"),
         )?;
@@ -888,6 +1004,9 @@ where
         let mut extra = BTreeMap::new();
         settings.to_extra(&mut extra);
         extra.insert("metrics".into(), report::to_csv_exact(&metrics));
+        for (k, v) in scaler.state_dict() {
+            extra.insert(format!("{SCALER_KEY}{k}"), v);
+        }
         let state = TrainingState {
             model: model.state_dict(),
             optimizer: Some(opt.try_state_dict()?),
@@ -903,7 +1022,7 @@ where
         }
         if rank == 0 {
             report::write_atomic(&files.csv, report::to_csv(&metrics).as_bytes())?;
-            report::save_plot(&files.plot, &metrics)?;
+            report::save_plot(&files.plot, &runs_in(&args.out, (settings.amp, &metrics)))?;
         }
 
         say!(

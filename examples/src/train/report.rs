@@ -374,19 +374,22 @@ const GRID: RGBColor = RGBColor(225, 225, 225);
 /// The most labels an axis gets.
 const TICKS: usize = 6;
 
-/// One panel: two series (train, held-out) over the epochs, with a title,
-/// both axes labelled and a legend at `legend`.
+/// One panel: two series (train, held-out) per run over the epochs, with a
+/// title, both axes labelled and a legend at `legend`. The first run is
+/// drawn in full colour; the others (another precision) in lighter, thinner
+/// lines with their label in the legend.
 fn panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
     y_desc: &str,
     y_range: Range<f64>,
     legend: SeriesLabelPosition,
-    rows: &[EpochMetrics],
+    runs: &[Run],
     value: impl Fn(&EpochMetrics) -> (f64, f64),
 ) -> Result<(), TrainError> {
-    let last = rows.last().map_or(1, |r| r.epoch).max(1);
-    let first = rows.first().map_or(1, |r| r.epoch).min(last);
+    let all = || runs.iter().flat_map(|(_, rows)| rows.iter());
+    let last = all().map(|r| r.epoch).max().unwrap_or(1).max(1);
+    let first = all().map(|r| r.epoch).min().unwrap_or(1).min(last);
     // A margin either side, so that a single epoch still gets an x range
     // and the first and last markers clear the frame.
     let pad = (0.03 * (last - first) as f64).max(0.25);
@@ -423,32 +426,42 @@ fn panel<DB: DrawingBackend>(
         .draw()
         .map_err(plot_err)?;
 
-    for (name, color, pick_test) in [
-        ("train", TRAIN_COLOR, false),
-        ("held-out", TEST_COLOR, true),
-    ] {
-        let points: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| {
-                let (train, test) = value(r);
-                (r.epoch as f64, if pick_test { test } else { train })
-            })
-            .filter(|(_, v)| v.is_finite())
-            .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 3, color.filled())),
-            )
-            .map_err(plot_err)?;
+    for (i, (run, rows)) in runs.iter().enumerate() {
+        for (name, base, pick_test) in [
+            ("train", TRAIN_COLOR, false),
+            ("held-out", TEST_COLOR, true),
+        ] {
+            let points: Vec<(f64, f64)> = rows
+                .iter()
+                .map(|r| {
+                    let (train, test) = value(r);
+                    (r.epoch as f64, if pick_test { test } else { train })
+                })
+                .filter(|(_, v)| v.is_finite())
+                .collect();
+            let (style, dot, label) = if i == 0 {
+                let label = match runs.len() {
+                    1 => name.to_string(),
+                    _ => format!("{name}, {run}"),
+                };
+                (base.stroke_width(2), base.filled(), label)
+            } else {
+                let light = base.mix(0.45);
+                (
+                    light.stroke_width(1),
+                    light.filled(),
+                    format!("{name}, {run}"),
+                )
+            };
+            chart
+                .draw_series(LineSeries::new(points.clone(), style))
+                .map_err(plot_err)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart
+                .draw_series(points.into_iter().map(|p| Circle::new(p, 3, dot)))
+                .map_err(plot_err)?;
+        }
     }
     chart
         .configure_series_labels()
@@ -465,12 +478,26 @@ fn panel<DB: DrawingBackend>(
 /// The size of `metrics.png`, in pixels.
 pub const PLOT_SIZE: (u32, u32) = (960, 400);
 
+/// One run's metrics with its label in the plot (`f32`, `bf16 autocast`).
+pub type Run = (String, Vec<EpochMetrics>);
+
 /// The loss and accuracy curves (train and held-out, per epoch) as PNG
 /// bytes of [`PLOT_SIZE`].
 ///
 /// # Errors
 /// [`TrainError::Plot`].
 pub fn plot_png(rows: &[EpochMetrics]) -> Result<Vec<u8>, TrainError> {
+    plot_runs_png(&[(String::new(), rows.to_vec())])
+}
+
+/// [`plot_png`] for several runs of the same job (f32 and mixed
+/// precision): every run's curves in the same two panels, the first in
+/// full colour.
+///
+/// # Errors
+/// [`TrainError::Plot`].
+pub fn plot_runs_png(runs: &[Run]) -> Result<Vec<u8>, TrainError> {
+    let rows: Vec<&EpochMetrics> = runs.iter().flat_map(|(_, r)| r.iter()).collect();
     let font = font()?;
     let (w, h) = PLOT_SIZE;
     let mut rgb = vec![255u8; (w * h * 3) as usize];
@@ -488,7 +515,7 @@ pub fn plot_png(rows: &[EpochMetrics]) -> Result<Vec<u8>, TrainError> {
             "cross-entropy",
             loss_range(rows.iter().flat_map(|r| [r.train_loss, r.test_loss])),
             SeriesLabelPosition::UpperRight,
-            rows,
+            runs,
             |r| (r.train_loss, r.test_loss),
         )?;
         panel(
@@ -500,7 +527,7 @@ pub fn plot_png(rows: &[EpochMetrics]) -> Result<Vec<u8>, TrainError> {
                     .flat_map(|r| [100.0 * r.train_acc, 100.0 * r.test_acc]),
             ),
             SeriesLabelPosition::LowerRight,
-            rows,
+            runs,
             |r| (100.0 * r.train_acc, 100.0 * r.test_acc),
         )?;
         root.present().map_err(plot_err)?;
@@ -508,12 +535,12 @@ pub fn plot_png(rows: &[EpochMetrics]) -> Result<Vec<u8>, TrainError> {
     encode_png(w, h, 3, &rgb)
 }
 
-/// Saves [`plot_png`]'s image at `path`.
+/// Saves [`plot_runs_png`]'s image at `path`.
 ///
 /// # Errors
 /// [`TrainError::Io`] or [`TrainError::Plot`].
-pub fn save_plot(path: &Path, rows: &[EpochMetrics]) -> Result<(), TrainError> {
-    write_atomic(path, &plot_png(rows)?)
+pub fn save_plot(path: &Path, runs: &[Run]) -> Result<(), TrainError> {
+    write_atomic(path, &plot_runs_png(runs)?)
 }
 
 #[cfg(test)]
@@ -606,5 +633,37 @@ mod tests {
         // No epochs yet still draws (empty axes).
         let (w, h, _) = decode(&plot_png(&[]).unwrap());
         assert_eq!((w, h), PLOT_SIZE);
+    }
+
+    #[test]
+    fn a_second_run_is_drawn_in_lighter_lines_beside_the_first() {
+        let rows: Vec<_> = (1..=5)
+            .map(|e| {
+                let k = e as f64;
+                row(e, (1.0 / k, 1.2 / k), (1.0 - 0.1 / k, 0.98 - 0.1 / k))
+            })
+            .collect();
+        let other: Vec<_> = rows
+            .iter()
+            .map(|r| EpochMetrics {
+                train_loss: 1.1 * r.train_loss,
+                test_acc: r.test_acc - 0.01,
+                ..*r
+            })
+            .collect();
+        // The lighter colour: 45% of the series colour over white.
+        let light = |c: RGBColor| [c.0, c.1, c.2].map(|v| 0.45 * f64::from(v) + 0.55 * 255.0);
+        let near = |rgb: &[u8], want: [f64; 3]| {
+            rgb.chunks(3)
+                .filter(|p| (0..3).all(|i| (f64::from(p[i]) - want[i]).abs() <= 3.0))
+                .count()
+        };
+        let (_, _, one) = decode(&plot_runs_png(&[("f32".into(), rows.clone())]).unwrap());
+        let two = [("f32".into(), rows), ("bf16 autocast".into(), other)];
+        let (_, _, two) = decode(&plot_runs_png(&two).unwrap());
+        for c in [TRAIN_COLOR, TEST_COLOR] {
+            let (a, b) = (near(&one, light(c)), near(&two, light(c)));
+            assert!(b > a + 100, "light pixels: {a} with one run, {b} with two");
+        }
     }
 }
