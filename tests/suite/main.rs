@@ -21,6 +21,7 @@ mod grad_composite;
 mod grad_ops;
 mod graph_capture;
 mod module_forward;
+mod module_retype;
 mod nn_data;
 mod nn_init;
 mod nn_layer_parity;

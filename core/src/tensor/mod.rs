@@ -345,6 +345,32 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         Ok(y)
     }
 
+    /// This tensor's values as element type `F` on `device`, as
+    /// `nn.Module.to` converts a parameter: off the tape, and a new leaf
+    /// that requires a gradient when this tensor is one (a parameter stays
+    /// a parameter, with no gradient yet).
+    ///
+    /// # Errors
+    /// A parameter converted to a type that cannot carry a gradient (an
+    /// integer or bool type); a device failure.
+    pub fn try_converted<F: Dtype, D2: Backend>(&self, device: &D2) -> Result<Tensor<S, F, D2>> {
+        let _off = crate::tape::no_grad();
+        let mut y = self.try_to_dtype::<F>()?.try_to_device(device)?;
+        if self.var.as_ref().is_some_and(|v| v.is_leaf()) {
+            let ops = device.grad_ops::<F>().ok_or_else(|| {
+                Error::invalid(
+                    "to_dtype",
+                    format!(
+                        "a parameter converted to {} cannot require a gradient",
+                        F::DTYPE
+                    ),
+                )
+            })?;
+            y.var = Some(Arc::new(crate::tape::Var::leaf(ops)));
+        }
+        Ok(y)
+    }
+
     /// Checks that another operand lives on the same device.
     pub(crate) fn same_device<S2: Shape, E2: Dtype>(
         &self,

@@ -745,7 +745,7 @@ fn to_device<S: Shape, E: Dtype, D: Backend>(t: Tensor<S, E>, device: &D) -> Ten
     match any.downcast::<Tensor<S, E, D>>() {
         Ok(same) => *same,
         Err(any) => match any.downcast::<Tensor<S, E>>() {
-            Ok(t) => t.to_device(device),
+            Ok(t) => Tensor::to_device(&*t, device),
             Err(_) => unreachable!("the box holds a CPU tensor"),
         },
     }

@@ -52,6 +52,7 @@ fn expand(cont: &Container) -> TokenStream {
     let visit_mut = visit_fn(root, &visited, true);
     let describe = describe_fn(cont, &visited);
     let child_name = child_name_fn(&visited);
+    let retype = retype_impls(cont);
     quote! {
         #[automatically_derived]
         impl #impl_generics #root::Module for #ident #ty_generics #where_clause {
@@ -59,6 +60,144 @@ fn expand(cont: &Container) -> TokenStream {
             #visit_mut
             #describe
             #child_name
+        }
+        #retype
+    }
+}
+
+/// The type parameters a conversion replaces: `E` (element type) and `D`
+/// (device).
+const ELEM: &str = "E";
+const DEV: &str = "D";
+const ELEM2: &str = "__E2";
+const DEV2: &str = "__D2";
+
+/// `tokens` with the idents `E` and `D` replaced by the conversion's target
+/// parameters.
+fn substitute(tokens: TokenStream) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|t| match t {
+            TokenTree::Ident(i) if i == ELEM => TokenTree::Ident(syn::Ident::new(ELEM2, i.span())),
+            TokenTree::Ident(i) if i == DEV => TokenTree::Ident(syn::Ident::new(DEV2, i.span())),
+            TokenTree::Group(g) => {
+                let mut group = proc_macro2::Group::new(g.delimiter(), substitute(g.stream()));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Whether `tokens` name `E` or `D`.
+fn mentions_elem_or_dev(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == ELEM || i == DEV,
+        TokenTree::Group(g) => mentions_elem_or_dev(g.stream()),
+        _ => false,
+    })
+}
+
+/// `Convert` (the struct as a field of another model) and `Retype` (the
+/// user's `to_dtype`/`to_device`) for a struct with type parameters `E` and
+/// `D`: a copy with both replaced, each field that names them converted,
+/// the others cloned. Nothing for a struct without both.
+fn retype_impls(cont: &Container) -> TokenStream {
+    // `E: Float` and `D: Device<E>` (or bounds with those last segments):
+    // parameters with these names but other roles (a `D: Dim`) are not
+    // converted.
+    let has = |name: &str, bound: &str| {
+        cont.generics.type_params().any(|p| {
+            p.ident == name
+                && p.bounds.iter().any(|b| match b {
+                    syn::TypeParamBound::Trait(t) => {
+                        t.path.segments.last().is_some_and(|s| s.ident == bound)
+                    }
+                    _ => false,
+                })
+        })
+    };
+    if !(has(ELEM, "Float") && has(DEV, "Device")) {
+        return TokenStream::new();
+    }
+    let root = &cont.attrs.root;
+    let ident = cont.ident;
+    let private = quote!(#root::module::convert::__private);
+    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let target = substitute(quote!(#ident #ty_generics));
+    let (e2, d2) = (
+        syn::Ident::new(ELEM2, Span::call_site()),
+        syn::Ident::new(DEV2, Span::call_site()),
+    );
+    let mut predicates: Vec<TokenStream> = where_clause
+        .map(|w| w.predicates.iter().map(ToTokens::to_token_stream).collect())
+        .unwrap_or_default();
+    let mut inits = Vec::new();
+    for f in &cont.fields {
+        let (ty, member) = (f.ty, &f.member);
+        if mentions_elem_or_dev(ty.to_token_stream()) {
+            let to = substitute(ty.to_token_stream());
+            predicates.push(quote!(#ty: #root::module::Convert<#to, #d2>));
+            inits.push(quote! {
+                #member: <#ty as #root::module::Convert<#to, #d2>>::try_convert(&self.#member, __device)?
+            });
+        } else {
+            // `Keep<__E2>` is `Clone` under a bound that names the impl's
+            // parameter: a field that is not `Clone` leaves the conversion
+            // unimplemented (an error where it is called) instead of making
+            // the derive fail.
+            predicates.push(quote!(#ty: #private::Keep<#e2>));
+            inits.push(quote!(#member: <#ty as #private::Keep<#e2>>::keep(&self.#member)));
+        }
+    }
+    // The impl's own generics plus the target's two parameters.
+    let mut generics = cont.generics.clone();
+    generics
+        .params
+        .push(syn::parse_quote!(#e2: #private::Float));
+    generics
+        .params
+        .push(syn::parse_quote!(#d2: #private::Device<#e2>));
+    let (convert_generics, _, _) = generics.split_for_impl();
+    let own_predicates = where_clause
+        .map(|w| {
+            w.predicates
+                .iter()
+                .map(ToTokens::to_token_stream)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let own_where = (!own_predicates.is_empty()).then(|| quote!(where #(#own_predicates),*));
+    let (elem, dev) = (
+        syn::Ident::new(ELEM, Span::call_site()),
+        syn::Ident::new(DEV, Span::call_site()),
+    );
+    quote! {
+        #[automatically_derived]
+        impl #convert_generics #root::module::Convert<#target, #d2> for #ident #ty_generics
+        where #(#predicates),*
+        {
+            fn try_convert(&self, __device: &#d2) -> #private::Result<#target> {
+                ::core::result::Result::Ok(#ident { #(#inits),* })
+            }
+        }
+
+        #[automatically_derived]
+        impl #impl_generics #root::module::Retype for #ident #ty_generics #own_where {
+            type Elem = #elem;
+            type Dev = #dev;
+            type With<#e2: #private::Float, #d2: #private::Device<#e2>> = #target;
+
+            fn try_retype<#e2: #private::Float, #d2: #private::Device<#e2>>(
+                &self,
+                __device: &#d2,
+            ) -> #private::Result<Self::With<#e2, #d2>>
+            where
+                Self: #root::module::Convert<Self::With<#e2, #d2>, #d2>,
+            {
+                <Self as #root::module::Convert<#target, #d2>>::try_convert(self, __device)
+            }
         }
     }
 }

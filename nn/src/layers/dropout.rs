@@ -11,7 +11,7 @@ use std::sync::Mutex;
 /// rest by `1 / (1 - p)`; the identity in eval mode, like `nn.Dropout(p)`.
 /// Its masks come from its own generator, seeded at construction, so a run is
 /// reproducible.
-#[derive(Module, Debug)]
+#[derive(Module, Clone, Debug)]
 #[module(crate = "crate", extra_repr = "Self::extra_repr")]
 pub struct Dropout {
     /// Probability of zeroing an element.

@@ -198,6 +198,29 @@ fn enter(cx: &mut Cx, key: &str) -> bool {
     cx.enter_field(Phase::Parameters, true, key, Role::Parameter)
 }
 
+/// By hand, as `Module` is: the cells are not a derived struct.
+impl<const H: usize, E: Float, D: Device<E>, E2: Float, D2: Device<E2>>
+    crate::module::Convert<RnnParams<H, E2, D2>, D2> for RnnParams<H, E, D>
+{
+    fn try_convert(&self, device: &D2) -> Result<RnnParams<H, E2, D2>> {
+        Ok(RnnParams {
+            cells: self
+                .cells
+                .iter()
+                .map(|w| {
+                    Ok(RnnWeights {
+                        weight_ih: w.weight_ih.try_converted(device)?,
+                        weight_hh: w.weight_hh.try_converted(device)?,
+                        bias_ih: w.bias_ih.try_convert(device)?,
+                        bias_hh: w.bias_hh.try_convert(device)?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            directions: self.directions,
+        })
+    }
+}
+
 impl<const H: usize, E: Float, D: Device<E>> Module for RnnParams<H, E, D> {
     fn visit<V: Visitor>(&self, cx: &mut Cx, v: &mut V) {
         for (i, w) in self.cells.iter().enumerate() {

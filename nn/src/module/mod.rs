@@ -8,12 +8,14 @@
 //! Names follow PyTorch's `state_dict`: a module's own parameters first, then
 //! its buffers, then its children in field order, dotted (`layers.0.fc.weight`).
 
+pub mod convert;
 mod cx;
 mod forward;
 mod impls;
 mod params;
 mod repr;
 
+pub use convert::{Convert, Retype};
 pub use cx::{Cx, Phase, Role};
 pub(crate) use forward::ok;
 pub use forward::Forward;
@@ -23,7 +25,8 @@ pub(crate) use repr::py_float;
 pub use repr::ReprNode;
 
 use crate::state::{CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
-use forma_core::{Backend, Dtype, Shape, Tensor};
+use forma_core::device::Device;
+use forma_core::{Backend, Dtype, Float, Shape, Tensor};
 
 /// Receives every tensor of a module, read-only.
 pub trait Visitor {
@@ -276,6 +279,67 @@ pub trait Module {
         let mut f = First(None);
         self.visit(&mut Cx::new(), &mut f);
         f.0.unwrap_or(true)
+    }
+
+    /// The same model with element type `E2` on its own device, like
+    /// `model.to(torch.bfloat16)`: a converted copy (see [`Retype`]; the
+    /// model must be generic over `E` and `D`, which the compiler checks).
+    ///
+    /// # Errors
+    /// A model without a tensor to take its device from (use
+    /// [`Retype::try_retype`] with a device); a device failure.
+    fn try_to_dtype<E2: Float>(
+        &self,
+    ) -> forma_core::Result<<Self as Retype>::With<E2, <Self as Retype>::Dev>>
+    where
+        Self: Retype
+            + Convert<<Self as Retype>::With<E2, <Self as Retype>::Dev>, <Self as Retype>::Dev>,
+        <Self as Retype>::Dev: Device<E2>,
+    {
+        let device = convert::device_of::<<Self as Retype>::Dev>(self)?;
+        self.try_retype(&device)
+    }
+
+    /// [`Module::try_to_dtype`], panicking on its errors.
+    ///
+    /// # Panics
+    /// When [`Module::try_to_dtype`] fails.
+    fn to_dtype<E2: Float>(&self) -> <Self as Retype>::With<E2, <Self as Retype>::Dev>
+    where
+        Self: Retype
+            + Convert<<Self as Retype>::With<E2, <Self as Retype>::Dev>, <Self as Retype>::Dev>,
+        <Self as Retype>::Dev: Device<E2>,
+    {
+        ok(self.try_to_dtype())
+    }
+
+    /// The same model on `device`, like `model.to(device)`: a converted
+    /// copy (see [`Retype`]).
+    ///
+    /// # Errors
+    /// A device failure.
+    fn try_to_device<D2: Device<<Self as Retype>::Elem>>(
+        &self,
+        device: &D2,
+    ) -> forma_core::Result<<Self as Retype>::With<<Self as Retype>::Elem, D2>>
+    where
+        Self: Retype + Convert<<Self as Retype>::With<<Self as Retype>::Elem, D2>, D2>,
+    {
+        self.try_retype(device)
+    }
+
+    /// [`Module::try_to_device`], panicking on its errors.
+    ///
+    /// # Panics
+    /// When [`Module::try_to_device`] fails.
+    fn to_device<D2: Device<<Self as Retype>::Elem>>(
+        &self,
+        device: &D2,
+    ) -> <Self as Retype>::With<<Self as Retype>::Elem, D2>
+    where
+        Self: Retype + Convert<<Self as Retype>::With<<Self as Retype>::Elem, D2>, D2>,
+    {
+        ok(self.try_to_device(device))
     }
 
     /// Clears the gradient of every parameter, like `zero_grad(set_to_none=True)`.
