@@ -5,7 +5,7 @@ GB/s, MB).
 
     python3 benches/suite.py --threads 2 --keys "matmul 512,mlp step"
     python3 benches/suite.py --threads 2 --serve   # keys read from stdin
-    python3 benches/suite.py --rss-mlp     # the child process for peak RSS
+    python3 benches/suite.py --rss-mlp     # the child process for peak RSS (--rss-mlp-bf16: autocast)
 
 benches/benches/suite.rs starts it once with `--serve` and asks for one
 workload at a time, right after measuring the same workload in Forma, so
@@ -59,10 +59,12 @@ def mlp():
     )
 
 
-def train_step(model, opt, x, y):
+def train_step(model, opt, x, y, amp=False):
     def step():
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
+        # Forward and loss under autocast, backward outside: PyTorch's recipe.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return loss.item()
@@ -70,15 +72,23 @@ def train_step(model, opt, x, y):
     return step
 
 
-def mlp_step():
+def mlp_step(amp=False):
     model = mlp()
     opt = torch.optim.Adam(model.parameters())
     x = torch.randn(128, 784)
     y = torch.arange(128) % 10
-    return timed(5, 50, train_step(model, opt, x, y))
+    return timed(5, 50, train_step(model, opt, x, y, amp))
 
 
-def lenet_step():
+def matmul_bf16(n):
+    a = torch.randn(n, n).bfloat16()
+    b = torch.randn(n, n).bfloat16()
+    flops = 2.0 * n * n * n
+    reps = int(min(max(2e10 / flops, 5), 200))
+    return rate(timed(3, reps, lambda: a @ b), flops / 1e9)
+
+
+def lenet_step(amp=False):
     model = torch.nn.Sequential(
         torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(6, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
@@ -88,7 +98,7 @@ def lenet_step():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(64, 1, 28, 28)
     y = torch.arange(64) % 10
-    return timed(5, 50, train_step(model, opt, x, y))
+    return timed(5, 50, train_step(model, opt, x, y, amp))
 
 
 def rnn_step(cls):
@@ -107,7 +117,7 @@ def rnn_step(cls):
     return timed(2, 8, step)
 
 
-def encoder(batch, seq):
+def encoder(batch, seq, amp=False):
     layer = torch.nn.TransformerEncoderLayer(384, 12, 1536, batch_first=True)
     # enable_nested_tensor off: no padding mask here, and it only warns.
     model = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).eval()
@@ -116,7 +126,7 @@ def encoder(batch, seq):
 
     def run():
         # inference_mode takes PyTorch's fused fast path (the "fused attention" figure).
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
             model(x)
 
     return timed(2, reps, run)
@@ -165,22 +175,23 @@ def gelu_chain():
     return rate(timed(3, 30, lambda: F.gelu(x * w + b)), 16.0 * n / 1e9)
 
 
-def rss_child():
+def rss_child(amp=False):
     torch.manual_seed(0)
     model = mlp()
     opt = torch.optim.Adam(model.parameters())
     x = torch.randn(128, 784)
     y = torch.arange(128) % 10
-    step = train_step(model, opt, x, y)
+    step = train_step(model, opt, x, y, amp)
     for _ in range(20):
         step()
     # ru_maxrss is in KiB on Linux.
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
 
 
-def rss_mlp(threads):
+def rss_mlp(threads, amp=False):
+    flag = "--rss-mlp-bf16" if amp else "--rss-mlp"
     out = subprocess.run(
-        [sys.executable, __file__, "--rss-mlp", "--threads", str(threads)], capture_output=True, text=True, check=True
+        [sys.executable, __file__, flag, "--threads", str(threads)], capture_output=True, text=True, check=True
     )
     return [float(out.stdout.strip())]
 
@@ -202,6 +213,13 @@ WORKLOADS = {
     "export encoder": lambda t: export_encoder(),
     "rss export": rss_export,
     "rss mlp": rss_mlp,
+    "matmul bf16 512": lambda t: matmul_bf16(512),
+    "matmul bf16 1024": lambda t: matmul_bf16(1024),
+    "matmul bf16 2048": lambda t: matmul_bf16(2048),
+    "mlp step bf16": lambda t: mlp_step(amp=True),
+    "lenet step bf16": lambda t: lenet_step(amp=True),
+    "encoder b8 s128 bf16": lambda t: encoder(8, 128, amp=True),
+    "rss mlp bf16": lambda t: rss_mlp(t, amp=True),
 }
 
 
@@ -210,6 +228,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keys", default=",".join(WORKLOADS))
     p.add_argument("--rss-mlp", action="store_true")
+    p.add_argument("--rss-mlp-bf16", action="store_true")
     p.add_argument("--rss-export", action="store_true")
     p.add_argument("--serve", action="store_true")
     a = p.parse_args()
@@ -217,6 +236,9 @@ def main():
     torch.manual_seed(0)
     if a.rss_mlp:
         rss_child()
+        return
+    if a.rss_mlp_bf16:
+        rss_child(amp=True)
         return
     if a.rss_export:
         rss_export_child()

@@ -19,7 +19,9 @@
 //! few tries. The nominal figure from the clock `/proc/cpuinfo` reports is
 //! printed beside it; a core that boosts past that clock beats it.
 
+use forma::core::autocast::autocast;
 use forma::core::tape::no_grad;
+use forma::core::DType;
 use forma::nn::layers::{
     Conv2d, Flatten, Gru, Linear, Lstm, MaxPool2d, Relu, TransformerEncoderLayer,
 };
@@ -223,6 +225,19 @@ fn matmul(m: usize, k: usize, n: usize, rng: &mut Rng) -> Sample {
     .rate(flops / 1e9)
 }
 
+/// A bf16 product: both operands and the result bf16 (PyTorch's
+/// `a @ b` on bfloat16 tensors).
+fn matmul_bf16(n: usize, rng: &mut Rng) -> Sample {
+    let a = Tensor::<(Dyn, Dyn)>::randn((Dyn(n), Dyn(n)), rng).to_dtype::<bf16>();
+    let b = Tensor::<(Dyn, Dyn)>::randn((Dyn(n), Dyn(n)), rng).to_dtype::<bf16>();
+    let flops = 2.0 * (n * n * n) as f64;
+    let reps = (2e10 / flops).clamp(5.0, 200.0) as usize;
+    Sample::time(3, reps, || {
+        std::hint::black_box(a.matmul(&b));
+    })
+    .rate(flops / 1e9)
+}
+
 #[derive(Module, Sequential, Debug)]
 #[sequential(input = [B, 784], output = [B, 10])]
 struct Mlp {
@@ -256,25 +271,31 @@ fn labels(batch: usize) -> Tensor<(Dyn,), i64> {
     Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect(), (Dyn(batch),)).unwrap()
 }
 
-/// One training step: forward, cross-entropy, backward, optimizer update.
+/// One training step: forward, cross-entropy, backward, optimizer update;
+/// the forward and the loss under autocast to `amp` when given (PyTorch's
+/// recipe: backward outside the autocast region).
 fn train_step<X: Clone, M: Module + Forward<X, Tensor<(Dyn, C<10>)>>>(
     model: &M,
     opt: &mut impl Optimizer,
     x: &X,
     y: &Tensor<(Dyn,), i64>,
+    amp: Option<DType>,
 ) {
     opt.zero_grad(model);
-    let loss = cross_entropy(&model.forward(x.clone()), y, Mean);
+    let loss = {
+        let _amp = amp.map(autocast);
+        cross_entropy(&model.forward(x.clone()), y, Mean)
+    };
     loss.backward();
     opt.step(model);
     std::hint::black_box(loss.item());
 }
 
-fn mlp_step(rng: &mut Rng) -> Sample {
+fn mlp_step(rng: &mut Rng, amp: Option<DType>) -> Sample {
     let model = Mlp::new(rng);
     let mut opt: Adam = Adam::new(AdamOptions::default());
     let (x, y) = mlp_batch(rng);
-    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y))
+    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y, amp))
 }
 
 /// LeNet-5 as usually written today: ReLU and max pooling.
@@ -314,13 +335,13 @@ impl LeNet5 {
     }
 }
 
-fn lenet_step(rng: &mut Rng) -> Sample {
+fn lenet_step(rng: &mut Rng, amp: Option<DType>) -> Sample {
     let model = LeNet5::new(rng);
     let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.01).momentum(0.9));
     let batch = 64;
     let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(batch), C, C, C), rng);
     let y = labels(batch);
-    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y))
+    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y, amp))
 }
 
 /// A 2-layer recurrent net, input 128, hidden 256, batch 32, 64 steps,
@@ -349,7 +370,7 @@ rnn_step!(gru_step, Gru);
 
 type EncoderLayer = TransformerEncoderLayer<384, 12, 1536>;
 
-fn encoder(batch: usize, seq: usize, rng: &mut Rng) -> Sample {
+fn encoder(batch: usize, seq: usize, rng: &mut Rng, amp: Option<DType>) -> Sample {
     let mut layers: Vec<EncoderLayer> = (0..6).map(|_| EncoderLayer::new(&Cpu, rng)).collect();
     for layer in &mut layers {
         layer.eval();
@@ -358,6 +379,7 @@ fn encoder(batch: usize, seq: usize, rng: &mut Rng) -> Sample {
     let reps = if batch * seq >= 512 { 10 } else { 50 };
     Sample::time(2, reps, || {
         let _guard = no_grad();
+        let _amp = amp.map(autocast);
         let mut h = x.clone();
         for layer in &layers {
             h = layer.forward(h);
@@ -451,8 +473,9 @@ fn gelu_chain(rng: &mut Rng) -> Sample {
 }
 
 /// The MLP training process whose peak resident memory is compared: 20
-/// steps, run in a child process (`--rss-mlp`) so nothing else counts.
-fn rss_child() {
+/// steps (under bf16 autocast with `amp`), run in a child process
+/// (`--rss-mlp`, `--rss-mlp-bf16`) so nothing else counts.
+fn rss_child(amp: Option<DType>) {
     let mut rng = Rng::seed_from(0);
     let model = Mlp::new(&mut rng);
     let mut opt: Adam = Adam::new(AdamOptions::default());
@@ -462,16 +485,20 @@ fn rss_child() {
         if i == 10 {
             faults = minor_faults().unwrap_or(0);
         }
-        train_step(&model, &mut opt, &x, &y);
+        train_step(&model, &mut opt, &x, &y, amp);
     }
     let per_step = minor_faults().unwrap_or(0).saturating_sub(faults) as f64 / 10.0;
     println!("{} {per_step}", peak_rss_mb().unwrap_or(f64::NAN));
 }
 
-fn rss_mlp() -> Sample {
+fn rss_mlp(amp: Option<DType>) -> Sample {
     let exe = std::env::current_exe().expect("own path");
     let out = Command::new(exe)
-        .arg("--rss-mlp")
+        .arg(if amp.is_some() {
+            "--rss-mlp-bf16"
+        } else {
+            "--rss-mlp"
+        })
         .env("RAYON_NUM_THREADS", threads().to_string())
         .output()
         .expect("run the MLP child process");
@@ -484,7 +511,7 @@ fn rss_mlp() -> Sample {
         fields.next().unwrap_or(f64::NAN),
     );
     // Fresh pages per steady-state step: 0 means every buffer was reused.
-    eprintln!("forma MLP step, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)", faults * 4096.0 / 1e6);
+    eprintln!("forma MLP step{}, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)", if amp.is_some() { " (bf16 autocast)" } else { "" }, faults * 4096.0 / 1e6);
     Sample::value(mb)
 }
 
@@ -511,14 +538,14 @@ fn workloads() -> Vec<Workload> {
         "MLP 784-512-512-10 b128 Adam step",
         Unit::Millis,
         0.8,
-        Box::new(mlp_step),
+        Box::new(|rng| mlp_step(rng, None)),
     ));
     w.push(Workload::new(
         "lenet step",
         "LeNet-5 b64 SGD-momentum step",
         Unit::Millis,
         0.8,
-        Box::new(lenet_step),
+        Box::new(|rng| lenet_step(rng, None)),
     ));
     w.push(Workload::new(
         "lstm step",
@@ -539,14 +566,14 @@ fn workloads() -> Vec<Workload> {
         "encoder 6x384/12h/1536 b8 s128",
         Unit::Millis,
         0.9,
-        Box::new(|rng| encoder(8, 128, rng)),
+        Box::new(|rng| encoder(8, 128, rng, None)),
     ));
     w.push(Workload::new(
         "encoder b1 s16",
         "encoder 6x384/12h/1536 b1 s16",
         Unit::Millis,
         0.5,
-        Box::new(|rng| encoder(1, 16, rng)),
+        Box::new(|rng| encoder(1, 16, rng, None)),
     ));
     w.push(Workload::new(
         "gelu chain",
@@ -574,7 +601,47 @@ fn workloads() -> Vec<Workload> {
         "peak RSS, MLP training process",
         Unit::Megabytes,
         0.1,
-        Box::new(|_| rss_mlp()),
+        Box::new(|_| rss_mlp(None)),
+    ));
+    // Mixed precision (issue 31): the same workloads under bf16 autocast
+    // beside `torch.autocast("cpu", dtype=torch.bfloat16)`, and bf16 GEMM.
+    let bf16 = Some(DType::BF16);
+    for n in [512, 1024, 2048] {
+        w.push(Workload::new(
+            &format!("matmul bf16 {n}"),
+            &format!("matmul bf16 {n}x{n}"),
+            Unit::Gflops,
+            1.0,
+            Box::new(move |rng| matmul_bf16(n, rng)),
+        ));
+    }
+    w.push(Workload::new(
+        "mlp step bf16",
+        "MLP step, bf16 autocast",
+        Unit::Millis,
+        1.0,
+        Box::new(move |rng| mlp_step(rng, bf16)),
+    ));
+    w.push(Workload::new(
+        "lenet step bf16",
+        "LeNet-5 step, bf16 autocast",
+        Unit::Millis,
+        1.0,
+        Box::new(move |rng| lenet_step(rng, bf16)),
+    ));
+    w.push(Workload::new(
+        "encoder b8 s128 bf16",
+        "encoder b8 s128, bf16 autocast",
+        Unit::Millis,
+        1.0,
+        Box::new(move |rng| encoder(8, 128, rng, bf16)),
+    ));
+    w.push(Workload::new(
+        "rss mlp bf16",
+        "peak RSS, MLP training, bf16 autocast",
+        Unit::Megabytes,
+        1.0,
+        Box::new(move |_| rss_mlp(bf16)),
     ));
     w
 }
@@ -594,7 +661,11 @@ fn torch_available() -> Option<String> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--rss-mlp") {
-        rss_child();
+        rss_child(None);
+        return;
+    }
+    if args.iter().any(|a| a == "--rss-mlp-bf16") {
+        rss_child(Some(DType::BF16));
         return;
     }
     if args.iter().any(|a| a == "--rss-export") {
