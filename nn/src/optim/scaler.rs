@@ -6,30 +6,6 @@
 //! it, then divides the gradients back before the optimizer's step. When a
 //! gradient overflowed (NaN or an infinity) the step is skipped and the
 //! scale halved; after `growth_interval` clean steps in a row it doubles.
-//!
-//! The order of calls is PyTorch's:
-//!
-//! ```
-//! use forma::prelude::*;
-//! use forma::nn::layers::Linear;
-//! use forma::nn::optim::{clip_grad_norm_, GradScaler, Optimizer, Sgd, SgdOptions};
-//!
-//! let mut rng = Rng::seed_from(0);
-//! let model = Linear::<2, 1>::new(&Cpu, &mut rng);
-//! let mut opt = Sgd::new(SgdOptions::default().lr(0.1));
-//! let mut scaler = GradScaler::new();
-//! let x = Tensor::<(Dyn, C<2>)>::from_vec(vec![1., 2., 3., 4.], (Dyn(2), C)).unwrap();
-//! for _ in 0..3 {
-//!     opt.zero_grad(&model);
-//!     let loss = model.forward(x.clone()).square().mean_all();
-//!     scaler.scale(&loss).backward();
-//!     scaler.unscale_(&opt, &model).unwrap(); // only when clipping
-//!     clip_grad_norm_(&model, 1.0).unwrap();
-//!     scaler.step(&mut opt, &model).unwrap();
-//!     scaler.update().unwrap();
-//! }
-//! assert_eq!(scaler.get_scale(), 65536.0);
-//! ```
 
 use super::clip::{cpu_grad_dtypes, for_cpu_dtype, rewrite, Rewrite};
 use super::{OptimError, Optimizer};
@@ -48,8 +24,30 @@ enum Stage {
     Stepped,
 }
 
-/// Dynamic loss scaling, like `torch.amp.GradScaler`: see the
-/// [module docs](self) for the order of calls.
+/// Dynamic loss scaling, like `torch.amp.GradScaler`, in PyTorch's order
+/// of calls:
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::layers::Linear;
+/// use forma::nn::optim::{clip_grad_norm_, GradScaler, Optimizer, Sgd, SgdOptions};
+///
+/// let mut rng = Rng::seed_from(0);
+/// let model = Linear::<2, 1>::new(&Cpu, &mut rng);
+/// let mut opt = Sgd::new(SgdOptions::default().lr(0.1));
+/// let mut scaler = GradScaler::new();
+/// let x = Tensor::<(Dyn, C<2>)>::from_vec(vec![1., 2., 3., 4.], (Dyn(2), C)).unwrap();
+/// for _ in 0..3 {
+///     opt.zero_grad(&model);
+///     let loss = model.forward(x.clone()).square().mean_all();
+///     scaler.scale(&loss).backward();
+///     scaler.unscale_(&opt, &model).unwrap(); // only when clipping
+///     clip_grad_norm_(&model, 1.0).unwrap();
+///     scaler.step(&mut opt, &model).unwrap();
+///     scaler.update().unwrap();
+/// }
+/// assert_eq!(scaler.get_scale(), 65536.0);
+/// ```
 ///
 /// The scale is kept in f32, as PyTorch keeps it in a float32 tensor, so
 /// the sequence of scales is PyTorch's bit for bit. Each optimizer is
@@ -230,20 +228,17 @@ impl GradScaler {
         opt: &O,
         model: &M,
     ) -> Result<(), OptimError> {
-        if !self.enabled {
-            return Ok(());
-        }
-        self.check_unscale(key(opt))?;
-        let inv = self.inv_scale();
-        let mut found_inf = false;
-        for dt in cpu_grad_dtypes(model, "GradScaler::unscale_on")? {
-            if dt == DType::F16 {
-                return Err(fp16_grads());
+        self.unscale_with(key(opt), |inv| {
+            let mut found_inf = false;
+            for dt in cpu_grad_dtypes(model, "GradScaler::unscale_on")? {
+                if dt == DType::F16 {
+                    return Err(fp16_grads());
+                }
+                found_inf |=
+                    for_cpu_dtype!(dt, E => rewrite::<E, Cpu>(model, Rewrite::Unscale(inv)))?;
             }
-            found_inf |= for_cpu_dtype!(dt, E => rewrite::<E, Cpu>(model, Rewrite::Unscale(inv)))?;
-        }
-        self.set(key(opt), Stage::Unscaled, found_inf);
-        Ok(())
+            Ok(found_inf)
+        })
     }
 
     /// [`GradScaler::unscale_`] for the parameters of element type `E` on
@@ -256,26 +251,34 @@ impl GradScaler {
         opt: &O,
         model: &M,
     ) -> Result<(), OptimError> {
+        self.unscale_with(key(opt), |inv| {
+            if E::DTYPE == DType::F16 {
+                return Err(fp16_grads());
+            }
+            rewrite::<E, D>(model, Rewrite::Unscale(inv))
+        })
+    }
+
+    /// The unscale of the optimizer at `k`: `pass` divides the gradients by
+    /// the scale (it gets `1 / scale`) and says whether one was not finite.
+    fn unscale_with(
+        &mut self,
+        k: usize,
+        pass: impl FnOnce(f64) -> Result<bool, OptimError>,
+    ) -> Result<(), OptimError> {
         if !self.enabled {
             return Ok(());
         }
-        self.check_unscale(key(opt))?;
-        if E::DTYPE == DType::F16 {
-            return Err(fp16_grads());
-        }
-        let found_inf = rewrite::<E, D>(model, Rewrite::Unscale(self.inv_scale()))?;
-        self.set(key(opt), Stage::Unscaled, found_inf);
-        Ok(())
-    }
-
-    fn check_unscale(&self, k: usize) -> Result<(), OptimError> {
         match self.stage(k) {
             None => Ok(()),
             Some(Stage::Unscaled) => Err(out_of_order(
                 "unscale_() has already been called on this optimizer since the last update()",
             )),
             Some(Stage::Stepped) => Err(out_of_order("unscale_() is being called after step()")),
-        }
+        }?;
+        let found_inf = pass(self.inv_scale())?;
+        self.set(k, Stage::Unscaled, found_inf);
+        Ok(())
     }
 
     /// Unscales the gradients (unless [`GradScaler::unscale_`] already did)
@@ -291,15 +294,7 @@ impl GradScaler {
         opt: &mut O,
         model: &M,
     ) -> Result<bool, OptimError> {
-        if !self.enabled {
-            opt.try_step(model)?;
-            return Ok(true);
-        }
-        self.check_step(key(opt))?;
-        if self.stage(key(opt)).is_none() {
-            self.unscale_(opt, model)?;
-        }
-        self.finish_step(opt, model)
+        self.step_with(opt, model, |s, opt| s.unscale_(opt, model))
     }
 
     /// [`GradScaler::step`] for parameters of element type `E` on device `D`.
@@ -311,32 +306,31 @@ impl GradScaler {
         opt: &mut O,
         model: &M,
     ) -> Result<bool, OptimError> {
+        self.step_with(opt, model, |s, opt| s.unscale_on::<E, D, O, M>(opt, model))
+    }
+
+    /// A step: `unscale` runs unless the optimizer's gradients were
+    /// unscaled already, then the optimizer steps when they were finite.
+    fn step_with<O: Optimizer, M: Module>(
+        &mut self,
+        opt: &mut O,
+        model: &M,
+        unscale: impl FnOnce(&mut Self, &O) -> Result<(), OptimError>,
+    ) -> Result<bool, OptimError> {
         if !self.enabled {
             opt.try_step(model)?;
             return Ok(true);
         }
-        self.check_step(key(opt))?;
-        if self.stage(key(opt)).is_none() {
-            self.unscale_on::<E, D, O, M>(opt, model)?;
-        }
-        self.finish_step(opt, model)
-    }
-
-    fn check_step(&self, k: usize) -> Result<(), OptimError> {
-        match self.stage(k) {
-            Some(Stage::Stepped) => Err(out_of_order(
-                "step() has already been called since the last update()",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    fn finish_step<O: Optimizer, M: Module>(
-        &mut self,
-        opt: &mut O,
-        model: &M,
-    ) -> Result<bool, OptimError> {
         let k = key(opt);
+        match self.stage(k) {
+            Some(Stage::Stepped) => {
+                return Err(out_of_order(
+                    "step() has already been called since the last update()",
+                ))
+            }
+            Some(Stage::Unscaled) => {}
+            None => unscale(self, &*opt)?,
+        }
         let found_inf = self
             .optimizers
             .iter()
