@@ -208,6 +208,7 @@ WORKLOADS = {
     "lstm step": lambda t: rnn_step(torch.nn.LSTM),
     "gru step": lambda t: rnn_step(torch.nn.GRU),
     "encoder b8 s128": lambda t: encoder(8, 128),
+    "encoder b32 s128": lambda t: encoder(32, 128),
     "encoder b1 s16": lambda t: encoder(1, 16),
     "gelu chain": lambda t: gelu_chain(),
     "export encoder": lambda t: export_encoder(),

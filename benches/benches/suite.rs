@@ -569,6 +569,13 @@ fn workloads() -> Vec<Workload> {
         Box::new(|rng| encoder(8, 128, rng, None)),
     ));
     w.push(Workload::new(
+        "encoder b32 s128",
+        "encoder 6x384/12h/1536 b32 s128",
+        Unit::Millis,
+        1.0,
+        Box::new(|rng| encoder(32, 128, rng, None)),
+    ));
+    w.push(Workload::new(
         "encoder b1 s16",
         "encoder 6x384/12h/1536 b1 s16",
         Unit::Millis,
