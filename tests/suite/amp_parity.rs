@@ -484,4 +484,18 @@ fn grad_scaler_refuses_calls_out_of_order_as_pytorch_does() {
     assert_eq!(off.get_scale(), 1.0);
     assert!(off.step(&mut opt, &m).unwrap());
     assert!(off.state_dict().is_empty());
+    // Scales must be finite and positive, at construction and when set.
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert!(
+            GradScaler::new().init_scale(bad).is_err(),
+            "init_scale({bad})"
+        );
+        assert!(
+            GradScaler::new().set_scale(bad).is_err(),
+            "set_scale({bad})"
+        );
+    }
+    let mut s = GradScaler::new();
+    s.set_scale(8.0).unwrap();
+    assert_eq!(s.get_scale(), 8.0);
 }

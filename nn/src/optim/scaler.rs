@@ -97,15 +97,7 @@ impl GradScaler {
     /// # Errors
     /// A scale that is not finite and positive.
     pub fn init_scale(mut self, scale: f64) -> Result<Self, OptimError> {
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(OptimError::invalid(
-                OWNER,
-                "init_scale",
-                scale,
-                "it must be finite and positive",
-            ));
-        }
-        self.scale = scale as f32;
+        self.scale = checked_scale("init_scale", scale)?;
         Ok(self)
     }
 
@@ -388,15 +380,7 @@ impl GradScaler {
     /// # Errors
     /// A scale that is not finite and positive.
     pub fn set_scale(&mut self, scale: f64) -> Result<(), OptimError> {
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(OptimError::invalid(
-                OWNER,
-                "new_scale",
-                scale,
-                "it must be finite and positive",
-            ));
-        }
-        self.scale = scale as f32;
+        self.scale = checked_scale("new_scale", scale)?;
         self.optimizers.clear();
         Ok(())
     }
@@ -465,6 +449,19 @@ impl GradScaler {
         };
         Ok(())
     }
+}
+
+/// `scale` as the f32 the scaler keeps, when finite and positive.
+fn checked_scale(option: &'static str, scale: f64) -> Result<f32, OptimError> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(OptimError::invalid(
+            OWNER,
+            option,
+            scale,
+            "it must be finite and positive",
+        ));
+    }
+    Ok(scale as f32)
 }
 
 fn out_of_order(reason: &str) -> OptimError {
