@@ -184,6 +184,25 @@ fn preview<T: Dtype>(v: &[T]) -> String {
     format!("[{}{more}]", items.join(", "))
 }
 
+/// The normwise relative error `max |a - e| / max |e|`, in f64.
+///
+/// # Panics
+/// When the lengths differ.
+#[track_caller]
+pub fn normwise_error(actual: &[f32], expected: &[f32]) -> f64 {
+    assert_eq!(actual.len(), expected.len(), "normwise_error: lengths");
+    let diff = actual
+        .iter()
+        .zip(expected)
+        .map(|(&a, &e)| (f64::from(a) - f64::from(e)).abs())
+        .fold(0.0, f64::max);
+    let scale = expected
+        .iter()
+        .map(|&e| f64::from(e).abs())
+        .fold(0.0, f64::max);
+    diff / scale
+}
+
 /// Asserts that `actual` matches `expected` elementwise within `rtol`/`atol`
 /// (NaN equals NaN; infinities must be equal); reports the first mismatch.
 #[track_caller]

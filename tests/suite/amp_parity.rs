@@ -57,17 +57,7 @@ fn is_low(v: f32, low: DType) -> bool {
 /// one of `low`.
 #[track_caller]
 fn check(what: &str, actual: &[f32], expected: &[f32], low: DType) {
-    assert_eq!(actual.len(), expected.len(), "{what}: lengths");
-    let diff = actual
-        .iter()
-        .zip(expected)
-        .map(|(&a, &e)| (f64::from(a) - f64::from(e)).abs())
-        .fold(0.0, f64::max);
-    let scale = expected
-        .iter()
-        .map(|&e| f64::from(e).abs())
-        .fold(0.0, f64::max);
-    let err = diff / scale;
+    let err = common::normwise_error(actual, expected);
     assert!(
         err <= tol(low),
         "{what}: normwise error {err:.3e} > {:.3e}",

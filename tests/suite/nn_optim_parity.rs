@@ -12,7 +12,7 @@
 
 use crate::common;
 
-use common::Fixture;
+use common::{normwise_error, Fixture};
 use forma::core::TensorData;
 use forma::nn::layers::Linear;
 use forma::nn::optim::{
@@ -33,21 +33,6 @@ const PARAMS: [&str; 4] = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"];
 const RTOL: f64 = 1e-6;
 /// Elementwise comparisons (gradients): 1e-6 relative plus 1e-7 absolute.
 const ATOL: f64 = 1e-7;
-
-/// `max |a - e| / max |e|`.
-fn normwise_error(actual: &[f32], expected: &[f32]) -> f64 {
-    assert_eq!(actual.len(), expected.len());
-    let diff = actual
-        .iter()
-        .zip(expected)
-        .map(|(&a, &e)| (f64::from(a) - f64::from(e)).abs())
-        .fold(0.0, f64::max);
-    let scale = expected
-        .iter()
-        .map(|&e| f64::from(e).abs())
-        .fold(0.0, f64::max);
-    diff / scale
-}
 
 #[derive(Module)]
 struct Small {
