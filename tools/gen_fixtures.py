@@ -119,6 +119,8 @@ UNARY = {
     "mul_scalar": lambda x: x * -2.5,
     "div_scalar": lambda x: x / 3.0,
     "clamp": lambda x: torch.clamp(x, -0.5, 0.75),
+    "clamp_min": lambda x: torch.clamp_min(x, -0.5),
+    "clamp_max": lambda x: torch.clamp_max(x, 0.75),
 }
 
 
@@ -160,6 +162,8 @@ BINARY = {
     "pow": torch.pow,
     "maximum": torch.maximum,
     "minimum": torch.minimum,
+    "fmax": torch.fmax,
+    "fmin": torch.fmin,
 }
 
 SPECIAL9 = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 2.5, -0.5]

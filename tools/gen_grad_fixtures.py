@@ -49,6 +49,8 @@ import torch
 import torch.nn.functional as F
 from fixture_file import FixtureFile
 
+NAN = float("nan")
+
 F64 = torch.float64
 
 torch.use_deterministic_algorithms(True)
@@ -138,11 +140,13 @@ UNARY = [
     ("mul_scalar", lambda x: x * -2.5, "any"),
     ("div_scalar", lambda x: x / 3.0, "any"),
     ("clamp", lambda x: x.clamp(-0.5, 0.75), "any"),
+    ("clamp_min", lambda x: x.clamp_min(-0.5), "any"),
+    ("clamp_max", lambda x: x.clamp_max(0.75), "any"),
 ]
 
 # Exact kinks: 0, -0, the clamp bounds.
 KINK = t([[-2.0, -0.5, -0.0, 0.0], [0.5, 0.75, 1.0, 2.0], [-1.0, 0.75, -0.5, 0.0]])
-KINK_OPS = ["relu", "abs", "leaky_relu", "clamp", "pow_scalar_int", "square"]
+KINK_OPS = ["relu", "abs", "leaky_relu", "clamp", "clamp_min", "clamp_max", "pow_scalar_int", "square"]
 
 
 def gen_unary(f):
@@ -180,6 +184,8 @@ BINARY = {
     "pow": torch.pow,
     "maximum": torch.maximum,
     "minimum": torch.minimum,
+    "fmax": torch.fmax,
+    "fmin": torch.fmin,
 }
 
 
@@ -188,7 +194,7 @@ def binary_inputs(f, op, sa, sb):
         return f.uniform(sa), f.nonzero(sb, 0.5, 2.0)
     if op == "pow":
         return f.uniform(sa, 0.3, 2.5), f.uniform(sb, -2.0, 2.0)
-    if op in ("maximum", "minimum"):
+    if op in ("maximum", "minimum", "fmax", "fmin"):
         # Interleaved grids: never equal, even after broadcasting.
         return f.grid(sa), f.grid(sb, offset=0.1)
     return f.uniform(sa), f.uniform(sb)
@@ -204,6 +210,13 @@ def gen_binary(f):
     b = torch.where(f.mask((3, 4)), a, f.grid((3, 4), offset=0.1))
     f.case("binary.maximum.ties", torch.maximum, [a, b])
     f.case("binary.minimum.ties", torch.minimum, [a, b])
+    f.case("binary.fmax.ties", torch.fmax, [a, b])
+    f.case("binary.fmin.ties", torch.fmin, [a, b])
+    # NaN on either side, or both: the gradient goes to the other operand.
+    a = t([[NAN, 1.0, NAN, 2.0], [0.5, NAN, -1.0, 3.0], [1.0, 1.0, NAN, -2.0]])
+    b = t([[1.0, NAN, NAN, 2.0], [0.5, -1.0, NAN, NAN], [2.0, 0.0, 4.0, -3.0]])
+    f.case("binary.fmax.nan", torch.fmax, [a, b])
+    f.case("binary.fmin.nan", torch.fmin, [a, b])
     # pow at a zero base (the exponent's gradient is 0 there for b >= 0, and the
     # base's is 0 for b == 0) and at a negative base (NaN for d/db).
     a = t([[0.0, 0.0, 0.0, 0.0], [0.0, -2.0, -2.0, 1.5], [2.0, 0.0, -0.5, 1.0]])

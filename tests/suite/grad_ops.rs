@@ -237,6 +237,8 @@ mod gradcheck_unary {
         div_scalar: ANY => |x| x.div_scalar(3.0);
         // Values within 0.05 of a bound are moved off it below.
         clamp: ANY => |x| x.clamp(-0.5, 0.75);
+        clamp_min: ANY => |x| x.clamp_min(-0.5);
+        clamp_max: ANY => |x| x.clamp_max(0.75);
         // The `std::ops` forms (`-x`, `x + s`, `x - s`, `x * s`, `x / s`).
         scalar_operators: ANY => |x| ((-x) + 1.5) * 2.0 - x / 4.0 - 0.5;
     }
@@ -323,6 +325,8 @@ mod gradcheck_binary {
         pow: Dom::U(0.3, 2.5), ANY;
         maximum: Dom::Grid(0.0), Dom::Grid(0.1);
         minimum: Dom::Grid(0.0), Dom::Grid(0.1);
+        fmax: Dom::Grid(0.0), Dom::Grid(0.1);
+        fmin: Dom::Grid(0.0), Dom::Grid(0.1);
     }
 
     /// The `std::ops` operators on tensors (`&a + &b`, owned forms).
@@ -1356,6 +1360,8 @@ mod fixture {
         ("mul_scalar", |x| x.mul_scalar(-2.5)),
         ("div_scalar", |x| x.div_scalar(3.0)),
         ("clamp", |x| x.clamp(-0.5, 0.75)),
+        ("clamp_min", |x| x.clamp_min(-0.5)),
+        ("clamp_max", |x| x.clamp_max(0.75)),
     ];
 
     /// The ops checked at their exact kinks (0, -0, the clamp bounds,
@@ -1365,6 +1371,8 @@ mod fixture {
         "abs",
         "leaky_relu",
         "clamp",
+        "clamp_min",
+        "clamp_max",
         "pow_scalar_int",
         "square",
         "hardswish",
@@ -1396,9 +1404,13 @@ mod fixture {
     #[test]
     fn binary() {
         let mut c = Fx::new("binary");
-        binary_fixture!(c: add, sub, mul, div, pow, maximum, minimum);
+        binary_fixture!(c: add, sub, mul, div, pow, maximum, minimum, fmax, fmin);
         c.case2("binary.maximum.ties", |a: &T<M34>, b: &T<M34>| a.maximum(b));
         c.case2("binary.minimum.ties", |a: &T<M34>, b: &T<M34>| a.minimum(b));
+        c.case2("binary.fmax.ties", |a: &T<M34>, b: &T<M34>| a.fmax(b));
+        c.case2("binary.fmin.ties", |a: &T<M34>, b: &T<M34>| a.fmin(b));
+        c.case2("binary.fmax.nan", |a: &T<M34>, b: &T<M34>| a.fmax(b));
+        c.case2("binary.fmin.nan", |a: &T<M34>, b: &T<M34>| a.fmin(b));
         c.case2("binary.pow.kink", |a: &T<M34>, b: &T<M34>| a.pow(b));
         c.finish();
     }

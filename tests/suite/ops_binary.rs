@@ -1,4 +1,4 @@
-//! Elementwise binary ops (add sub mul div pow maximum minimum) against
+//! Elementwise binary ops (add sub mul div pow maximum minimum fmax fmin) against
 //! PyTorch (`tools/fixtures/binary.safetensors`): same shapes, broadcasting
 //! with `One` dims on either side, lower rank on either side, rank-0
 //! operands, every pair of special values (NaN, ±Inf, ±0), non-contiguous
@@ -34,6 +34,8 @@ where
         ("pow", |a, b| a.pow(b)),
         ("maximum", |a, b| a.maximum(b)),
         ("minimum", |a, b| a.minimum(b)),
+        ("fmax", |a, b| a.fmax(b)),
+        ("fmin", |a, b| a.fmin(b)),
     ];
     table.to_vec()
 }

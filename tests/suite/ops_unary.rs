@@ -45,6 +45,8 @@ fn ops<S: Shape, E: Float, D: Device<E>>() -> Vec<(&'static str, UnaryFn<S, E, D
         ("mul_scalar", |x| x.mul_scalar(-2.5)),
         ("div_scalar", |x| x.div_scalar(3.0)),
         ("clamp", |x| x.clamp(-0.5, 0.75)),
+        ("clamp_min", |x| x.clamp_min(-0.5)),
+        ("clamp_max", |x| x.clamp_max(0.75)),
     ];
     table.to_vec()
 }

@@ -110,6 +110,21 @@ binary_table! {
     minimum, try_minimum => Minimum : |a, b| if a.is_nan() || b.is_nan() { R::nan() } else if a < b { a } else { b }, d|a, b| if a < b { (R::one(), R::zero()) } else if a > b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) },
         cuda "(m_isnan(a) || m_isnan(b)) ? m_nan<A>() : (a < b ? a : b)",
         "a < b ? (A)1 : (a > b ? (A)0 : (A)0.5)", "a < b ? (A)0 : (a > b ? (A)1 : (A)0.5)";
+    /// Elementwise maximum that ignores NaN (the other operand wins; NaN
+    /// only when both are), like `torch.fmax`. The gradient goes to the
+    /// operand that is not NaN (to `a` when both are) and is split at a tie,
+    /// as PyTorch's.
+    fmax, try_fmax => Fmax : |a, b| if b.is_nan() || a >= b { a } else { b }, d|a, b| if b.is_nan() || a > b { (R::one(), R::zero()) } else if a.is_nan() || a < b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) },
+        cuda "(m_isnan(b) || a >= b) ? a : b",
+        "(m_isnan(b) || a > b) ? (A)1 : ((m_isnan(a) || a < b) ? (A)0 : (A)0.5)",
+        "(m_isnan(b) || a > b) ? (A)0 : ((m_isnan(a) || a < b) ? (A)1 : (A)0.5)";
+    /// Elementwise minimum that ignores NaN (the other operand wins; NaN
+    /// only when both are), like `torch.fmin`. Its gradient is routed as
+    /// [`Tensor::fmax`]'s.
+    fmin, try_fmin => Fmin : |a, b| if b.is_nan() || a <= b { a } else { b }, d|a, b| if b.is_nan() || a < b { (R::one(), R::zero()) } else if a.is_nan() || a > b { (R::zero(), R::one()) } else { (R::c(0.5), R::c(0.5)) },
+        cuda "(m_isnan(b) || a <= b) ? a : b",
+        "(m_isnan(b) || a < b) ? (A)1 : ((m_isnan(a) || a > b) ? (A)0 : (A)0.5)",
+        "(m_isnan(b) || a < b) ? (A)0 : ((m_isnan(a) || a > b) ? (A)1 : (A)0.5)";
 }
 
 macro_rules! std_op {

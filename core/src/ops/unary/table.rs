@@ -170,4 +170,12 @@ unary_table! {
         if x.is_nan() { x } else { x.max(R::c(s.min)).min(R::c(s.max)) }
     }, d|x, _| if x > R::c(s.min) && x < R::c(s.max) { R::one() } else { R::zero() },
         cuda [s.min, s.max] "m_isnan(x) ? x : fmin(fmax(x, p0), p1)", "(x > p0 && x < p1) ? (A)1 : (A)0";
+    /// Clamps from below, like `x.clamp_min(min)` (`x.clamp(min=min)`);
+    /// NaN stays NaN. The gradient passes where `x > min`, as PyTorch's.
+    clamp_min => ClampMin { min } : |x, s| if x.is_nan() || x >= R::c(s.min) { x } else { R::c(s.min) }, d|x, _| if x > R::c(s.min) { R::one() } else { R::zero() },
+        cuda [s.min, 0.0] "(m_isnan(x) || x >= p0) ? x : p0", "x > p0 ? (A)1 : (A)0";
+    /// Clamps from above, like `x.clamp_max(max)` (`x.clamp(max=max)`);
+    /// NaN stays NaN. The gradient passes where `x < max`, as PyTorch's.
+    clamp_max => ClampMax { max } : |x, s| if x.is_nan() || x <= R::c(s.max) { x } else { R::c(s.max) }, d|x, _| if x < R::c(s.max) { R::one() } else { R::zero() },
+        cuda [s.max, 0.0] "(m_isnan(x) || x <= p0) ? x : p0", "x < p0 ? (A)1 : (A)0";
 }
