@@ -295,9 +295,12 @@ def reductions(x, dim, keepdim=False):
     if (dim is None and x.numel() > 0) or (dim is not None and x.shape[dim] > 0):
         out["max"] = x.amax(**kw) if dim is not None else x.max()
         out["min"] = x.amin(**kw) if dim is not None else x.min()
-    if dim is not None and not keepdim and x.shape[dim] > 0:
-        out["argmax"] = x.argmax(dim)
-        out["argmin"] = x.argmin(dim)
+    if dim is not None and x.shape[dim] > 0:
+        out["argmax"] = x.argmax(dim, keepdim=keepdim)
+        out["argmin"] = x.argmin(dim, keepdim=keepdim)
+    if dim is None and x.numel() > 0:
+        out["argmax"] = x.argmax()
+        out["argmin"] = x.argmin()
     return out
 
 

@@ -14,8 +14,7 @@ use forma::core::{Float, Shape, Tensor};
 use forma::{Ax, Dyn, C};
 
 /// Compares `x.<op>::<AX>()` (or the keepdim form) with `<op>.<case>.out`
-/// when PyTorch defines it (no max/min/argmax over an empty axis, no
-/// keepdim argmax fixtures).
+/// when PyTorch defines it (no max/min/argmax over an empty axis).
 fn along<const AX: usize, S, E, D>(
     c: &mut Checks,
     fx: &Fixture,
@@ -55,7 +54,9 @@ fn along<const AX: usize, S, E, D>(
         ("std_b", false) => c.close(&x.std::<AX>(false), &key, tol),
         ("std_b", true) => c.close(&x.std_keepdim::<AX>(false), &key, tol),
         ("argmax", false) => c.close(&x.argmax::<AX>(), &key, EXACT),
+        ("argmax", true) => c.close(&x.argmax_keepdim::<AX>(), &key, EXACT),
         ("argmin", false) => c.close(&x.argmin::<AX>(), &key, EXACT),
+        ("argmin", true) => c.close(&x.argmin_keepdim::<AX>(), &key, EXACT),
         _ => {}
     }
 }
@@ -88,6 +89,8 @@ fn over_all<S, E, D>(
         "var_b" => c.close(&x.var_all(false), &key, tol),
         "std_u" => c.close(&x.std_all(true), &key, tol),
         "std_b" => c.close(&x.std_all(false), &key, tol),
+        "argmax" => c.close(&x.argmax_all(), &key, EXACT),
+        "argmin" => c.close(&x.argmin_all(), &key, EXACT),
         _ => {}
     }
 }
@@ -182,8 +185,8 @@ device_tests! {
         assert_close(&zeros, &[0.0; 15], 0.0, 1e-5);
     }
 
-    /// max/min over an empty axis (or of an empty tensor) are errors, as in
-    /// PyTorch; argmax/argmin panic.
+    /// max/min/argmax/argmin over an empty axis (or of an empty tensor) are
+    /// errors, as in PyTorch; the plain forms panic.
     fn extremes_of_empty_axis_are_errors<D>(dev) {
         let e: Tensor<(Dyn, C<3>), f32, D> = Tensor::zeros_on((Dyn(0), C), dev);
         assert!(e.try_reduce::<0>(ReduceOp::Max).is_err());
@@ -191,6 +194,15 @@ device_tests! {
         assert!(e.try_reduce_keepdim::<0>(ReduceOp::Max).is_err());
         assert!(e.try_reduce_all(ReduceOp::Max).is_err());
         assert!(e.try_reduce_all(ReduceOp::Min).is_err());
+        // The named forms: `try_` returns PyTorch's refusal as an error.
+        assert!(e.try_max::<0>().is_err());
+        assert!(e.try_min_keepdim::<0>().is_err());
+        assert!(e.try_max_all().is_err());
+        assert!(e.try_argmax::<0>().is_err());
+        assert!(e.try_argmin::<0>().is_err());
+        assert!(e.try_argmax_all().is_err());
+        assert!(e.try_argmin_all().is_err());
+        assert_eq!(e.try_sum::<0>().unwrap().to_vec(), vec![0.0; 3]);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.argmax::<0>()));
         assert!(r.is_err(), "argmax over an empty axis must panic");
         // an empty *result* is fine

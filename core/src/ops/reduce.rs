@@ -247,51 +247,157 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         self.reduce_recorded(op, None, &[])
     }
 
-    /// Index of the extreme along `AX` (dropping it).
-    fn try_arg<const AX: usize>(
+    /// Index of the extreme along `AX`, as a tensor of `dims` (the input's
+    /// with `AX` dropped, or kept as size 1 when `keepdim`).
+    fn try_arg<const AX: usize, S2: Shape>(
         &self,
         op: ArgReduceOp,
-    ) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+        keepdim: bool,
+    ) -> Result<Tensor<S2, i64, D>>
     where
         S: HasAxis<AX>,
     {
         let s = self
             .device
             .arg_reduce(op, &self.storage(), &self.layout, AX)?;
+        let dims = if keepdim {
+            let mut dims = self.layout.dims;
+            dims[AX] = 1;
+            dims
+        } else {
+            self.layout.remove_axis(AX).dims
+        };
         Ok(
-            Tensor::from_storage(s, &self.layout.remove_axis(AX).dims, self.device.clone()).noted(
-                || {
-                    let op = Op::ArgReduce {
-                        op,
-                        axis: AX,
-                        keepdim: false,
-                    };
-                    (op, vec![self.val()])
-                },
-            ),
+            Tensor::from_storage(s, &dims, self.device.clone()).noted(|| {
+                let op = Op::ArgReduce {
+                    op,
+                    axis: AX,
+                    keepdim,
+                };
+                (op, vec![self.val()])
+            }),
         )
     }
 
-    /// Index of the first maximum along `AX`, like `x.argmax(ax)`.
+    /// Index of the first maximum along `AX`, like `x.argmax(ax)`; NaN
+    /// counts as the maximum.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<2>, C<3>)>::from_vec(vec![1., 5., 5., 7., 0., 2.], (C, C)).unwrap();
+    /// assert_eq!(x.argmax::<1>().to_vec(), [1, 0]);
+    /// assert_eq!(x.argmax_keepdim::<0>().dims()[..], [1, 3]);
+    /// assert_eq!(x.argmax_all().to_vec(), [3]);
+    /// ```
     ///
     /// # Panics
-    /// If the axis is empty.
+    /// If the axis is empty; see [`Tensor::try_argmax`].
+    #[track_caller]
     pub fn argmax<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
     where
         S: HasAxis<AX>,
     {
-        ok(self.try_arg::<AX>(ArgReduceOp::ArgMax))
+        ok(self.try_argmax::<AX>())
     }
 
-    /// Index of the first minimum along `AX`, like `x.argmin(ax)`.
+    /// [`Tensor::argmax`], returning an error where PyTorch raises.
+    ///
+    /// # Errors
+    /// An empty axis (PyTorch: "cannot perform reduction function argmax
+    /// on a tensor with no elements").
+    pub fn try_argmax<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        self.try_arg::<AX, _>(ArgReduceOp::ArgMax, false)
+    }
+
+    /// [`Tensor::argmax`] keeping the axis as size 1, like `x.argmax(ax, keepdim=True)`.
     ///
     /// # Panics
     /// If the axis is empty.
+    #[track_caller]
+    pub fn argmax_keepdim<const AX: usize>(
+        &self,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
+    where
+        S: HasAxis<AX>,
+    {
+        ok(self.try_arg::<AX, _>(ArgReduceOp::ArgMax, true))
+    }
+
+    /// Index of the first minimum along `AX`, like `x.argmin(ax)`; NaN
+    /// counts as the minimum.
+    ///
+    /// # Panics
+    /// If the axis is empty; see [`Tensor::try_argmin`].
+    #[track_caller]
     pub fn argmin<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
     where
         S: HasAxis<AX>,
     {
-        ok(self.try_arg::<AX>(ArgReduceOp::ArgMin))
+        ok(self.try_argmin::<AX>())
+    }
+
+    /// [`Tensor::argmin`], returning an error where PyTorch raises.
+    ///
+    /// # Errors
+    /// An empty axis.
+    pub fn try_argmin<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+    where
+        S: HasAxis<AX>,
+    {
+        self.try_arg::<AX, _>(ArgReduceOp::ArgMin, false)
+    }
+
+    /// [`Tensor::argmin`] keeping the axis as size 1, like `x.argmin(ax, keepdim=True)`.
+    ///
+    /// # Panics
+    /// If the axis is empty.
+    #[track_caller]
+    pub fn argmin_keepdim<const AX: usize>(
+        &self,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
+    where
+        S: HasAxis<AX>,
+    {
+        ok(self.try_arg::<AX, _>(ArgReduceOp::ArgMin, true))
+    }
+
+    /// Index of the first maximum of the flattened tensor, like `x.argmax()`.
+    ///
+    /// # Panics
+    /// If the tensor is empty; see [`Tensor::try_argmax_all`].
+    #[track_caller]
+    pub fn argmax_all(&self) -> Tensor<(), i64, D> {
+        ok(self.try_argmax_all())
+    }
+
+    /// [`Tensor::argmax_all`], returning an error where PyTorch raises.
+    ///
+    /// # Errors
+    /// An empty tensor.
+    pub fn try_argmax_all(&self) -> Result<Tensor<(), i64, D>> {
+        self.try_reshape_to((Dyn(self.numel()),))?
+            .try_arg::<0, _>(ArgReduceOp::ArgMax, false)
+    }
+
+    /// Index of the first minimum of the flattened tensor, like `x.argmin()`.
+    ///
+    /// # Panics
+    /// If the tensor is empty; see [`Tensor::try_argmin_all`].
+    #[track_caller]
+    pub fn argmin_all(&self) -> Tensor<(), i64, D> {
+        ok(self.try_argmin_all())
+    }
+
+    /// [`Tensor::argmin_all`], returning an error where PyTorch raises.
+    ///
+    /// # Errors
+    /// An empty tensor.
+    pub fn try_argmin_all(&self) -> Result<Tensor<(), i64, D>> {
+        self.try_reshape_to((Dyn(self.numel()),))?
+            .try_arg::<0, _>(ArgReduceOp::ArgMin, false)
     }
 
     /// Variance along `AX`, unbiased (`ddof = 1`) or not, like `x.var(ax, unbiased=...)`.
@@ -352,8 +458,41 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
 }
 
 macro_rules! reductions {
-    ($($(#[$doc:meta])* $m:ident, $keep:ident, $all:ident => $op:ident;)*) => {
+    ($($(#[$doc:meta])* $m:ident, $keep:ident, $all:ident, $try_m:ident, $try_keep:ident, $try_all:ident => $op:ident;)*) => {
         impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {$(
+            $(#[$doc])*
+            /// Drops the axis; the fallible form.
+            ///
+            /// # Errors
+            /// Max/min over an empty axis (PyTorch raises), or a backend failure.
+            pub fn $try_m<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
+            where
+                S: HasAxis<AX>,
+            {
+                self.try_reduce::<AX>(ReduceOp::$op)
+            }
+
+            $(#[$doc])*
+            /// Keeps the axis as a size-1 [`One`]; the fallible form.
+            ///
+            /// # Errors
+            /// Max/min over an empty axis, or a backend failure.
+            pub fn $try_keep<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>>
+            where
+                S: HasAxis<AX>,
+            {
+                self.try_reduce_keepdim::<AX>(ReduceOp::$op)
+            }
+
+            $(#[$doc])*
+            /// Over every element, to a scalar; the fallible form.
+            ///
+            /// # Errors
+            /// Max/min of an empty tensor, or a backend failure.
+            pub fn $try_all(&self) -> Result<Tensor<(), E, D>> {
+                self.try_reduce_all(ReduceOp::$op)
+            }
+
             $(#[$doc])*
             /// Drops the axis.
             ///
@@ -392,15 +531,15 @@ macro_rules! reductions {
 
 reductions! {
     /// Sum, like `x.sum(ax)`.
-    sum, sum_keepdim, sum_all => Sum;
+    sum, sum_keepdim, sum_all, try_sum, try_sum_keepdim, try_sum_all => Sum;
     /// Mean, like `x.mean(ax)`.
-    mean, mean_keepdim, mean_all => Mean;
+    mean, mean_keepdim, mean_all, try_mean, try_mean_keepdim, try_mean_all => Mean;
     /// Maximum values, like `x.amax(ax)`.
-    max, max_keepdim, max_all => Max;
+    max, max_keepdim, max_all, try_max, try_max_keepdim, try_max_all => Max;
     /// Minimum values, like `x.amin(ax)`.
-    min, min_keepdim, min_all => Min;
+    min, min_keepdim, min_all, try_min, try_min_keepdim, try_min_all => Min;
     /// Product, like `x.prod(ax)`.
-    prod, prod_keepdim, prod_all => Prod;
+    prod, prod_keepdim, prod_all, try_prod, try_prod_keepdim, try_prod_all => Prod;
     /// `log(sum(exp(x)))` computed stably, like `torch.logsumexp`.
-    logsumexp, logsumexp_keepdim, logsumexp_all => LogSumExp;
+    logsumexp, logsumexp_keepdim, logsumexp_all, try_logsumexp, try_logsumexp_keepdim, try_logsumexp_all => LogSumExp;
 }
