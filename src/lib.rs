@@ -56,7 +56,9 @@ pub use forma_core::ops::cat::{cat, stack, try_cat, try_stack};
 pub use forma_core::ops::cmp::{try_where_cond, where_cond};
 pub use forma_core::ops::conv::Conv2dParams;
 pub use forma_core::ops::fused::{fused, try_composed, try_fused};
+pub use forma_core::ops::pad::PadMode;
 pub use forma_core::ops::pool::Pool2dParams;
+pub use forma_core::ops::resample::{Interpolation, Resize};
 pub use forma_core::shape::Ax;
 
 /// What most programs import: `use forma::prelude::*;`.

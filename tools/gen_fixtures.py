@@ -10,7 +10,8 @@ It writes one safetensors file per op family to `tools/fixtures/`:
 
     unary.safetensors    binary.safetensors   cmp.safetensors
     reduce.safetensors   softmax.safetensors  matmul.safetensors
-    attention.safetensors  cumsum.safetensors
+    attention.safetensors  cumsum.safetensors   rearrange.safetensors
+    sort.safetensors
     index.safetensors    shape.safetensors    conv.safetensors
     pool.safetensors     create.safetensors
 
@@ -786,6 +787,95 @@ def gen_cumsum():
     return f
 
 
+# ---------------------------------------------------------------- rearrange
+def gen_rearrange():
+    """tril/triu, roll, repeat_interleave, pad, pixel_shuffle/unshuffle and
+    interpolate: outputs, and the gradient of `sum(y * w)` for a fixed
+    random `w` (key `<case>.grad`, w stored as `<case>.w`)."""
+    f = Family("rearrange", 14)
+
+    def case(name, x, fn):
+        xg = x.clone().requires_grad_()
+        y = fn(xg)
+        f.put(f"{name}.out", y.detach())
+        w = f.put(f"{name}.w", f.normal(tuple(y.shape)))
+        (y * w).sum().backward()
+        f.put(f"{name}.grad", xg.grad)
+
+    m = f.put("m.in0", f.normal((2, 3, 4)))
+    for k in (-1, 0, 2):
+        case(f"tril.k{k}", m, lambda x: torch.tril(x, k))
+        case(f"triu.k{k}", m, lambda x: torch.triu(x, k))
+    # NaN and Inf above the diagonal become 0.
+    sp = f.put("special.in0", t([[1.0, NAN, INF], [2.0, 3.0, -INF], [NAN, 4.0, 5.0]]))
+    f.put("tril.special.out", torch.tril(sp))
+    f.put("triu.special.out", torch.triu(sp, 1))
+    v = f.put("v.in0", f.normal((3, 5)))
+    for shift in (2, -1, 7, 0):
+        case(f"roll.ax1.s{shift}", v, lambda x: torch.roll(x, shift, 1))
+    case("roll.ax0.s1", v, lambda x: torch.roll(x, 1, 0))
+    case("repeat.ax1.r3", v, lambda x: torch.repeat_interleave(x, 3, 1))
+    case("repeat.ax0.each", v, lambda x: torch.repeat_interleave(x, torch.tensor([2, 0, 1]), 0))
+    img = f.put("img.in0", f.normal((2, 3, 4, 5)))
+    for mode in ("constant", "reflect", "replicate", "circular"):
+        kw = {"value": 1.5} if mode == "constant" else {}
+        # F.pad lists the last axis first: (left, right, top, bottom)
+        case(f"pad.{mode}", img, lambda x: F.pad(x, (2, 3, 1, 2), mode=mode, **kw))
+    ps = f.put("ps.in0", f.normal((2, 8, 3, 2)))
+    case("pixel_shuffle.r2", ps, lambda x: F.pixel_shuffle(x, 2))
+    pu = f.put("pu.in0", f.normal((2, 2, 4, 6)))
+    case("pixel_unshuffle.r2", pu, lambda x: F.pixel_unshuffle(x, 2))
+    # interpolate: sizes up and down, scale factors (integer and not),
+    # bilinear with and without align_corners.
+    modes = {
+        "nearest": dict(mode="nearest"),
+        "nearest_exact": dict(mode="nearest-exact"),
+        "bilinear": dict(mode="bilinear", align_corners=False),
+        "bilinear_ac": dict(mode="bilinear", align_corners=True),
+    }
+    for mname, kw in modes.items():
+        case(f"interp.{mname}.size_up", img, lambda x: F.interpolate(x, size=(7, 9), **kw))
+        case(f"interp.{mname}.size_down", img, lambda x: F.interpolate(x, size=(3, 2), **kw))
+        case(f"interp.{mname}.scale2", img, lambda x: F.interpolate(x, scale_factor=2.0, **kw))
+        case(f"interp.{mname}.scale1_7", img, lambda x: F.interpolate(x, scale_factor=(1.7, 0.6), **kw))
+    return f
+
+
+# ---------------------------------------------------------------- sort
+def gen_sort():
+    """sort/argsort (stable) and topk along each axis, NaN and ties, and the
+    gradient of `sum(values * w)` (`<case>.grad`, w stored as `<case>.w`)."""
+    f = Family("sort", 15)
+    x = f.put("x.in0", f.normal((3, 4, 5)))
+    for d in range(3):
+        for desc in (False, True):
+            name = f"sort.ax{d}.{'desc' if desc else 'asc'}"
+            xg = x.clone().requires_grad_()
+            v, i = torch.sort(xg, dim=d, descending=desc, stable=True)
+            f.put(f"{name}.values", v.detach())
+            f.put(f"{name}.indices", i)
+            w = f.put(f"{name}.w", f.normal(tuple(v.shape)))
+            (v * w).sum().backward()
+            f.put(f"{name}.grad", xg.grad)
+    for k, largest in ((2, True), (3, False), (5, True)):
+        name = f"topk.k{k}.{'largest' if largest else 'smallest'}"
+        xg = x.clone().requires_grad_()
+        v, i = torch.topk(xg, k, dim=2, largest=largest, sorted=True)
+        f.put(f"{name}.values", v.detach())
+        f.put(f"{name}.indices", i)
+        w = f.put(f"{name}.w", f.normal(tuple(v.shape)))
+        (v * w).sum().backward()
+        f.put(f"{name}.grad", xg.grad)
+    # NaN sorts above every number; ties keep their order (stable).
+    sp = f.put("special.in0", t([[2.0, NAN, -1.0, INF, 2.0, -INF, 0.0, NAN], [1.0, 1.0, 1.0, 0.0, 0.0, 3.0, 3.0, -2.0]]))
+    for desc in (False, True):
+        v, i = torch.sort(sp, dim=1, descending=desc, stable=True)
+        tag = "desc" if desc else "asc"
+        f.put(f"special.{tag}.values", v)
+        f.put(f"special.{tag}.indices", i)
+    return f
+
+
 def main():
     families = [
         gen_unary,
@@ -794,6 +884,8 @@ def main():
         gen_reduce,
         gen_softmax,
         gen_cumsum,
+        gen_rearrange,
+        gen_sort,
         gen_attention,
         gen_matmul,
         gen_index,
