@@ -85,6 +85,13 @@ device_tests! {
         let b: Tensor<(C<4>,), f32, D> = fx.tensor("bias.in2", dev);
         let y = x.conv2d(&w, conv([1, 1], [1, 1], [1, 1], 1));
         fx.check(&add_channel_bias(&y, &b), "bias.out", F32_SUM_TOL);
+        let y = x.conv2d_bias(&w, Some(&b), conv([1, 1], [1, 1], [1, 1], 1));
+        fx.check(&y, "bias.out", F32_SUM_TOL);
+        // A `Dyn` bias of the wrong length is an error, not a panic.
+        let wd: Tensor<(Dyn, C<3>, C<3>, C<3>), f32, D> = fx.tensor("bias.in1", dev);
+        let short = Tensor::<(Dyn,), f32, D>::zeros_on((Dyn(3),), dev);
+        let err = x.try_conv2d_bias(&wd, Some(&short), conv([1, 1], [1, 1], [1, 1], 1));
+        assert!(err.unwrap_err().to_string().contains("3 biases, one per channel"));
     }
 
     /// `F.conv1d` with stride and padding, with dilation, with groups.

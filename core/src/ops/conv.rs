@@ -253,6 +253,45 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     ) -> Tensor<(N, Co, Dyn, Dyn), E, D> {
         ok(self.try_conv2d(weight, p))
     }
+
+    /// [`Tensor::try_conv2d`] with an optional per-output-channel bias, like
+    /// `F.conv2d(x, weight, bias, ..)`. The bias length is the weight's first
+    /// dim by type.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<2>)>::ones();
+    /// let w = Tensor::<(C<2>, C<1>, C<1>, C<1>)>::from_vec(vec![1., 2.], (C, C, C, C)).unwrap();
+    /// let b = Tensor::<(C<2>,)>::from_vec(vec![0.5, -1.], (C,)).unwrap();
+    /// let y = x.try_conv2d_bias(&w, Some(&b), Conv2dParams::default()).unwrap();
+    /// assert_eq!(y.to_vec(), [1.5, 1.5, 1.5, 1.5, 1., 1., 1., 1.]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::try_conv2d`], and a `Dyn` bias of the wrong length.
+    pub fn try_conv2d_bias<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        bias: Option<&Tensor<(Co,), E, D>>,
+        p: Conv2dParams,
+    ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
+        let y = self.try_conv2d(weight, p)?;
+        match bias {
+            Some(b) => try_add_channel_bias(&y, b),
+            None => Ok(y),
+        }
+    }
+
+    /// [`Tensor::try_conv2d_bias`] that panics on bad sizes.
+    #[track_caller]
+    pub fn conv2d_bias<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        bias: Option<&Tensor<(Co,), E, D>>,
+        p: Conv2dParams,
+    ) -> Tensor<(N, Co, Dyn, Dyn), E, D> {
+        ok(self.try_conv2d_bias(weight, bias, p))
+    }
 }
 
 impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, Ci, L), E, D> {
@@ -302,33 +341,45 @@ impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, 
 /// Adds a per-channel bias `[c]` to a `[n, c, ...]` tensor (axis 1).
 ///
 /// # Panics
-/// If the bias length differs from the channel count.
+/// If the bias length differs from the channel count; see [`try_add_channel_bias`].
+#[track_caller]
 pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>(
     x: &Tensor<S, E, D>,
     bias: &Tensor<(C,), E, D>,
 ) -> Tensor<S, E, D> {
+    ok(try_add_channel_bias(x, bias))
+}
+
+/// [`add_channel_bias`], returning a length mismatch as an error.
+///
+/// # Errors
+/// A bias whose length differs from the channel count, or a backend failure.
+pub fn try_add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>(
+    x: &Tensor<S, E, D>,
+    bias: &Tensor<(C,), E, D>,
+) -> Result<Tensor<S, E, D>> {
+    if S::RANK < 2 || x.layout.dims[1] != bias.numel() {
+        return Err(Error::shape(
+            "add_channel_bias",
+            format!("{} biases, one per channel (axis 1)", bias.numel()),
+            &x.layout.dims,
+        ));
+    }
     let mut dims = vec![1; S::RANK];
     dims[1] = bias.numel();
     let mut lb = Layout::contiguous(&dims);
     lb.strides[1] = bias.layout.strides[0];
     lb.offset = bias.layout.offset;
     let lb = lb.broadcast_to(&x.layout.dims);
-    assert_eq!(
-        x.layout.dims[1],
-        bias.numel(),
-        "add_channel_bias: {} channels but {} biases",
-        x.layout.dims[1],
-        bias.numel()
-    );
-    let s = ok(x.device.binary(
+    let s = x.device.binary(
         crate::ops::binary::Add,
         &x.storage(),
         &x.layout,
         &bias.storage(),
         &lb,
-    ));
+    )?;
     let bdims = bias.layout.dims;
-    Tensor::from_storage(s, &x.layout.dims, x.device.clone())
+    Ok(Tensor::from_storage(s, &x.layout.dims, x.device.clone())
         .record(
             "add_channel_bias",
             &[x.var.clone(), bias.var.clone()],
@@ -358,7 +409,7 @@ pub fn add_channel_bias<S: Shape, C: Dim, E: Float, D: crate::device::Device<E>>
                 crate::graph::Op::Binary { name: "add" },
                 vec![x.val(), column],
             )
-        })
+        }))
 }
 
 /// Options of a 2-d transposed convolution, in PyTorch's names and defaults

@@ -351,6 +351,66 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
     ) -> Tensor<<Si as AppendDim>::Appended<Dm>, E, D> {
         ok(self.try_embedding(idx))
     }
+
+    /// [`Tensor::try_embedding`] with a padding row, like
+    /// `F.embedding(idx, weight, padding_idx=p)`: the rows looked up at
+    /// index `p` pass no gradient back to the table (with `None`, this is
+    /// [`Tensor::try_embedding`]).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let table = Tensor::<(C<3>, C<2>)>::ones().requires_grad();
+    /// let idx = Tensor::<(C<3>,), i64>::from_vec(vec![0, 2, 0], (C,)).unwrap();
+    /// table.embedding_padded(&idx, Some(0)).sum_all().backward();
+    /// assert_eq!(table.grad().unwrap().to_vec(), [0., 0., 0., 0., 1., 1.]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an index outside the vocabulary, or a
+    /// `padding_idx` outside the table.
+    pub fn try_embedding_padded<Si: AppendDim>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+        padding_idx: Option<usize>,
+    ) -> Result<Tensor<<Si as AppendDim>::Appended<Dm>, E, D>> {
+        let vocab = self.layout.dims[0];
+        let p = match padding_idx {
+            Some(p) if p >= vocab => {
+                return Err(Error::invalid(
+                    "embedding",
+                    format!("padding_idx {p} is outside the table of {vocab} rows"),
+                ))
+            }
+            Some(p) if self.needs_grad() => p,
+            _ => return self.try_embedding(idx),
+        };
+        let flat = idx.flatten_all();
+        let rows = self.try_embedding(&flat)?.into_dyn();
+        // Which positions hold the padding index, found with a lookup in a
+        // one-column table that is 1 at the padding row (no host read of
+        // the indices, and no float cast of them that could round).
+        let mut marks = vec![E::from_f64(0.0); vocab];
+        marks[p] = E::from_f64(1.0);
+        let marks = Tensor::from_vec_on(marks, (Dyn(vocab), Dyn(1)), &self.device)?;
+        let hit = marks.try_embedding(&flat)?;
+        let is_padding = hit.try_gt(&hit.zeros_like())?;
+        let rows = crate::ops::cmp::try_where_cond(&is_padding, &rows.detach(), &rows)?;
+        let mut dims = idx.layout.dims.to_vec();
+        dims.push(self.layout.dims[1]);
+        let shape = <Si as AppendDim>::Appended::<Dm>::from_dims(&dims)
+            .expect("the dims were built from the index and the table");
+        rows.try_reshape_to(shape)
+    }
+
+    /// [`Tensor::try_embedding_padded`] that panics on a bad index.
+    #[track_caller]
+    pub fn embedding_padded<Si: AppendDim>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+        padding_idx: Option<usize>,
+    ) -> Tensor<<Si as AppendDim>::Appended<Dm>, E, D> {
+        ok(self.try_embedding_padded(idx, padding_idx))
+    }
 }
 
 impl<S: Shape, D: Backend> Tensor<S, i64, D> {

@@ -2,9 +2,8 @@
 
 use crate::Forward;
 use forma_core::device::Device;
-use forma_core::ops::cmp::where_cond;
 use forma_core::shape::AppendDim;
-use forma_core::{Dyn, Float, Result, Rng, Shape, Tensor, C};
+use forma_core::{Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -85,37 +84,7 @@ impl<const V: usize, const DIM: usize, E: Float, D: Device<E>> Embedding<V, DIM,
         &self,
         idx: &Tensor<Si, i64, D>,
     ) -> Result<Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>> {
-        let flat = idx.flatten_all();
-        let rows = self.weight.try_embedding(&flat)?;
-        let rows = match self.padding_idx {
-            Some(p) if rows.needs_grad() => self.cut_padding_grad(rows.into_dyn(), &flat, p)?,
-            _ => rows.into_dyn(),
-        };
-        let mut dims = idx.dims().to_vec();
-        dims.push(DIM);
-        match <<Si as AppendDim>::Appended<C<DIM>>>::from_dims(&dims) {
-            Some(shape) => rows.try_reshape_to(shape),
-            None => unreachable!("the output is the index's shape plus DIM"),
-        }
-    }
-
-    /// The same rows, but the ones looked up for `padding` pass no gradient
-    /// back to the table (they are taken from a detached copy).
-    fn cut_padding_grad(
-        &self,
-        rows: Tensor<(Dyn, Dyn), E, D>,
-        flat: &Tensor<(Dyn,), i64, D>,
-        padding: usize,
-    ) -> Result<Tensor<(Dyn, Dyn), E, D>> {
-        // Which positions hold the padding index, found with a lookup in a
-        // one-column table that is 1 at the padding row (integer tensors have
-        // no comparisons, and a float cast of the indices could round).
-        let mut marks = vec![E::from_f64(0.0); V];
-        marks[padding] = E::from_f64(1.0);
-        let marks = Tensor::from_vec_on(marks, (Dyn(V), Dyn(1)), rows.device())?;
-        let hit = marks.try_embedding(flat)?;
-        let is_padding = hit.gt(&hit.zeros_like());
-        Ok(where_cond(&is_padding, &rows.detach(), &rows))
+        self.weight.try_embedding_padded(idx, self.padding_idx)
     }
 }
 
