@@ -8,7 +8,10 @@
 //!   embeddings (mean pooling, L2 normalisation) for all-MiniLM-L6-v2
 //!   ([`bert::MiniLmL6`]);
 //! - [`gpt2`]: the decoder with its head tied to the token embedding, a KV
-//!   cache, and greedy / top-k generation ([`gpt2::Gpt2Small`]).
+//!   cache, and greedy / top-k generation ([`gpt2::Gpt2Small`]);
+//! - [`llama`]: a Llama decoder (`LlamaForCausalLM`: RMSNorm, rotary
+//!   positions, SiLU-gated MLP, grouped-query attention, tied or untied
+//!   head) with a KV cache and greedy generation ([`llama::TinyLlama`]).
 //!
 //! ```no_run
 //! use forma::prelude::*;
@@ -39,6 +42,7 @@
 pub mod bert;
 mod error;
 pub mod gpt2;
+pub mod llama;
 mod util;
 
 pub use error::ModelError;

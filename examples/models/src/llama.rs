@@ -1,0 +1,1034 @@
+//! A Llama decoder with the layout of Hugging Face's `LlamaForCausalLM`:
+//! `model.embed_tokens.weight`, `model.layers.0.self_attn.q_proj.weight`
+//! (bias-free projections), `model.layers.0.mlp.gate_proj.weight`,
+//! `model.layers.0.input_layernorm.weight`, ..., `model.norm.weight`,
+//! `lm_head.weight`.
+//!
+//! **Numerics** follow `transformers`' eager path: RMSNorm
+//! `x * rsqrt(mean(x^2) + eps) * weight` ([`RMSNorm`], exactly HF's
+//! arithmetic in f32 and f64; HF upcasts f16/bf16 activations to f32 for
+//! the normalisation, Forma's layer stays in the element type); the default
+//! rotary embedding (`inv_freq = 1 / theta^(2i / head_dim)`, `cos`/`sin` of
+//! `cat(freqs, freqs)`, applied as `x * cos + rotate_half(x) * sin` with
+//! `rotate_half(x) = cat(-x2, x1)`); a SiLU-gated MLP
+//! `down(silu(gate(x)) * up(x))`; grouped-query attention (each key/value
+//! head serves `HEADS / num_key_value_heads` query heads, repeated like
+//! `repeat_kv`), scaled by `1/sqrt(head_dim)`, causal, hidden positions at
+//! the most negative f32. Only the default rope is implemented: a config
+//! with `rope_scaling` (Llama 3's `llama3`, `linear`, `dynamic`, ...) has no
+//! field here, and its checkpoints would load but compute other positions.
+//!
+//! **Tied head.** With `tie_word_embeddings` (Llama 3.2 1B and 3B) the
+//! output projection is the token embedding: the model has no `lm_head`
+//! (the field is `None`), the logits are `norm(h) @ embed_tokens.weight^T`,
+//! and `state_dict()` holds no `lm_head.weight`, like the `model.safetensors`
+//! that `save_pretrained` writes. A file that does carry it loads when it
+//! equals the embedding and is refused otherwise. Untied models (TinyLlama,
+//! Llama 2, Llama 3 8B) have `lm_head: Some(..)`.
+//!
+//! **Checkpoints.** [`LlamaForCausalLM::load_hf_state_dict`] also reads a
+//! bare `LlamaModel` file (no `model.` prefix: it is added) and drops the
+//! `self_attn.rotary_emb.inv_freq` buffers that older `transformers` saved;
+//! the [`HfLoadReport`] lists both.
+//!
+//! **Generation.** [`LlamaForCausalLM::logits_cached`] runs new positions
+//! against a [`KvCache`] of every layer's keys (after the rotary embedding)
+//! and values, stored with the key/value heads only (not repeated), so a
+//! GQA model's cache is `HEADS / num_key_value_heads` times smaller;
+//! [`LlamaForCausalLM::generate`] is greedy decoding, like
+//! `generate(do_sample=False)`.
+//!
+//! **Sizes.** Const generics: vocabulary `V`, hidden `H`, query heads
+//! `HEADS` (`head_dim = H / HEADS`), `KV`, the width of `k_proj` and `v_proj`
+//! (`num_key_value_heads * head_dim`: stable Rust cannot write that product
+//! in a type, so it is a parameter, and the number of key/value heads is
+//! `KV / head_dim`), and the MLP's inner size `FF`. The rest (layer count,
+//! eps, rope theta, tying) is run-time configuration, [`LlamaConfig`], whose
+//! sizes must agree with the type (checked when the model is built). The
+//! context length is not a type parameter: the rotary embedding has no
+//! table, and, as in `transformers`, positions beyond
+//! `max_position_embeddings` are not refused. A `head_dim` other than
+//! `H / HEADS` (some Llama derivatives) is not supported.
+
+use crate::util::HIDDEN;
+use crate::util::{attend, count_layers, layout_of, merge_heads, restore, split_heads, Dyn4, Init};
+use crate::{HfLoadReport, Loaded, ModelError, Outputs};
+use forma::core::device::Device;
+use forma::nn::layers::{Dropout, Embedding, Linear, RMSNorm};
+use forma::nn::{scope, Module, StateDict};
+use forma::prelude::*;
+use std::path::Path;
+
+const MODEL: &str = "Llama";
+
+/// Hugging Face's `LlamaConfig`, the fields this model reads. The sizes
+/// repeat the model type's parameters (so that a config read from
+/// `config.json` can be checked against the type); the others are free.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Vocabulary size (the type's `V`).
+    pub vocab_size: usize,
+    /// Hidden size (the type's `H`).
+    pub hidden_size: usize,
+    /// The MLP's inner size (the type's `FF`).
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads (the type's `HEADS`).
+    pub num_attention_heads: usize,
+    /// Key/value heads (the type's `KV / head_dim`): fewer than the query
+    /// heads for grouped-query attention, as many for multi-head attention.
+    pub num_key_value_heads: usize,
+    /// RMSNorm eps (`rms_norm_eps`; HF's default 1e-6, Llama 2 and
+    /// TinyLlama 1e-5).
+    pub rms_norm_eps: f64,
+    /// Base of the rotary frequencies (`rope_theta`, 10000; Llama 3 500000).
+    pub rope_theta: f64,
+    /// Longest sequence the model was trained for (`max_position_embeddings`).
+    /// Informative: as in `transformers`, longer inputs are not refused.
+    pub max_position_embeddings: usize,
+    /// Whether `lm_head` is the token embedding (`tie_word_embeddings`).
+    pub tie_word_embeddings: bool,
+    /// Dropout on attention probabilities in training (`attention_dropout`, 0).
+    pub attention_dropout: f64,
+    /// Standard deviation of the initial weights (`initializer_range`, 0.02).
+    pub initializer_range: f64,
+}
+
+impl LlamaConfig {
+    /// Hugging Face's defaults (eps 1e-6, theta 10000, 2048 positions,
+    /// untied head, no dropout) with the given sizes and layer count.
+    pub fn new(
+        vocab_size: usize,
+        hidden_size: usize,
+        intermediate_size: usize,
+        num_hidden_layers: usize,
+        num_attention_heads: usize,
+        num_key_value_heads: usize,
+    ) -> Self {
+        LlamaConfig {
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads,
+            rms_norm_eps: 1e-6,
+            rope_theta: 10000.0,
+            max_position_embeddings: 2048,
+            tie_word_embeddings: false,
+            attention_dropout: 0.0,
+            initializer_range: 0.02,
+        }
+    }
+
+    /// TinyLlama-1.1B's (`TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T`
+    /// and its chat variant): 22 layers, 32 heads, 4 key/value heads, eps
+    /// 1e-5; see [`TinyLlama`].
+    pub fn tinyllama_1_1b() -> Self {
+        LlamaConfig {
+            rms_norm_eps: 1e-5,
+            ..Self::new(32000, 2048, 5632, 22, 32, 4)
+        }
+    }
+
+    /// `head_dim`: the hidden size per query head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads.max(1)
+    }
+}
+
+/// TinyLlama-1.1B (vocabulary 32000, hidden 2048, 32 heads of 64, 4
+/// key/value heads so `KV = 256`, MLP 5632; 22 layers from
+/// [`LlamaConfig::tinyllama_1_1b`]): 1,100,048,384 parameters.
+pub type TinyLlama = LlamaForCausalLM<32000, 2048, 32, 256, 5632>;
+
+/// Llama's rotary position embedding, like `LlamaRotaryEmbedding` (the
+/// default rope): only the inverse frequencies, a buffer that is not saved
+/// (HF's `inv_freq` is registered with `persistent=False`).
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "LlamaRotaryEmbedding")]
+pub struct LlamaRotaryEmbedding<E: Float = f32, D: Device<E> = Cpu> {
+    /// `1 / theta^(2i / head_dim)` for `i` in `0..head_dim / 2`.
+    #[module(buffer(persistent = false))]
+    pub inv_freq: Tensor<(Dyn,), E, D>,
+}
+
+/// Grouped-query self-attention, like `LlamaAttention` (no biases).
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "LlamaAttention")]
+pub struct LlamaAttention<
+    const H: usize,
+    const HEADS: usize,
+    const KV: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// `[H, H]`.
+    pub q_proj: Linear<H, H, E, D>,
+    /// `[KV, H]`.
+    pub k_proj: Linear<H, KV, E, D>,
+    /// `[KV, H]`.
+    pub v_proj: Linear<H, KV, E, D>,
+    /// `[H, H]`.
+    pub o_proj: Linear<H, H, E, D>,
+    /// `attention_dropout`, in training only.
+    pub attention_dropout: Dropout,
+}
+
+/// The SiLU-gated feed-forward block, like `LlamaMLP`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "LlamaMLP")]
+pub struct LlamaMlp<const H: usize, const FF: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// `[FF, H]`.
+    pub gate_proj: Linear<H, FF, E, D>,
+    /// `[FF, H]`.
+    pub up_proj: Linear<H, FF, E, D>,
+    /// `[H, FF]`.
+    pub down_proj: Linear<FF, H, E, D>,
+}
+
+/// A pre-norm decoder layer, like `LlamaDecoderLayer`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "LlamaDecoderLayer")]
+pub struct LlamaDecoderLayer<
+    const H: usize,
+    const HEADS: usize,
+    const KV: usize,
+    const FF: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// Self-attention.
+    pub self_attn: LlamaAttention<H, HEADS, KV, E, D>,
+    /// The feed-forward block.
+    pub mlp: LlamaMlp<H, FF, E, D>,
+    /// Before attention.
+    pub input_layernorm: RMSNorm<H, E, D>,
+    /// Before the MLP.
+    pub post_attention_layernorm: RMSNorm<H, E, D>,
+}
+
+/// The decoder without its head, like `LlamaModel`.
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "LlamaModel")]
+pub struct LlamaModel<
+    const V: usize,
+    const H: usize,
+    const HEADS: usize,
+    const KV: usize,
+    const FF: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// Token embedding `[V, H]` (also the head when tied).
+    pub embed_tokens: Embedding<V, H, E, D>,
+    /// The layers, `model.layers.<n>`.
+    pub layers: Vec<LlamaDecoderLayer<H, HEADS, KV, FF, E, D>>,
+    /// The final norm.
+    pub norm: RMSNorm<H, E, D>,
+    /// The rotary embedding's frequencies (not saved).
+    pub rotary_emb: LlamaRotaryEmbedding<E, D>,
+}
+
+/// Llama with its language-model head, like `transformers.LlamaForCausalLM`
+/// (see the [module docs](self) for the sizes and the tied head).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma_models::llama::{LlamaConfig, LlamaForCausalLM};
+///
+/// // Vocabulary 40, hidden 16, 4 heads of 4, 2 key/value heads (KV = 8), MLP 24.
+/// type Tiny = LlamaForCausalLM<40, 16, 4, 8, 24>;
+/// let config = LlamaConfig::new(40, 16, 24, 2, 4, 2);
+/// let mut llama = Tiny::new(&config, &Cpu, &mut Rng::seed_from(0)).unwrap();
+/// llama.eval();
+/// let out = llama.generate(&[1, 2, 3], 5).unwrap();
+/// assert_eq!(out.len(), 8);
+/// assert_eq!(llama.state_dict().get("model.layers.1.self_attn.k_proj.weight").unwrap().dims(), [8, 16]);
+/// ```
+#[derive(Module, Debug)]
+#[module(crate = "::forma::nn", name = "LlamaForCausalLM")]
+pub struct LlamaForCausalLM<
+    const V: usize,
+    const H: usize,
+    const HEADS: usize,
+    const KV: usize,
+    const FF: usize,
+    E: Float = f32,
+    D: Device<E> = Cpu,
+> {
+    /// The decoder.
+    pub model: LlamaModel<V, H, HEADS, KV, FF, E, D>,
+    /// The output projection `[V, H]`; `None` when tied to
+    /// `model.embed_tokens`.
+    pub lm_head: Option<Linear<H, V, E, D>>,
+}
+
+/// What [`LlamaForCausalLM::run_with`] returns, like
+/// `CausalLMOutputWithPast` (the cache is passed in instead).
+#[derive(Debug)]
+pub struct LlamaOutputs<const V: usize, const H: usize, E: Float = f32, D: Device<E> = Cpu> {
+    /// `[batch, len, V]`.
+    pub logits: Tensor<(Dyn, Dyn, C<V>), E, D>,
+    /// With [`Outputs::output_hidden_states`]: `1 + num_hidden_layers`
+    /// tensors `[batch, len, H]` of the new positions, as `transformers`
+    /// returns them: the input of each layer (the first is the token
+    /// embedding), then, last, `norm` of the last layer's output (the head's
+    /// input). `None` otherwise.
+    pub hidden_states: Option<Vec<Tensor<(Dyn, Dyn, C<H>), E, D>>>,
+    /// With [`Outputs::output_attentions`]: each layer's causal attention
+    /// probabilities `[batch, HEADS, len, past + len]`. `None` otherwise.
+    pub attentions: Option<Vec<Dyn4<E, D>>>,
+}
+
+type Kv<E, D> = (Dyn4<E, D>, Dyn4<E, D>);
+
+/// Every layer's past keys (after the rotary embedding) and values,
+/// `[batch, key/value heads, positions, head_dim]` each, like
+/// `past_key_values`: with it, [`LlamaForCausalLM::logits_cached`] runs
+/// only the new positions.
+#[derive(Debug)]
+pub struct KvCache<E: Float = f32, D: Device<E> = Cpu> {
+    layers: Vec<Option<Kv<E, D>>>,
+}
+
+impl<E: Float, D: Device<E>> Default for KvCache<E, D> {
+    fn default() -> Self {
+        KvCache { layers: Vec::new() }
+    }
+}
+
+impl<E: Float, D: Device<E>> KvCache<E, D> {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        match self.layers.first() {
+            Some(Some((k, _))) => k.size(2),
+            _ => 0,
+        }
+    }
+
+    /// Whether no position is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets every position.
+    pub fn clear(&mut self) {
+        self.layers.clear();
+    }
+}
+
+impl<
+        const V: usize,
+        const H: usize,
+        const HEADS: usize,
+        const KV: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > LlamaForCausalLM<V, H, HEADS, KV, FF, E, D>
+{
+    const SIZES_FIT: () = {
+        assert!(
+            HEADS > 0 && H.is_multiple_of(HEADS),
+            "Llama: the hidden size must split into equal heads"
+        );
+        assert!(
+            (H / HEADS).is_multiple_of(2),
+            "Llama: the rotary embedding needs an even head_dim"
+        );
+        assert!(
+            KV > 0 && KV.is_multiple_of(H / HEADS),
+            "Llama: KV must be a whole number of heads of H / HEADS"
+        );
+        assert!(
+            HEADS.is_multiple_of(KV / (H / HEADS)),
+            "Llama: the query heads must split evenly among the key/value heads"
+        );
+    };
+
+    /// The number of key/value heads the type fixes: `KV / head_dim`.
+    pub const KV_HEADS: usize = KV / (H / HEADS);
+
+    /// Hugging Face's defaults ([`LlamaConfig::new`]) with this type's sizes
+    /// and `num_hidden_layers` layers.
+    pub fn config(num_hidden_layers: usize) -> LlamaConfig {
+        let () = Self::SIZES_FIT;
+        LlamaConfig::new(V, H, FF, num_hidden_layers, HEADS, Self::KV_HEADS)
+    }
+
+    /// A model initialised like Hugging Face's (weights `N(0,
+    /// initializer_range^2)`, norm scales 1), in training mode.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] when `config`'s sizes differ from the type's
+    /// or its eps or theta mean nothing.
+    pub fn new(config: &LlamaConfig, device: &D, rng: &mut Rng) -> Result<Self, ModelError> {
+        let std = config.initializer_range;
+        Self::build(config, &mut Init::Normal { std, rng }, device)
+    }
+
+    fn check(config: &LlamaConfig) -> Result<(), ModelError> {
+        let () = Self::SIZES_FIT;
+        let sizes = [
+            ("vocab_size", config.vocab_size, V, "V"),
+            ("hidden_size", config.hidden_size, H, "H"),
+            ("intermediate_size", config.intermediate_size, FF, "FF"),
+            (
+                "num_attention_heads",
+                config.num_attention_heads,
+                HEADS,
+                "HEADS",
+            ),
+            (
+                "num_key_value_heads",
+                config.num_key_value_heads,
+                Self::KV_HEADS,
+                "KV / head_dim",
+            ),
+        ];
+        for (field, got, want, param) in sizes {
+            if got != want {
+                return Err(ModelError::Input {
+                    model: MODEL,
+                    what: format!(
+                        "the config's {field} is {got}, the model type's {param} is {want}"
+                    ),
+                });
+            }
+        }
+        let eps_ok = config.rms_norm_eps.is_finite() && config.rms_norm_eps >= 0.0;
+        let theta_ok = config.rope_theta.is_finite() && config.rope_theta > 0.0;
+        let dropout_ok = (0.0..1.0).contains(&config.attention_dropout);
+        if !(eps_ok && theta_ok && dropout_ok) {
+            return Err(ModelError::Input {
+                model: MODEL,
+                what: format!(
+                    "rms_norm_eps {} must be >= 0, rope_theta {} > 0 and attention_dropout {} in [0, 1)",
+                    config.rms_norm_eps, config.rope_theta, config.attention_dropout
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn build(config: &LlamaConfig, init: &mut Init<'_>, device: &D) -> Result<Self, ModelError> {
+        Self::check(config)?;
+        let eps = Some(config.rms_norm_eps);
+        let norm = |init: &mut Init<'_>| RMSNorm {
+            weight: init.constant((C,), 1.0, device),
+            eps,
+        };
+        let embed_tokens = Embedding {
+            weight: init.weight((C, C), device),
+            padding_idx: None,
+        };
+        let layers = (0..config.num_hidden_layers)
+            .map(|_| LlamaDecoderLayer {
+                self_attn: LlamaAttention {
+                    q_proj: linear(init, device),
+                    k_proj: linear(init, device),
+                    v_proj: linear(init, device),
+                    o_proj: linear(init, device),
+                    attention_dropout: init.dropout(config.attention_dropout),
+                },
+                mlp: LlamaMlp {
+                    gate_proj: linear(init, device),
+                    up_proj: linear(init, device),
+                    down_proj: linear(init, device),
+                },
+                input_layernorm: norm(init),
+                post_attention_layernorm: norm(init),
+            })
+            .collect();
+        let final_norm = norm(init);
+        let lm_head = (!config.tie_word_embeddings).then(|| linear(init, device));
+        Ok(LlamaForCausalLM {
+            model: LlamaModel {
+                embed_tokens,
+                layers,
+                norm: final_norm,
+                rotary_emb: LlamaRotaryEmbedding {
+                    inv_freq: inv_freq(H / HEADS, config.rope_theta, device)?,
+                },
+            },
+            lm_head,
+        })
+    }
+
+    /// The `state_dict` keys and shapes of a model of this type and
+    /// `config`, in order, without allocating its weights.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma_models::llama::{LlamaConfig, TinyLlama};
+    /// let keys = TinyLlama::state_dict_layout(&LlamaConfig::tinyllama_1_1b(), &Cpu).unwrap();
+    /// assert_eq!(keys[2], ("model.layers.0.self_attn.k_proj.weight".to_string(), vec![256, 2048]));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LlamaForCausalLM::new`].
+    pub fn state_dict_layout(
+        config: &LlamaConfig,
+        device: &D,
+    ) -> Result<Vec<(String, Vec<usize>)>, ModelError> {
+        Ok(layout_of(&Self::build(config, &mut Init::Meta, device)?))
+    }
+
+    /// Loads a Hugging Face Llama checkpoint (`model.safetensors` of a
+    /// `LlamaForCausalLM`, or of a `LlamaModel` for a tied config) into a
+    /// model built from `config` (the file does not say its eps, theta or
+    /// tying: they come from its `config.json`), in eval mode. See
+    /// [`LlamaForCausalLM::load_hf_state_dict`] for what is set aside.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] when the file cannot be read,
+    /// [`ModelError::NoLayers`] when it holds no layer and the config asks
+    /// for some, [`ModelError::Input`] for a config that does not fit the
+    /// type or a tied head that differs from the embedding, and
+    /// [`ModelError::Load`] naming the file and every missing, unexpected
+    /// and mismatched key.
+    pub fn from_safetensors(
+        path: impl AsRef<Path>,
+        config: &LlamaConfig,
+        device: &D,
+    ) -> Result<Loaded<Self>, ModelError> {
+        let path = path.as_ref();
+        Self::check(config)?;
+        let sd = forma::nn::state::load_file(path)?.tensors;
+        let layers = count_layers(&sd, "model.layers.").max(count_layers(&sd, "layers."));
+        if layers == 0 && config.num_hidden_layers > 0 {
+            return Err(ModelError::NoLayers(MODEL));
+        }
+        let mut model = Self::new(config, device, &mut Rng::seed_from(0))?;
+        let report = model.load_hf_state_dict(sd).map_err(|e| match e {
+            ModelError::Load { source, .. } => ModelError::Load {
+                path: path.display().to_string(),
+                source,
+            },
+            e => e,
+        })?;
+        model.eval();
+        Ok(Loaded { model, report })
+    }
+
+    /// Loads a Hugging Face Llama state dict strictly, after the explicit
+    /// adjustments real checkpoints need: `model.` is prefixed when the file
+    /// is a bare `LlamaModel`; the `rotary_emb.inv_freq` buffers of older
+    /// files are dropped (the model computes them from `rope_theta`); with a
+    /// tied head, an `lm_head.weight` equal to the embedding is dropped.
+    /// Every other key must match. On error the model is unchanged.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] for a tied model given an `lm_head.weight`
+    /// that differs from `model.embed_tokens.weight`; [`ModelError::Load`]
+    /// listing every missing, unexpected and mismatched key.
+    pub fn load_hf_state_dict(&mut self, sd: StateDict) -> Result<HfLoadReport, ModelError> {
+        let (sd, report) = normalize_hf_llama(sd, self.lm_head.is_none())?;
+        self.load_state_dict(&sd)
+            .map_err(|source| ModelError::Load {
+                path: "<state_dict>".into(),
+                source: Box::new(source),
+            })?;
+        Ok(report)
+    }
+
+    /// Logits `[batch, len, V]` for token ids `[batch, len]`, the whole
+    /// sequence at once, like `model(input_ids).logits`.
+    ///
+    /// # Errors
+    /// [`ModelError::Tensor`] for an id outside the vocabulary.
+    pub fn logits(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+    ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        Ok(self.run_with(input_ids, None, Outputs::NONE)?.logits)
+    }
+
+    /// Logits for `input_ids` as the positions that follow those in
+    /// `cache`, whose keys and values it uses and then extends with the new
+    /// ones: like `model(input_ids, past_key_values=cache, use_cache=True)`.
+    /// An empty cache gives the same logits as [`LlamaForCausalLM::logits`].
+    ///
+    /// # Errors
+    /// As [`LlamaForCausalLM::logits`]; [`ModelError::Input`] when the
+    /// batch differs from the cache's. On error the cache is unchanged.
+    pub fn logits_cached(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+        cache: &mut KvCache<E, D>,
+    ) -> Result<Tensor<(Dyn, Dyn, C<V>), E, D>, ModelError> {
+        Ok(self.run_with(input_ids, Some(cache), Outputs::NONE)?.logits)
+    }
+
+    /// The logits and the intermediate results `outputs` asks for, like
+    /// `model(input_ids, past_key_values=cache, output_hidden_states=..,
+    /// output_attentions=..)`: see [`LlamaOutputs`]. Without a cache this is
+    /// [`LlamaForCausalLM::logits`], with one
+    /// [`LlamaForCausalLM::logits_cached`].
+    ///
+    /// # Errors
+    /// As [`LlamaForCausalLM::logits_cached`].
+    pub fn run_with(
+        &self,
+        input_ids: &Tensor<(Dyn, Dyn), i64, D>,
+        cache: Option<&mut KvCache<E, D>>,
+        outputs: Outputs,
+    ) -> Result<LlamaOutputs<V, H, E, D>, ModelError> {
+        let Some(cache) = cache else {
+            return self.run(input_ids, None, outputs);
+        };
+        if let Some(Some((k, _))) = cache.layers.first() {
+            if k.size(0) != input_ids.size(0) {
+                return Err(ModelError::Input {
+                    model: MODEL,
+                    what: format!(
+                        "a batch of {} after a cache of {}",
+                        input_ids.size(0),
+                        k.size(0)
+                    ),
+                });
+            }
+        }
+        // The cache changes only once every layer has run.
+        let mut next = KvCache {
+            layers: cache.layers.clone(),
+        };
+        next.layers.resize(self.model.layers.len(), None);
+        let y = self.run(input_ids, Some(&mut next), outputs)?;
+        *cache = next;
+        Ok(y)
+    }
+
+    fn run(
+        &self,
+        ids: &Tensor<(Dyn, Dyn), i64, D>,
+        mut cache: Option<&mut KvCache<E, D>>,
+        outputs: Outputs,
+    ) -> Result<LlamaOutputs<V, H, E, D>, ModelError> {
+        let m = &self.model;
+        let past = cache.as_ref().map_or(0, |c| c.len());
+        let t = ids.size(1);
+        let (x, rope, mask) = scope::run("model", || {
+            let x = scope::run("embed_tokens", || m.embed_tokens.try_lookup(ids))?;
+            let rope = scope::run("rotary_emb", || m.rotary_emb.cos_sin(past, t))?;
+            Ok((x, rope, causal_mask::<E, D>(t, past, ids.device())?))
+        })?;
+        let mut x: Tensor<(Dyn, Dyn, C<H>), E, D> = x;
+        let mut hidden_states = outputs.output_hidden_states.then(Vec::new);
+        let mut attentions = outputs.output_attentions.then(Vec::new);
+        for (i, layer) in m.layers.iter().enumerate() {
+            if let Some(all) = &mut hidden_states {
+                all.push(x.clone());
+            }
+            let slot = cache.as_mut().map(|c| &mut c.layers[i]);
+            let (y, probs) = scope::run("model", || {
+                scope::run("layers", || {
+                    scope::run(i, || {
+                        layer.step(x, slot, &rope, &mask, outputs.output_attentions)
+                    })
+                })
+            })?;
+            if let (Some(all), Some(p)) = (&mut attentions, probs) {
+                all.push(p);
+            }
+            x = y;
+        }
+        let x = scope::run("model", || m.norm.try_forward_as("norm", x))?;
+        if let Some(all) = &mut hidden_states {
+            all.push(x.clone());
+        }
+        let logits = match &self.lm_head {
+            Some(head) => head.try_forward_as("lm_head", x)?,
+            None => x.try_matmul(&m.embed_tokens.weight.t())?,
+        };
+        Ok(LlamaOutputs {
+            logits,
+            hidden_states,
+            attentions,
+        })
+    }
+
+    /// The prompt followed by `max_new_tokens` greedily chosen tokens (the
+    /// most likely one, the lowest id on a tie), with a [`KvCache`] so that
+    /// each new token runs one position (no graph is recorded): like
+    /// `generate(input_ids, do_sample=False, max_new_tokens=..)` without a
+    /// stop token. Set eval mode first unless dropout is wanted.
+    ///
+    /// # Errors
+    /// [`ModelError::Sampling`] for an empty prompt; [`ModelError::Tensor`]
+    /// for a prompt id outside the vocabulary.
+    pub fn generate(&self, prompt: &[i64], max_new_tokens: usize) -> Result<Vec<i64>, ModelError> {
+        if prompt.is_empty() {
+            return Err(ModelError::Sampling("the prompt is empty".into()));
+        }
+        let _guard = forma::core::tape::no_grad();
+        let device = self.model.embed_tokens.weight.device().clone();
+        let mut cache = KvCache::new();
+        let mut out = prompt.to_vec();
+        let mut ids = Tensor::<(Dyn, Dyn), i64, D>::from_vec_on(
+            prompt.to_vec(),
+            (Dyn(1), Dyn(prompt.len())),
+            &device,
+        )?;
+        for _ in 0..max_new_tokens {
+            let logits = self.logits_cached(&ids, &mut cache)?;
+            let t = logits.size(1);
+            let last = logits.narrow::<1>(t - 1, 1).to_dtype::<f64>().to_vec();
+            let next = argmax(&last) as i64;
+            out.push(next);
+            ids = Tensor::from_vec_on(vec![next], (Dyn(1), Dyn(1)), &device)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Index of the largest value, the first on a tie (as `argmax` does).
+fn argmax(xs: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// A bias-free linear layer (`nn.Linear(.., bias=False)`).
+fn linear<const I: usize, const O: usize, E: Float, D: Device<E>>(
+    init: &mut Init<'_>,
+    device: &D,
+) -> Linear<I, O, E, D> {
+    Linear {
+        weight: init.weight((C, C), device),
+        bias: None,
+    }
+}
+
+/// `1 / theta^(2i / head_dim)` for `i` in `0..head_dim / 2`, computed in f32
+/// as `transformers` does (`base ** (arange(0, dim, 2).float() / dim)`).
+fn inv_freq<E: Float, D: Device<E>>(
+    head_dim: usize,
+    theta: f64,
+    device: &D,
+) -> forma::Result<Tensor<(Dyn,), E, D>> {
+    let base = theta as f32;
+    let values: Vec<E> = (0..head_dim)
+        .step_by(2)
+        .map(|i| E::from_f64(f64::from(1.0 / base.powf(i as f32 / head_dim as f32))))
+        .collect();
+    let n = values.len();
+    Tensor::from_vec_on(values, (Dyn(n),), device)
+}
+
+impl<E: Float, D: Device<E>> LlamaRotaryEmbedding<E, D> {
+    /// `cos` and `sin` of the positions `past..past + len`, each
+    /// `[1, 1, len, head_dim]` (`cat(freqs, freqs)` with `freqs = position *
+    /// inv_freq`), ready to broadcast over `[batch, heads, len, head_dim]`.
+    ///
+    /// # Errors
+    /// A device error.
+    pub fn cos_sin(&self, past: usize, len: usize) -> forma::Result<Kv<E, D>> {
+        let pos = Tensor::<(Dyn,), E, D>::arange_on(
+            past as f64,
+            (past + len) as f64,
+            1.0,
+            self.inv_freq.device(),
+        )?;
+        let freqs = pos
+            .unsqueeze::<1>()
+            .into_dyn()
+            .try_mul(&self.inv_freq.unsqueeze::<0>().into_dyn())?;
+        let emb = forma::try_cat::<1, _, _, _>(&[freqs.clone(), freqs])?;
+        let shape = (Dyn(1), Dyn(1), Dyn(len), Dyn(emb.size(1)));
+        Ok((
+            emb.cos().try_reshape_to(shape)?,
+            emb.sin().try_reshape_to(shape)?,
+        ))
+    }
+}
+
+/// `x * cos + rotate_half(x) * sin` on `[batch, heads, len, head_dim]`, with
+/// `rotate_half(x) = cat(-x[.., d/2..], x[.., ..d/2])`, like
+/// `apply_rotary_pos_emb`.
+fn apply_rope<E: Float, D: Device<E>>(
+    x: &Dyn4<E, D>,
+    rope: &Kv<E, D>,
+) -> forma::Result<Dyn4<E, D>> {
+    let (cos, sin) = rope;
+    let half = x.size(3) / 2;
+    let x1 = x.narrow::<3>(0, half);
+    let x2 = x.narrow::<3>(half, half);
+    let rotated = forma::try_cat::<3, _, _, _>(&[-&x2, x1])?;
+    x.try_mul(cos)?.try_add(&rotated.try_mul(sin)?)
+}
+
+/// `[batch, kv_heads, len, head_dim]` with each head repeated `n_rep` times
+/// in place: `[batch, kv_heads * n_rep, len, head_dim]`, like `repeat_kv`.
+fn repeat_kv<E: Float, D: Device<E>>(x: Dyn4<E, D>, n_rep: usize) -> forma::Result<Dyn4<E, D>> {
+    if n_rep == 1 {
+        return Ok(x);
+    }
+    let (b, kvh, s, hd) = (x.size(0), x.size(1), x.size(2), x.size(3));
+    x.unsqueeze::<2>()
+        .try_expand((Dyn(b), Dyn(kvh), Dyn(n_rep), Dyn(s), Dyn(hd)))?
+        .contiguous()
+        .try_reshape_to((Dyn(b), Dyn(kvh * n_rep), Dyn(s), Dyn(hd)))
+}
+
+/// The additive causal mask `[1, 1, len, past + len]` of `len` new
+/// positions after `past` cached ones (0 where a query sees a key, the most
+/// negative f32 for later keys), from tensor ops so that graph capture sees
+/// it follow the sequence length.
+fn causal_mask<E: Float, D: Device<E>>(
+    len: usize,
+    past: usize,
+    device: &D,
+) -> forma::Result<Dyn4<E, D>> {
+    let s = past + len;
+    let query = Tensor::<(Dyn,), E, D>::arange_on(past as f64, s as f64, 1.0, device)?;
+    let key = Tensor::<(Dyn,), E, D>::arange_on(0.0, s as f64, 1.0, device)?;
+    let later = key.unsqueeze::<0>().try_gt(&query.unsqueeze::<1>())?;
+    later
+        .to_dtype::<E>()
+        .mul_scalar(HIDDEN)
+        .try_reshape_to((Dyn(1), Dyn(1), Dyn(len), Dyn(s)))
+}
+
+/// Adds `model.` to a bare `LlamaModel` file, drops the `inv_freq` buffers
+/// of older files and, for a tied model, an `lm_head.weight` equal to the
+/// embedding.
+fn normalize_hf_llama(sd: StateDict, tied: bool) -> Result<(StateDict, HfLoadReport), ModelError> {
+    let mut report = HfLoadReport::default();
+    let bare = !sd.keys().any(|k| k.starts_with("model."));
+    let mut sd = if bare {
+        report.prefix = Some("model.".into());
+        let renamed = &mut report.renamed;
+        sd.remap(|k| {
+            Some(if k.starts_with("lm_head.") {
+                k.to_string()
+            } else {
+                let to = format!("model.{k}");
+                renamed.push((k.to_string(), to.clone()));
+                to
+            })
+        })
+    } else {
+        sd
+    };
+    if tied {
+        if let Some(head) = sd.get("lm_head.weight") {
+            match sd.get("model.embed_tokens.weight") {
+                Some(emb)
+                    if emb.dims() == head.dims()
+                        && emb.dtype() == head.dtype()
+                        && emb.bytes() == head.bytes() =>
+                {
+                    sd.remove("lm_head.weight");
+                    report.dropped.push("lm_head.weight".into());
+                }
+                _ => {
+                    return Err(ModelError::Input {
+                        model: MODEL,
+                        what: "lm_head.weight differs from model.embed_tokens.weight, \
+                               but tie_word_embeddings ties the head to the embedding"
+                            .into(),
+                    })
+                }
+            }
+        }
+    }
+    let dropped = &mut report.dropped;
+    let sd = sd.remap(|k| {
+        if k.starts_with("model.layers.") && k.ends_with(".self_attn.rotary_emb.inv_freq") {
+            dropped.push(k.to_string());
+            None
+        } else {
+            Some(k.to_string())
+        }
+    });
+    report.dropped.sort_unstable();
+    report.renamed.sort_unstable();
+    Ok((sd, report))
+}
+
+impl<
+        const H: usize,
+        const HEADS: usize,
+        const KV: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > LlamaDecoderLayer<H, HEADS, KV, FF, E, D>
+{
+    /// One layer on hidden states `[batch, len, H]` at positions `0..len`
+    /// (no cache), with `rope` from [`LlamaRotaryEmbedding::cos_sin`], like
+    /// `LlamaDecoderLayer(hidden_states, position_embeddings=..)`:
+    /// `x + self_attn(input_layernorm(x))`, then
+    /// `+ mlp(post_attention_layernorm(..))`. Returns the output and, when
+    /// `output_attentions`, the causal attention probabilities
+    /// `[batch, HEADS, len, len]`.
+    ///
+    /// # Errors
+    /// A tensor error of its ops (a `rope` of the wrong length).
+    pub fn run(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+        rope: &(Dyn4<E, D>, Dyn4<E, D>),
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
+        let mask = causal_mask::<E, D>(x.size(1), 0, x.device())?;
+        self.step(x, None, rope, &mask, output_attentions)
+    }
+
+    fn step(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+        slot: Option<&mut Option<Kv<E, D>>>,
+        rope: &Kv<E, D>,
+        mask: &Dyn4<E, D>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
+        let h = self
+            .input_layernorm
+            .try_forward_as("input_layernorm", x.clone())?;
+        let (a, probs) = scope::run("self_attn", || {
+            self.self_attn.step(h, slot, rope, mask, output_attentions)
+        })?;
+        let x = &x + &a;
+        let h = self
+            .post_attention_layernorm
+            .try_forward_as("post_attention_layernorm", x.clone())?;
+        let m = scope::run("mlp", || self.mlp.run(h))?;
+        Ok((&x + &m, probs))
+    }
+}
+
+impl<const H: usize, const HEADS: usize, const KV: usize, E: Float, D: Device<E>>
+    LlamaAttention<H, HEADS, KV, E, D>
+{
+    /// Attention of `x`'s positions over the cached ones and themselves;
+    /// `slot` (this layer's cache entry) is extended with `x`'s keys (after
+    /// the rotary embedding) and values, before their heads are repeated.
+    fn step(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+        slot: Option<&mut Option<Kv<E, D>>>,
+        rope: &Kv<E, D>,
+        mask: &Dyn4<E, D>,
+        output_attentions: bool,
+    ) -> forma::Result<(Tensor<(Dyn, Dyn, C<H>), E, D>, Option<Dyn4<E, D>>)> {
+        let kv_heads = KV / (H / HEADS);
+        let q = self.q_proj.try_forward_as("q_proj", x.clone())?.into_dyn();
+        let k = self.k_proj.try_forward_as("k_proj", x.clone())?.into_dyn();
+        let v = self.v_proj.try_forward_as("v_proj", x)?.into_dyn();
+        let q = apply_rope(&split_heads(&q, HEADS)?, rope)?;
+        let mut k = apply_rope(&split_heads(&k, kv_heads)?, rope)?;
+        let mut v = split_heads(&v, kv_heads)?;
+        if let Some(slot) = slot {
+            if let Some((pk, pv)) = slot.take() {
+                k = forma::try_cat::<2, _, _, _>(&[pk, k])?;
+                v = forma::try_cat::<2, _, _, _>(&[pv, v])?;
+            }
+            *slot = Some((k.clone(), v.clone()));
+        }
+        let n_rep = HEADS / kv_heads;
+        let (ctx, probs) = attend(
+            &q,
+            &repeat_kv(k, n_rep)?,
+            &repeat_kv(v, n_rep)?,
+            Some(mask),
+            &self.attention_dropout,
+            output_attentions,
+        )?;
+        let ctx: Tensor<(Dyn, Dyn, C<H>), E, D> = restore(merge_heads(&ctx)?);
+        Ok((self.o_proj.try_forward_as("o_proj", ctx)?, probs))
+    }
+}
+
+impl<const H: usize, const FF: usize, E: Float, D: Device<E>> LlamaMlp<H, FF, E, D> {
+    /// `down_proj(silu(gate_proj(x)) * up_proj(x))`, like `LlamaMLP`.
+    ///
+    /// # Errors
+    /// A tensor error of its ops.
+    pub fn run(
+        &self,
+        x: Tensor<(Dyn, Dyn, C<H>), E, D>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<H>), E, D>> {
+        let gate = self
+            .gate_proj
+            .try_forward_as("gate_proj", x.clone())?
+            .silu();
+        let up = self.up_proj.try_forward_as("up_proj", x)?;
+        self.down_proj.try_forward_as("down_proj", &gate * &up)
+    }
+}
+
+impl<
+        const V: usize,
+        const H: usize,
+        const HEADS: usize,
+        const KV: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(Dyn, Dyn), i64, D>, Tensor<(Dyn, Dyn, C<V>), E, D>>
+    for LlamaForCausalLM<V, H, HEADS, KV, FF, E, D>
+{
+    /// [`LlamaForCausalLM::logits`].
+    ///
+    /// # Errors
+    /// Where [`LlamaForCausalLM::logits`] returns one, as a tensor error.
+    fn try_forward(
+        &self,
+        ids: Tensor<(Dyn, Dyn), i64, D>,
+    ) -> forma::Result<Tensor<(Dyn, Dyn, C<V>), E, D>> {
+        Ok(self.logits(&ids)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_values() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, -1.0]), 1);
+    }
+
+    #[test]
+    fn repeat_kv_repeats_each_head_in_place() {
+        // Two key/value heads [0, 1] of one position, head_dim 1, n_rep 2:
+        // heads 0, 0, 1, 1 (repeat_interleave, not tile).
+        let x = Tensor::<(Dyn, Dyn, Dyn, Dyn)>::from_vec(
+            vec![10.0, 20.0],
+            (Dyn(1), Dyn(2), Dyn(1), Dyn(1)),
+        )
+        .unwrap();
+        assert_eq!(repeat_kv(x, 2).unwrap().to_vec(), [10.0, 10.0, 20.0, 20.0]);
+    }
+
+    #[test]
+    fn rotate_half_at_position_zero_is_the_identity() {
+        let rope = LlamaRotaryEmbedding::<f32> {
+            inv_freq: inv_freq(4, 10000.0, &Cpu).unwrap(),
+        };
+        assert_eq!(rope.inv_freq.to_vec(), [1.0, 0.01]);
+        let cs = rope.cos_sin(0, 2).unwrap();
+        let x = Tensor::<(Dyn, Dyn, Dyn, Dyn)>::from_vec(
+            vec![1.0, 2.0, 3.0, 4.0, 1.0, 0.0, 0.0, 0.0],
+            (Dyn(1), Dyn(1), Dyn(2), Dyn(4)),
+        )
+        .unwrap();
+        let y = apply_rope(&x, &cs).unwrap().to_vec();
+        assert_eq!(y[..4], [1.0, 2.0, 3.0, 4.0]);
+        // Position 1, pair (x0, x2) = (1, 0) rotated by 1 radian.
+        assert!((y[4] - 1f32.cos()).abs() < 1e-6 && (y[6] - 1f32.sin()).abs() < 1e-6);
+    }
+}
