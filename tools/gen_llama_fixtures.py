@@ -46,7 +46,14 @@ Conventions of `llama_io.safetensors` (mirrored by the Rust tests):
   sequence recomputed at once (what the cached steps must reproduce);
 - `mha.input_ids` int64 `[2, 5]`, `mha.logits` f32 `[2, 5, 128]`;
 - `rope.cos`, `rope.sin` f32 `[1, 7, 16]`: `model.rotary_emb` of the tiny
-  model at positions 0..7 (the default rope, `cat(freqs, freqs)`).
+  model at positions 0..7 (the default rope, `cat(freqs, freqs)`);
+- `tiny.hidden_states.{i}` f32 `[2, 7, 64]` for `i` in `0..=2` and
+  `tiny.attentions.{i}` f32 `[2, 4, 7, 7]` for `i` in `0..2`:
+  `output_hidden_states=True, output_attentions=True` on `tiny.input_ids`.
+  Hidden state 0 is the token embedding, 1 the output of layer 0, and the
+  last is `model.norm` of the last layer's output (the head's input), not
+  the raw output; attentions are the probabilities after the softmax (exact
+  zeros above the diagonal).
 """
 import json
 import shutil
@@ -206,6 +213,7 @@ def tiny(io):
         cos, sin = model.model.rotary_emb(x, torch.arange(7)[None])
     io.put("tiny.input_ids", ids)
     io.put("tiny.logits", logits)
+    intermediates(io, model, ids, logits)
     io.put("rope.cos", cos)
     io.put("rope.sin", sin)
 
@@ -228,6 +236,30 @@ def tiny(io):
     io.put("tiny.prompt", prompt)
     io.put("tiny.greedy", out.sequences)
     io.put("tiny.cached_logits", full)
+
+
+def intermediates(io, model, ids, logits):
+    seen = []  # the last layer's raw output, caught on its way out
+    last = model.model.layers[-1]
+    hook = last.register_forward_hook(lambda m, args, y: seen.append(y[0] if isinstance(y, tuple) else y))
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True, output_attentions=True)
+        hook.remove()
+        (raw_last,) = seen
+        embedded = model.model.embed_tokens(ids)
+        final = model.model.norm(raw_last)
+    layers = TINY_LLAMA["num_hidden_layers"]
+    hidden, attn = out.hidden_states, out.attentions
+    assert len(hidden) == layers + 1 and len(attn) == layers, (len(hidden), len(attn))
+    assert torch.equal(hidden[0], embedded)
+    assert torch.equal(hidden[-1], final) and not torch.allclose(raw_last, final)
+    assert torch.equal(out.logits, logits)
+    causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).triu(1)
+    for i, h in enumerate(hidden):
+        io.put(f"tiny.hidden_states.{i}", h)
+    for i, a in enumerate(attn):
+        assert torch.all(a[..., causal] == 0) and torch.all(a[..., ~causal] > 0), "causal"
+        io.put(f"tiny.attentions.{i}", a)
 
 
 def mha(io):

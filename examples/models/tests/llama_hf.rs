@@ -364,7 +364,7 @@ fn hub_variants_load_with_a_report() {
 }
 
 #[test]
-fn hidden_states_and_attentions_come_back_on_request() {
+fn hidden_states_and_attentions_match_transformers() {
     let llama = tiny();
     let io = io();
     let x = ids(&io, "tiny.input_ids");
@@ -376,11 +376,18 @@ fn hidden_states_and_attentions_come_back_on_request() {
         1e-5,
     );
     let hidden = out.hidden_states.unwrap();
-    assert_eq!(hidden.len(), 3);
+    assert_eq!(hidden.len(), 3, "each layer's input, then norm's output");
+    for (i, h) in hidden.iter().enumerate() {
+        assert_eq!(h.dims()[..], [2, 7, 64]);
+        let key = format!("tiny.hidden_states.{i}");
+        assert_normwise(&key, &h.to_vec(), &entry(&io, &key).to_vec::<f32>(), 1e-5);
+    }
     let attn = out.attentions.unwrap();
     assert_eq!(attn.len(), 2);
-    for a in &attn {
+    for (i, a) in attn.iter().enumerate() {
         assert_eq!(a.dims()[..], [2, 4, 7, 7]);
+        let key = format!("tiny.attentions.{i}");
+        assert_normwise(&key, &a.to_vec(), &entry(&io, &key).to_vec::<f32>(), 1e-5);
         for (r, row) in a.to_vec().chunks(7).enumerate() {
             let q = r % 7;
             let sum: f32 = row.iter().sum();
