@@ -54,6 +54,7 @@ use crate::util::HIDDEN;
 use crate::util::{attend, count_layers, layout_of, merge_heads, restore, split_heads, Dyn4, Init};
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
+use forma::core::dtype::DType;
 use forma::nn::layers::{Dropout, Embedding, Linear, RMSNorm};
 use forma::nn::{scope, Module, StateDict};
 use forma::prelude::*;
@@ -152,6 +153,9 @@ pub struct LlamaRotaryEmbedding<E: Float = f32, D: Device<E> = Cpu> {
     /// `1 / theta^(2i / head_dim)` for `i` in `0..head_dim / 2`.
     #[module(buffer(persistent = false))]
     pub inv_freq: Tensor<(Dyn,), E, D>,
+    /// `rope_theta`, from which f16 and bf16 models recompute `inv_freq` in
+    /// f32 (see [`LlamaRotaryEmbedding::cos_sin`]).
+    pub rope_theta: f64,
 }
 
 /// Grouped-query self-attention, like `LlamaAttention` (no biases).
@@ -454,9 +458,7 @@ impl<
                 embed_tokens,
                 layers,
                 norm: final_norm,
-                rotary_emb: LlamaRotaryEmbedding {
-                    inv_freq: inv_freq(H / HEADS, config.rope_theta, device)?,
-                },
+                rotary_emb: LlamaRotaryEmbedding::new(H / HEADS, config.rope_theta, device)?,
             },
             lm_head,
         })
@@ -713,40 +715,70 @@ fn linear<const I: usize, const O: usize, E: Float, D: Device<E>>(
 
 /// `1 / theta^(2i / head_dim)` for `i` in `0..head_dim / 2`, computed in f32
 /// as `transformers` does (`base ** (arange(0, dim, 2).float() / dim)`).
-fn inv_freq<E: Float, D: Device<E>>(
-    head_dim: usize,
-    theta: f64,
-    device: &D,
-) -> forma::Result<Tensor<(Dyn,), E, D>> {
+fn inv_freq_f32(head_dim: usize, theta: f64) -> Vec<f32> {
     let base = theta as f32;
-    let values: Vec<E> = (0..head_dim)
+    (0..head_dim)
         .step_by(2)
-        .map(|i| E::from_f64(f64::from(1.0 / base.powf(i as f32 / head_dim as f32))))
-        .collect();
-    let n = values.len();
-    Tensor::from_vec_on(values, (Dyn(n),), device)
+        .map(|i| 1.0 / base.powf(i as f32 / head_dim as f32))
+        .collect()
 }
 
 impl<E: Float, D: Device<E>> LlamaRotaryEmbedding<E, D> {
+    /// The default rope of heads of `head_dim` with base `rope_theta`.
+    ///
+    /// # Errors
+    /// A device error.
+    pub fn new(head_dim: usize, rope_theta: f64, device: &D) -> forma::Result<Self> {
+        let inv: Vec<E> = inv_freq_f32(head_dim, rope_theta)
+            .into_iter()
+            .map(|f| E::from_f64(f64::from(f)))
+            .collect();
+        let n = inv.len();
+        Ok(LlamaRotaryEmbedding {
+            inv_freq: Tensor::from_vec_on(inv, (Dyn(n),), device)?,
+            rope_theta,
+        })
+    }
+
     /// `cos` and `sin` of the positions `past..past + len`, each
     /// `[1, 1, len, head_dim]` (`cat(freqs, freqs)` with `freqs = position *
     /// inv_freq`), ready to broadcast over `[batch, heads, len, head_dim]`.
     ///
+    /// In f32 and f64 the table is built from tensor ops (so graph capture
+    /// sees it follow the sequence length). For f16 and bf16 it is computed
+    /// in f32 on the host and rounded once, as `transformers` does (its
+    /// rotary embedding runs in f32 whatever the model's dtype): a product
+    /// `position * inv_freq` rounded to bf16 would be off by up to 2 radians
+    /// at position 1000.
+    ///
     /// # Errors
     /// A device error.
     pub fn cos_sin(&self, past: usize, len: usize) -> forma::Result<Kv<E, D>> {
-        let pos = Tensor::<(Dyn,), E, D>::arange_on(
-            past as f64,
-            (past + len) as f64,
-            1.0,
-            self.inv_freq.device(),
-        )?;
+        let device = self.inv_freq.device();
+        let half = self.inv_freq.size(0);
+        let shape = (Dyn(1), Dyn(1), Dyn(len), Dyn(2 * half));
+        if matches!(E::DTYPE, DType::F16 | DType::BF16) {
+            // Not the buffer: in bf16 it holds 8 significant bits.
+            let inv = inv_freq_f32(2 * half, self.rope_theta);
+            let (mut cos, mut sin) = (Vec::with_capacity(len * 2 * half), Vec::new());
+            for p in past..past + len {
+                let freqs: Vec<f32> = inv.iter().map(|&f| p as f32 * f).collect();
+                for &a in freqs.iter().chain(&freqs) {
+                    cos.push(E::from_f64(f64::from(a.cos())));
+                    sin.push(E::from_f64(f64::from(a.sin())));
+                }
+            }
+            return Ok((
+                Tensor::from_vec_on(cos, shape, device)?,
+                Tensor::from_vec_on(sin, shape, device)?,
+            ));
+        }
+        let pos = Tensor::<(Dyn,), E, D>::arange_on(past as f64, (past + len) as f64, 1.0, device)?;
         let freqs = pos
             .unsqueeze::<1>()
             .into_dyn()
             .try_mul(&self.inv_freq.unsqueeze::<0>().into_dyn())?;
         let emb = forma::try_cat::<1, _, _, _>(&[freqs.clone(), freqs])?;
-        let shape = (Dyn(1), Dyn(1), Dyn(len), Dyn(emb.size(1)));
         Ok((
             emb.cos().try_reshape_to(shape)?,
             emb.sin().try_reshape_to(shape)?,
@@ -1016,9 +1048,7 @@ mod tests {
 
     #[test]
     fn rotate_half_at_position_zero_is_the_identity() {
-        let rope = LlamaRotaryEmbedding::<f32> {
-            inv_freq: inv_freq(4, 10000.0, &Cpu).unwrap(),
-        };
+        let rope = LlamaRotaryEmbedding::<f32>::new(4, 10000.0, &Cpu).unwrap();
         assert_eq!(rope.inv_freq.to_vec(), [1.0, 0.01]);
         let cs = rope.cos_sin(0, 2).unwrap();
         let x = Tensor::<(Dyn, Dyn, Dyn, Dyn)>::from_vec(

@@ -480,3 +480,38 @@ fn llama_3_2_1b_shape_has_the_keys_less_the_tied_head() {
     assert_eq!(count(&ours), params);
     assert_eq!(params, 1_235_814_400); // Llama 3.2 1B's parameter count
 }
+
+/// `to_dtype` keeps the keys and the numerics: in f64 the logits are
+/// still HF's (whose own f32 error dominates); in bf16 they stay near, and
+/// the rotary table is computed in f32 then rounded once, as HF does, so it
+/// holds at long positions (a bf16 `position * inv_freq` would be off by
+/// radians at position 1000).
+#[test]
+fn converted_models_keep_transformers_numerics() {
+    let llama = tiny();
+    let io = io();
+    let x = ids(&io, "tiny.input_ids");
+    let want = entry(&io, "tiny.logits").to_vec::<f32>();
+    let wide = llama.to_dtype::<f64>();
+    let got: Vec<f32> = wide.logits(&x).unwrap().to_dtype::<f32>().to_vec();
+    assert_normwise("f64 logits", &got, &want, 1e-5);
+
+    let half = llama.to_dtype::<bf16>();
+    let keys = |sd: StateDict| sd.keys().map(String::from).collect::<Vec<_>>();
+    assert_eq!(keys(half.state_dict()), keys(llama.state_dict()));
+    let got: Vec<f32> = half.logits(&x).unwrap().to_dtype::<f32>().to_vec();
+    assert_normwise("bf16 logits", &got, &want, 5e-2);
+
+    let (cos32, sin32) = llama.model.rotary_emb.cos_sin(1000, 3).unwrap();
+    let (cos16, sin16) = half.model.rotary_emb.cos_sin(1000, 3).unwrap();
+    for (name, a, b) in [("cos", cos32, cos16), ("sin", sin32, sin16)] {
+        let worst = a
+            .to_vec()
+            .iter()
+            .zip(b.to_dtype::<f32>().to_vec())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        println!("bf16 {name} at 1000: max |diff| {worst:e}");
+        assert!(worst <= 4e-3, "bf16 {name} at position 1000: {worst}");
+    }
+}
