@@ -753,7 +753,7 @@ impl<E: Float, D: Device<E>> LlamaRotaryEmbedding<E, D> {
     ///
     /// # Errors
     /// A device error.
-    pub fn cos_sin(&self, past: usize, len: usize) -> forma::Result<Kv<E, D>> {
+    pub fn cos_sin(&self, past: usize, len: usize) -> forma::Result<(Dyn4<E, D>, Dyn4<E, D>)> {
         let device = self.inv_freq.device();
         let half = self.inv_freq.size(0);
         let shape = (Dyn(1), Dyn(1), Dyn(len), Dyn(2 * half));
