@@ -12,6 +12,9 @@
 //! - [`llama`]: a Llama decoder (`LlamaForCausalLM`: RMSNorm, rotary
 //!   positions, SiLU-gated MLP, grouped-query attention, tied or untied
 //!   head) with a KV cache and greedy generation ([`llama::TinyLlama`]).
+//! - [`resnet`]: torchvision's ResNet-18 and ResNet-50 ([`resnet::ResNet18`],
+//!   [`resnet::ResNet50`]) with torchvision's keys, and a fresh head for
+//!   transfer learning.
 //!
 //! ```no_run
 //! use forma::prelude::*;
@@ -43,6 +46,7 @@ pub mod bert;
 mod error;
 pub mod gpt2;
 pub mod llama;
+pub mod resnet;
 mod util;
 
 pub use error::ModelError;
