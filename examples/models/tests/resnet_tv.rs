@@ -5,7 +5,10 @@
 //!   keys and shapes in torchvision's order, and its parameter counts;
 //! - narrow twins of both (torchvision's own blocks and `_make_layer` at
 //!   width 8 and 4, 10 classes) load from torchvision's `state_dict`
-//!   strictly and give its logits in eval mode;
+//!   strictly and give its logits in eval mode; in training mode they give
+//!   its logits and loss, update the running statistics as it does, and
+//!   give its gradients for the input and for parameters of the stem, the
+//!   blocks, a projection shortcut and the head;
 //! - a file of the wrong shape, block kind or class count is refused with
 //!   the key named; a new head loads the backbone strictly and sets the
 //!   file's head aside.
@@ -13,6 +16,9 @@
 mod common;
 
 use common::{entry, fixture, with_file};
+use forma::core::{Backend, Shape};
+use forma::nn::loss::{cross_entropy, Mean};
+use forma::nn::module::{Cx, Visitor};
 use forma::nn::{Module, StateDict};
 use forma::prelude::*;
 use forma::TensorData;
@@ -20,6 +26,7 @@ use forma_models::resnet::{
     BasicBlock, BlockKind, Bottleneck, ResNet, ResNet18, ResNet50, ResNetConfig,
 };
 use forma_models::ModelError;
+use std::collections::BTreeMap;
 
 /// The narrow twins' class count (the generator's `CLASSES`).
 const CLASSES: usize = 10;
@@ -218,6 +225,113 @@ fn resnet50_eval_logits_match_torchvision() {
     eval_matches::<Bottleneck, f64>("resnet50_w4");
     eval_matches::<Bottleneck, f32>("resnet50_w4");
 }
+
+/// The gradients of the named parameters (those that have one).
+fn grads_of<M: Module>(m: &M) -> BTreeMap<String, TensorData> {
+    struct Grads(BTreeMap<String, TensorData>);
+    impl Visitor for Grads {
+        fn tensor<S: Shape, E: Dtype, D: Backend>(
+            &mut self,
+            cx: &Cx,
+            t: &forma::core::Tensor<S, E, D>,
+        ) {
+            if let Some(g) = t.grad() {
+                self.0.insert(cx.path().to_string(), g.to_data());
+            }
+        }
+    }
+    let mut g = Grads(BTreeMap::new());
+    m.visit(&mut Cx::new(), &mut g);
+    g.0
+}
+
+fn train_matches<K: BlockKind, E: Float>(name: &str, grads: &[&str]) {
+    let io = io();
+    let mut net: ResNet<K, CLASSES, E> = load(&format!("{name}.safetensors"));
+    net.train();
+    let x = input::<E>(&io).requires_grad();
+    let target: Tensor<(Dyn,), i64> = Tensor::try_from_data(entry(&io, "target"), &Cpu).unwrap();
+    let logits: Tensor<(Dyn, C<CLASSES>), E> = net.forward(x.clone());
+    check::<E>(&io, name, "train.logits", &logits.to_data());
+    let loss = cross_entropy(&logits, &target, Mean);
+    check::<E>(&io, name, "train.loss", &loss.to_data());
+    loss.backward();
+
+    // Every BatchNorm buffer after that one forward.
+    let sd = net.state_dict();
+    let prefix = format!("{name}.train.state.");
+    let mut buffers = 0;
+    for key in io.keys().filter_map(|k| k.strip_prefix(&prefix)) {
+        buffers += 1;
+        let got = sd.get(key).unwrap_or_else(|| panic!("no {key}"));
+        if key.ends_with("num_batches_tracked") {
+            assert_eq!(got.to_vec::<i64>(), [3], "{key}");
+        } else {
+            check::<E>(&io, name, &format!("train.state.{key}"), got);
+        }
+    }
+    let norms = sd.keys().filter(|k| k.ends_with("running_var")).count();
+    assert_eq!(
+        buffers,
+        3 * norms,
+        "every norm's three buffers were compared"
+    );
+
+    let gx = x.grad().expect("the input's gradient");
+    check::<E>(&io, name, "grad.x", &gx.to_data());
+    let ours = grads_of(&net);
+    assert_eq!(
+        ours.len(),
+        net.named_parameters().len(),
+        "every parameter got a gradient"
+    );
+    for key in grads {
+        let got = ours
+            .get(*key)
+            .unwrap_or_else(|| panic!("no gradient for {key}"));
+        check::<E>(&io, name, &format!("grad.{key}"), got);
+    }
+}
+
+#[test]
+fn resnet18_training_step_matches_torchvision() {
+    train_matches::<BasicBlock, f64>("resnet18_w8", RESNET18_GRADS);
+    train_matches::<BasicBlock, f32>("resnet18_w8", RESNET18_GRADS);
+}
+
+/// The parameters whose gradients the generator records (its `GRADS`).
+const RESNET18_GRADS: &[&str] = &[
+    "conv1.weight",
+    "bn1.weight",
+    "layer1.0.conv1.weight",
+    "layer1.0.bn1.weight",
+    "layer2.0.downsample.0.weight",
+    "layer2.0.downsample.1.weight",
+    "layer2.0.downsample.1.bias",
+    "layer4.1.bn2.bias",
+    "fc.weight",
+    "fc.bias",
+];
+
+#[test]
+fn resnet50_training_step_matches_torchvision() {
+    train_matches::<Bottleneck, f64>("resnet50_w4", RESNET50_GRADS);
+    train_matches::<Bottleneck, f32>("resnet50_w4", RESNET50_GRADS);
+}
+
+/// The parameters whose gradients the generator records (its `GRADS`).
+const RESNET50_GRADS: &[&str] = &[
+    "conv1.weight",
+    "bn1.weight",
+    "layer1.0.conv3.weight",
+    "layer1.0.bn1.weight",
+    "layer1.0.downsample.0.weight",
+    "layer3.0.downsample.1.weight",
+    "layer3.5.conv2.weight",
+    "layer4.2.bn3.bias",
+    "fc.weight",
+    "fc.bias",
+];
 
 fn twin18_file() -> StateDict {
     forma::nn::state::load_file(fixture("resnet18_w8.safetensors"))
