@@ -11,7 +11,7 @@
 //!   cache, and greedy / top-k generation ([`gpt2::Gpt2Small`]);
 //! - [`llama`]: a Llama decoder (`LlamaForCausalLM`: RMSNorm, rotary
 //!   positions, SiLU-gated MLP, grouped-query attention, tied or untied
-//!   head) with a KV cache and greedy generation ([`llama::TinyLlama`]).
+//!   head) with a KV cache and greedy generation ([`llama::TinyLlama`]);
 //! - [`resnet`]: torchvision's ResNet-18 and ResNet-50 ([`resnet::ResNet18`],
 //!   [`resnet::ResNet50`]) with torchvision's keys, and a fresh head for
 //!   transfer learning.
