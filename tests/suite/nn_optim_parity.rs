@@ -21,8 +21,8 @@ use forma::nn::optim::{
     RmsProp, RmsPropOptions, Select, Sgd, SgdOptions,
 };
 use forma::nn::sched::{
-    Anneal, CosineAnnealingLR, ExponentialLR, LinearLR, LrScheduler, MultiStepLR, OneCycleLR,
-    OneCycleOptions, SequentialLR, StepLR,
+    Anneal, ChainedScheduler, CosineAnnealingLR, ExponentialLR, LinearLR, LrScheduler, MultiStepLR,
+    OneCycleLR, OneCycleOptions, SequentialLR, StepLR,
 };
 use forma::nn::StateDict;
 use forma::prelude::*;
@@ -607,18 +607,39 @@ fn sequential_and_chained_schedulers_match_pytorch() {
         },
         false,
     );
+    // ChainedScheduler([a, b]) is exactly that loop, as in PyTorch.
+    let mut opt = two_groups_sgd(0.0);
+    let a = StepLR::new(&mut opt, 4, 0.5);
+    let b = ExponentialLR::new(&mut opt, 0.95);
+    let mut chained = ChainedScheduler::new(vec![Box::new(a), Box::new(b)]);
+    check_schedule(
+        &fx,
+        "chained",
+        &mut opt,
+        &mut |o| {
+            chained.step(o);
+            chained.get_last_lr().to_vec()
+        },
+        false,
+    );
+    assert!(ChainedScheduler::try_new(vec![]).is_err());
 }
 
 #[test]
 fn scheduler_state_round_trips() {
     // Export after 7 steps, load into a fresh scheduler, and both continue alike.
     type Make = fn(&mut dyn LrGroups) -> Box<dyn LrScheduler>;
-    let makers: [(&str, Make); 5] = [
+    let makers: [(&str, Make); 6] = [
         ("step", |o| Box::new(StepLR::new(o, 3, 0.5))),
         ("multistep", |o| Box::new(MultiStepLR::new(o, [2, 9], 0.1))),
         ("cosine", |o| Box::new(CosineAnnealingLR::new(o, 5, 0.01))),
         ("onecycle", |o| {
             Box::new(OneCycleLR::new(o, OneCycleOptions::new(1.0, 20)))
+        }),
+        ("chained", |o| {
+            let a = StepLR::new(o, 3, 0.5);
+            let b = ExponentialLR::new(o, 0.9);
+            Box::new(ChainedScheduler::new(vec![Box::new(a), Box::new(b)]))
         }),
         ("warmup", |o| {
             let w = LinearLR::new(o, 0.2, 1.0, 4);

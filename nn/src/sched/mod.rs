@@ -30,7 +30,7 @@ mod sequential;
 
 pub use chainable::{CosineAnnealingLR, ExponentialLR, LinearLR, MultiStepLR, StepLR};
 pub use one_cycle::{Anneal, OneCycleLR, OneCycleOptions};
-pub use sequential::SequentialLR;
+pub use sequential::{ChainedScheduler, SequentialLR};
 
 use crate::optim::options::decode_value;
 use crate::optim::{LrGroups, OptimError, OptionValue};

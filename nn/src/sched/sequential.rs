@@ -1,6 +1,8 @@
-//! [`SequentialLR`]: schedulers run one after another, switching at
-//! milestone epochs, like `torch.optim.lr_scheduler.SequentialLR`: the usual
-//! way to put a warmup ([`super::LinearLR`]) before another schedule.
+//! Schedulers made of schedulers: [`SequentialLR`] runs them one after
+//! another, switching at milestone epochs, like
+//! `torch.optim.lr_scheduler.SequentialLR` (the usual way to put a warmup,
+//! [`super::LinearLR`], before another schedule); [`ChainedScheduler`]
+//! steps them all at each step, like `ChainedScheduler`.
 
 use super::{new_from_try, LrScheduler, SchedulerState};
 use crate::optim::{LrGroups, OptimError};
@@ -41,6 +43,14 @@ pub struct SequentialLR {
 }
 
 const NAME: &str = "SequentialLR";
+/// SequentialLR's own keys in its state; the rest are its schedulers'.
+const OWN_KEYS: [&str; 5] = [
+    "scheduler",
+    "last_epoch",
+    "milestones",
+    "last_lr",
+    "schedulers",
+];
 
 impl SequentialLR {
     /// Chains `schedulers` (built on `opt`) at `milestones` (one fewer than
@@ -155,52 +165,13 @@ impl LrScheduler for SequentialLR {
         out.put("last_epoch", &self.last_epoch);
         out.put("milestones", &self.milestones);
         out.put("last_lr", &self.last_lr);
-        out.put("schedulers", &(self.schedulers.len() as u64));
-        for (i, s) in self.schedulers.iter().enumerate() {
-            for (k, v) in s.state_dict().meta {
-                out.meta.insert(format!("schedulers.{i}.{k}"), v);
-            }
-        }
+        put_nested(&mut out, &self.schedulers);
         out
     }
 
     fn load_state_dict(&mut self, state: &SchedulerState) -> Result<(), OptimError> {
         state.check_kind(NAME)?;
-        let n: u64 = state.value("schedulers")?;
-        if n as usize != self.schedulers.len() {
-            return Err(OptimError::invalid(
-                NAME,
-                "schedulers",
-                n,
-                format!("this SequentialLR has {}", self.schedulers.len()),
-            ));
-        }
-        let mut subs: Vec<SchedulerState> = vec![SchedulerState::default(); self.schedulers.len()];
-        for (k, v) in &state.meta {
-            if [
-                "scheduler",
-                "last_epoch",
-                "milestones",
-                "last_lr",
-                "schedulers",
-            ]
-            .contains(&k.as_str())
-            {
-                continue;
-            }
-            let sub = k
-                .strip_prefix("schedulers.")
-                .and_then(|r| r.split_once('.'))
-                .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
-                .filter(|(i, _)| *i < subs.len());
-            let Some((i, rest)) = sub else {
-                return Err(OptimError::UnexpectedKey {
-                    key: k.clone(),
-                    reason: format!("not a setting of {NAME}"),
-                });
-            };
-            subs[i].meta.insert(rest.to_string(), v.clone());
-        }
+        let subs = nested_states(NAME, state, &OWN_KEYS, self.schedulers.len())?;
         let last_epoch = state.value("last_epoch")?;
         let milestones: Vec<i64> = state.value("milestones")?;
         let last_lr = state.value("last_lr")?;
@@ -211,18 +182,7 @@ impl LrScheduler for SequentialLR {
                 expected: "one fewer milestone than schedulers",
             });
         }
-        // Load every scheduler into a copy first, so a failure changes nothing:
-        // round-trip the current states to restore them on error.
-        let saved: Vec<SchedulerState> = self.schedulers.iter().map(|s| s.state_dict()).collect();
-        for (i, sub) in subs.iter().enumerate() {
-            if let Err(e) = self.schedulers[i].load_state_dict(sub) {
-                for (s, old) in self.schedulers.iter_mut().zip(&saved).take(i) {
-                    // Their own exports always load back.
-                    let _ = s.load_state_dict(old);
-                }
-                return Err(e);
-            }
-        }
+        load_all(&mut self.schedulers, &subs)?;
         self.last_epoch = last_epoch;
         self.milestones = milestones;
         self.last_lr = last_lr;
@@ -240,6 +200,199 @@ impl LrScheduler for SequentialLR {
             "milestones",
             epoch,
             "a SequentialLR inside another one cannot start at a milestone (it has no closed form, as in PyTorch)",
+        ))
+    }
+
+    fn rewind(&mut self) {
+        for s in &mut self.schedulers {
+            s.rewind();
+        }
+    }
+}
+
+/// Writes the count of `schedulers` and each one's state under
+/// `schedulers.<i>.`.
+fn put_nested(out: &mut SchedulerState, schedulers: &[Box<dyn LrScheduler>]) {
+    out.put("schedulers", &(schedulers.len() as u64));
+    for (i, s) in schedulers.iter().enumerate() {
+        for (k, v) in s.state_dict().meta {
+            out.meta.insert(format!("schedulers.{i}.{k}"), v);
+        }
+    }
+}
+
+/// Splits a state written by [`put_nested`] into the `n` schedulers'
+/// states, refusing another count or a key that is neither `own` nor a
+/// scheduler's.
+fn nested_states(
+    name: &'static str,
+    state: &SchedulerState,
+    own: &[&str],
+    n: usize,
+) -> Result<Vec<SchedulerState>, OptimError> {
+    let count: u64 = state.value("schedulers")?;
+    if count as usize != n {
+        return Err(OptimError::invalid(
+            name,
+            "schedulers",
+            count,
+            format!("this {name} has {n}"),
+        ));
+    }
+    let mut subs: Vec<SchedulerState> = vec![SchedulerState::default(); n];
+    for (k, v) in &state.meta {
+        if own.contains(&k.as_str()) {
+            continue;
+        }
+        let sub = k
+            .strip_prefix("schedulers.")
+            .and_then(|r| r.split_once('.'))
+            .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
+            .filter(|(i, _)| *i < subs.len());
+        let Some((i, rest)) = sub else {
+            return Err(OptimError::UnexpectedKey {
+                key: k.clone(),
+                reason: format!("not a setting of {name}"),
+            });
+        };
+        subs[i].meta.insert(rest.to_string(), v.clone());
+    }
+    Ok(subs)
+}
+
+/// Loads each scheduler's state, all or nothing: on a failure the ones
+/// already loaded get their previous states back.
+fn load_all(
+    schedulers: &mut [Box<dyn LrScheduler>],
+    subs: &[SchedulerState],
+) -> Result<(), OptimError> {
+    let saved: Vec<SchedulerState> = schedulers.iter().map(|s| s.state_dict()).collect();
+    for (i, sub) in subs.iter().enumerate() {
+        if let Err(e) = schedulers[i].load_state_dict(sub) {
+            for (s, old) in schedulers.iter_mut().zip(&saved).take(i) {
+                // Their own exports always load back.
+                let _ = s.load_state_dict(old);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Steps every scheduler in turn at each step, like
+/// `torch.optim.lr_scheduler.ChainedScheduler`: chainable schedulers
+/// ([`super::StepLR`], [`super::ExponentialLR`], ...) built on one
+/// optimizer compose, each scaling the rate the previous one left.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::optim::{LrGroups, Sgd, SgdOptions};
+/// use forma::nn::sched::{ChainedScheduler, ExponentialLR, LrScheduler, StepLR};
+///
+/// let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(1.0));
+/// let step = StepLR::new(&mut opt, 2, 0.5);
+/// let decay = ExponentialLR::new(&mut opt, 0.9);
+/// let mut sched = ChainedScheduler::new(vec![Box::new(step), Box::new(decay)]);
+/// sched.step(&mut opt);
+/// sched.step(&mut opt);
+/// assert!((opt.lr(0) - 0.5 * 0.9 * 0.9).abs() < 1e-12);
+/// ```
+#[derive(Debug)]
+pub struct ChainedScheduler {
+    schedulers: Vec<Box<dyn LrScheduler>>,
+    last_lr: Vec<f64>,
+}
+
+const CHAINED: &str = "ChainedScheduler";
+
+impl ChainedScheduler {
+    /// Chains `schedulers`, all built on the same optimizer, like
+    /// `ChainedScheduler(schedulers)`. The last learning rates are the last
+    /// scheduler's.
+    ///
+    /// # Errors
+    /// [`OptimError::InvalidOption`] for no scheduler.
+    pub fn try_new(schedulers: Vec<Box<dyn LrScheduler>>) -> Result<Self, OptimError> {
+        let Some(last) = schedulers.last() else {
+            return Err(OptimError::invalid(
+                CHAINED,
+                "schedulers",
+                "[]",
+                "it needs at least one scheduler",
+            ));
+        };
+        let last_lr = last.get_last_lr().to_vec();
+        Ok(ChainedScheduler {
+            schedulers,
+            last_lr,
+        })
+    }
+
+    /// [`ChainedScheduler::try_new`], panicking on its errors.
+    ///
+    /// # Panics
+    /// With no scheduler.
+    pub fn new(schedulers: Vec<Box<dyn LrScheduler>>) -> Self {
+        Self::try_new(schedulers).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The schedulers, in order.
+    pub fn schedulers(&self) -> &[Box<dyn LrScheduler>] {
+        &self.schedulers
+    }
+}
+
+impl LrScheduler for ChainedScheduler {
+    fn try_step(&mut self, opt: &mut dyn LrGroups) -> Result<(), OptimError> {
+        for s in &mut self.schedulers {
+            s.try_step(opt)?;
+        }
+        self.last_lr = (0..opt.num_groups()).map(|i| opt.lr(i)).collect();
+        Ok(())
+    }
+
+    fn get_last_lr(&self) -> &[f64] {
+        &self.last_lr
+    }
+
+    /// The last scheduler's (PyTorch's ChainedScheduler keeps no count of its own).
+    fn last_epoch(&self) -> i64 {
+        self.schedulers.last().map_or(0, |s| s.last_epoch())
+    }
+
+    fn state_dict(&self) -> SchedulerState {
+        let mut out = SchedulerState::default();
+        out.meta.insert("scheduler".into(), CHAINED.into());
+        out.put("last_lr", &self.last_lr);
+        put_nested(&mut out, &self.schedulers);
+        out
+    }
+
+    fn load_state_dict(&mut self, state: &SchedulerState) -> Result<(), OptimError> {
+        state.check_kind(CHAINED)?;
+        let own = ["scheduler", "last_lr", "schedulers"];
+        let subs = nested_states(CHAINED, state, &own, self.schedulers.len())?;
+        let last_lr = state.value("last_lr")?;
+        load_all(&mut self.schedulers, &subs)?;
+        self.last_lr = last_lr;
+        Ok(())
+    }
+
+    fn restart(&mut self, opt: &mut dyn LrGroups) -> Result<(), OptimError> {
+        for s in &mut self.schedulers {
+            s.restart(opt)?;
+        }
+        self.last_lr = (0..opt.num_groups()).map(|i| opt.lr(i)).collect();
+        Ok(())
+    }
+
+    fn jump_to(&mut self, opt: &mut dyn LrGroups, epoch: i64) -> Result<(), OptimError> {
+        let _ = (opt, epoch);
+        Err(OptimError::invalid(
+            CHAINED,
+            "schedulers",
+            epoch,
+            "a ChainedScheduler inside a SequentialLR cannot start at a milestone (it has no closed form)",
         ))
     }
 
