@@ -269,6 +269,29 @@ def gen_kl(f):
     f.case("kl_div.zeros.sum", lambda a, b: F.kl_div(a, b, reduction="sum"), x, y, grad_target=False)
 
 
+def gen_unbatched(f):
+    """One sample: input [C] and a 0-d class index (drawn last, so the
+    cases before keep their values)."""
+    c = 4
+    w = f.uniform((c,), 0.2, 2.0)
+    uvariants = [
+        ("unbatched", {}, 2),
+        ("unbatched_weight_smooth", {"weight": w, "label_smoothing": 0.2}, 1),
+        ("unbatched_ignored", {"weight": w}, -100),
+    ]
+    for var, opts, cls in uvariants:
+        for red in REDUCTIONS:
+            x = f.uniform((c,), -3.0, 3.0)
+            t = torch.tensor(cls, dtype=I64)
+            kw = dict(opts)
+            f.case(f"cross_entropy.{var}.{red}",
+                   lambda a, b: F.cross_entropy(a, b, reduction=red, **kw), x, t, **kw)
+            if "label_smoothing" not in kw:
+                lp = torch.log_softmax(x, dim=0)
+                f.case(f"nll_loss.{var}.{red}",
+                       lambda a, b: F.nll_loss(a, b, reduction=red, **kw), lp, t, **kw)
+
+
 def gen_init():
     """Fans and gains from torch.nn.init, keyed by what was asked."""
     out = Losses("init", seed=0)
@@ -299,6 +322,7 @@ def main():
     gen_regression(f)
     gen_binary(f)
     gen_kl(f)
+    gen_unbatched(f)
     for fam in (f, gen_init()):
         path = fam.save()
         print(f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}: "

@@ -168,6 +168,32 @@ where
     with_reduction!(red, |r| run::<S, T, _>(c, checks, loss, r))
 }
 
+/// Class-index losses on one unbatched sample: input `[C]`, target `[]`.
+fn unbatched_case(c: &Case, checks: &mut Checks, loss: &str, red: &str) {
+    fn run<R: Reduction>(c: &Case, checks: &mut Checks, loss: &str, r: R) {
+        let x = c.tensor::<(Dyn,)>("input").requires_grad();
+        let y: Tensor<(), i64> = c.fx.tensor(&c.key("target"), &Cpu);
+        let w = c.has("weight").then(|| c.tensor::<(Dyn,)>("weight"));
+        let out = if loss == "cross_entropy" {
+            let mut l = CrossEntropyLoss::new()
+                .label_smoothing(c.scalar_f64("label_smoothing").unwrap_or(0.0))
+                .reduction(r);
+            if let Some(w) = &w {
+                l = l.weight(w);
+            }
+            l.try_forward_unbatched(&x, &y)
+        } else {
+            let mut l = NllLoss::new().reduction(r);
+            if let Some(w) = &w {
+                l = l.weight(w);
+            }
+            l.try_forward_unbatched(&x, &y)
+        };
+        c.check(checks, out, &x, &y);
+    }
+    with_reduction!(red, |r| run(c, checks, loss, r))
+}
+
 /// `cross_entropy` with class probabilities on an input of shape `S`.
 fn probs_case<S: Shape>(c: &Case, checks: &mut Checks, red: &str)
 where
@@ -292,6 +318,7 @@ fn fixture_cases() {
         };
         let rank = c.rank("input");
         match (loss, rank) {
+            ("cross_entropy" | "nll_loss", 1) => unbatched_case(&c, &mut checks, loss, red),
             ("cross_entropy" | "nll_loss", 2) => {
                 class_case::<(Dyn, Dyn), (Dyn,)>(&c, &mut checks, loss, red)
             }

@@ -2,7 +2,8 @@
 //! [`cross_entropy`] with class indices (`ignore_index`, `label_smoothing`,
 //! class `weight`), [`cross_entropy_probs`] with class probabilities, and
 //! [`nll_loss`] on log-probabilities. Inputs are `[B, C]` or `[B, C, d1, ...]`;
-//! index targets are `[B]` or `[B, d1, ...]` (`i64`).
+//! index targets are `[B]` or `[B, d1, ...]` (`i64`); an unbatched sample
+//! (`[C]` at `[]`) goes through the losses' `forward_unbatched`.
 //!
 //! The class indices are read on the host to check them (PyTorch checks them
 //! too), so an index outside `0..C` other than `ignore_index` is an error
@@ -449,6 +450,44 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         ok(self.try_forward(input, target))
     }
 
+    /// The loss of one unbatched sample, logits `[C]` at a class index `[]`
+    /// (PyTorch's `cross_entropy` on a 1-d input): a scalar for every
+    /// reduction, with the options' meaning unchanged (a weighted mean of
+    /// one sample is its loss; an ignored one gives NaN with `Mean`, as in
+    /// PyTorch).
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::loss::{CrossEntropyLoss, NoReduction};
+    /// let logits = Tensor::<(C<3>,)>::from_vec(vec![0.0, 0.0, 0.0], (C,)).unwrap();
+    /// let target = Tensor::<(), i64>::from_vec(vec![2], ()).unwrap();
+    /// let loss = CrossEntropyLoss::new().reduction(NoReduction).forward_unbatched(&logits, &target);
+    /// assert!((loss.item() - 3f32.ln()).abs() < 1e-6);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Self::try_forward`].
+    pub fn try_forward_unbatched<Cd: Dim>(
+        &self,
+        input: &Tensor<(Cd,), E, D>,
+        target: &Tensor<(), i64, D>,
+    ) -> Result<Tensor<R::Output<()>, E, D>, LossError> {
+        let batched = self.try_forward(&input.unsqueeze::<0>(), &target.unsqueeze::<0>())?;
+        Ok(batched.try_reshape()?)
+    }
+
+    /// [`Self::try_forward_unbatched`] that panics on its errors.
+    ///
+    /// # Panics
+    /// Where [`Self::try_forward_unbatched`] errs.
+    pub fn forward_unbatched<Cd: Dim>(
+        &self,
+        input: &Tensor<(Cd,), E, D>,
+        target: &Tensor<(), i64, D>,
+    ) -> Tensor<R::Output<()>, E, D> {
+        ok(self.try_forward_unbatched(input, target))
+    }
+
     /// The loss of logits against class probabilities of the same shape
     /// (differentiable in both).
     ///
@@ -574,5 +613,31 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
         <S as HasAxis<1>>::Removed: LossShape<T>,
     {
         ok(self.try_forward(input, target))
+    }
+    /// The loss of one unbatched sample, log-probabilities `[C]` at a class
+    /// index `[]`, like PyTorch's `nll_loss` on a 1-d input: a scalar for
+    /// every reduction.
+    ///
+    /// # Errors
+    /// As [`Self::try_forward`].
+    pub fn try_forward_unbatched<Cd: Dim>(
+        &self,
+        input: &Tensor<(Cd,), E, D>,
+        target: &Tensor<(), i64, D>,
+    ) -> Result<Tensor<R::Output<()>, E, D>, LossError> {
+        let batched = self.try_forward(&input.unsqueeze::<0>(), &target.unsqueeze::<0>())?;
+        Ok(batched.try_reshape()?)
+    }
+
+    /// [`Self::try_forward_unbatched`] that panics on its errors.
+    ///
+    /// # Panics
+    /// Where [`Self::try_forward_unbatched`] errs.
+    pub fn forward_unbatched<Cd: Dim>(
+        &self,
+        input: &Tensor<(Cd,), E, D>,
+        target: &Tensor<(), i64, D>,
+    ) -> Tensor<R::Output<()>, E, D> {
+        ok(self.try_forward_unbatched(input, target))
     }
 }
