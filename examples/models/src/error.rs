@@ -49,6 +49,38 @@ pub enum ModelError {
     /// not positive, an empty prompt).
     #[error("invalid generation settings: {0}")]
     Sampling(String),
+    /// A model folder's `config.json` could not be read, or is not a JSON
+    /// object with the fields this model needs (it names the file).
+    #[error("{path}: {what}")]
+    Config {
+        /// The `config.json` file.
+        path: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A model folder's `config.json` describes a model that the Rust type
+    /// cannot hold: a size that differs from the type's const generics, or
+    /// a setting (activation, position embedding) it does not implement.
+    #[error("{path}: the file has {field} = {found}, the type has {expected}")]
+    ConfigMismatch {
+        /// The `config.json` file.
+        path: String,
+        /// The field, in Hugging Face's spelling (`n_embd`, `hidden_act`).
+        field: String,
+        /// The file's value, as JSON.
+        found: String,
+        /// What the type needs.
+        expected: String,
+    },
+    /// Hugging Face's `tokenizers` failed: a `tokenizer.json` that cannot be
+    /// read, a text it cannot encode, ids it cannot decode.
+    #[error("{context}: {source}")]
+    Tokenizer {
+        /// What was being done (the file, or `encoding 3 texts`).
+        context: String,
+        /// The tokenizer's error.
+        source: tokenizers::Error,
+    },
     /// A tensor operation failed (a token id outside the vocabulary, a
     /// device error).
     #[error(transparent)]

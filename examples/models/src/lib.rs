@@ -40,13 +40,19 @@
 //! one-call loaders return what they set aside next to the model
 //! ([`Loaded`]).
 //!
-//! Tokenisation is not part of this crate: the models take token ids.
+//! Text goes in and out through Hugging Face's own tokenizers
+//! (`tokenizer.json`): [`text::SentenceEncoder`] turns strings into
+//! sentence embeddings and [`text::TextGenerator`] a prompt into text, and
+//! [`pretrained`] loads a Hugging Face model folder (`config.json`, checked
+//! against the Rust type, `model.safetensors`, `tokenizer.json`) in one call.
 
 pub mod bert;
 mod error;
 pub mod gpt2;
 pub mod llama;
+pub mod pretrained;
 pub mod resnet;
+pub mod text;
 mod util;
 
 pub use error::ModelError;
