@@ -199,6 +199,13 @@ def main():
     f.meta["dropout_train.repr"] = str(drop)
     f.meta["dropout_train.keys"] = ""
 
+    # Pooling options (drawn last, so the cases above keep their values):
+    # dilation and ceil_mode for max pooling, ceil_mode and
+    # count_include_pad=False for average pooling.
+    f.case("maxpool2d_dil_ceil", nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True), {"x": n(1, 2, 8, 9)})
+    f.case("avgpool2d_ceil_nopad", nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+           {"x": n(1, 2, 6, 7)})
+
     path = f.save()
     print(f"{path}: {path.stat().st_size} bytes, {len(f.tensors)} tensors")
 

@@ -329,6 +329,8 @@ device_tests! {
         check!(ck, dev, "maxpool2d_pad", MaxPool2d::<3, 2, 1>, [Dyn, 2, 7, 7] => [Dyn, 2, 4, 4]);
         check!(ck, dev, "avgpool2d", AvgPool2d::<2>, [Dyn, 3, 6, 6] => [Dyn, 3, 3, 3]);
         check!(ck, dev, "avgpool2d_pad", AvgPool2d::<3, 2, 1>, [Dyn, 2, 7, 7] => [Dyn, 2, 4, 4]);
+        check!(ck, dev, "maxpool2d_dil_ceil", MaxPool2d::<3, 2, 1, 2, true>, [Dyn, 2, 8, 9] => [Dyn, 2, 4, 4]);
+        check!(ck, dev, "avgpool2d_ceil_nopad", AvgPool2d::<3, 2, 1, true, false>, [Dyn, 2, 6, 7] => [Dyn, 2, 4, 4]);
         check!(ck, dev, "maxpool1d", MaxPool1d::<2>, [Dyn, 3, 8] => [Dyn, 3, 4]);
         check!(ck, dev, "maxpool1d_pad", MaxPool1d::<3, 2, 1>, [Dyn, 3, 9] => [Dyn, 3, 5]);
         check!(ck, dev, "avgpool1d", AvgPool1d::<2>, [Dyn, 3, 8] => [Dyn, 3, 4]);

@@ -235,6 +235,19 @@ fn step(
                     )),
                 ),
                 "BatchNorm2d" => (arg(0, None), arg(0, None), None),
+                // MaxPool2d<K, S, P, L, CEIL> and AvgPool2d<K, S, P, CEIL, ..>:
+                // a ceil_mode argument (a bool, not read here) stops the
+                // tracking rather than risk PyTorch's rounding up.
+                "MaxPool2d" if args.len() > 4 => return Ok(None),
+                "AvgPool2d" if args.len() > 3 => return Ok(None),
+                "MaxPool2d" => {
+                    let k = arg(0, None);
+                    (
+                        None,
+                        None,
+                        Some((k, arg(1, k), arg(2, Some(0)), arg(3, Some(1)))),
+                    )
+                }
                 _ => {
                     let k = arg(0, None);
                     (None, None, Some((k, arg(1, k), arg(2, Some(0)), Some(1))))

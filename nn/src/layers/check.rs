@@ -6,7 +6,7 @@
 //! run time instead.
 
 use forma_core::shape::check::ConstMsg;
-use forma_core::shape::window::{transposed_window_out, window_out};
+use forma_core::shape::window::{pool_window_out, transposed_window_out};
 
 /// Asserts that a stated output size fits the window arithmetic. Sizes that
 /// are `None` (`Dyn`) are left to the run-time check.
@@ -18,6 +18,26 @@ pub const fn assert_window(
     stride: usize,
     padding: usize,
     dilation: usize,
+    output: Option<usize>,
+) {
+    assert_pool_window(
+        layer, axis, input, kernel, stride, padding, dilation, false, output,
+    )
+}
+
+/// [`assert_window`] for a pooling window, which may round its output size
+/// up (`ceil_mode`, PyTorch's rule: the last window starts inside the input
+/// or its left padding).
+#[allow(clippy::too_many_arguments)]
+pub const fn assert_pool_window(
+    layer: &str,
+    axis: &str,
+    input: Option<usize>,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    ceil_mode: bool,
     output: Option<usize>,
 ) {
     let Some(input) = input else { return };
@@ -33,7 +53,13 @@ pub const fn assert_window(
         .n(stride)
         .s(", padding ")
         .n(padding);
-    match window_out(input, kernel, stride, padding, dilation) {
+    let msg = if dilation != 1 {
+        msg.s(", dilation ").n(dilation)
+    } else {
+        msg
+    };
+    let msg = if ceil_mode { msg.s(", ceil_mode") } else { msg };
+    match pool_window_out(input, kernel, stride, padding, dilation, ceil_mode) {
         None => msg
             .s(" leaves no output (the kernel is larger than the padded input)")
             .panic(),

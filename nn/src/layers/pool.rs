@@ -1,9 +1,10 @@
 //! Pooling layers: `MaxPool1d`, `MaxPool2d`, `AvgPool1d`, `AvgPool2d` and
-//! `AdaptiveAvgPool2d`, like PyTorch's. The window layers keep PyTorch's
-//! defaults for what they do not take (`dilation=1`, `ceil_mode=False`,
-//! `count_include_pad=True`).
+//! `AdaptiveAvgPool2d`, like PyTorch's. `MaxPool2d` takes dilation and
+//! `ceil_mode`, `AvgPool2d` `ceil_mode` and `count_include_pad`, as const
+//! parameters after the window's (defaults PyTorch's); the 1-d layers keep
+//! PyTorch's defaults for those.
 
-use super::check::assert_window;
+use super::check::{assert_pool_window, assert_window};
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::pool::Pool2dParams;
@@ -28,48 +29,176 @@ fn params<const K: usize, const S: usize, const P: usize>() -> Pool2dParams {
     }
 }
 
-macro_rules! pool {
-    ($(#[$doc:meta])* $name:ident, $method:ident, $repr:literal) => {
-        $(#[$doc])*
-        #[derive(Module, Clone, Copy, Debug, Default, PartialEq, Eq)]
-        #[module(crate = "crate", extra_repr = "Self::extra_repr")]
-        pub struct $name<const K: usize, const S: usize = K, const P: usize = 0>;
+/// Max pooling over `K`x`K` windows with stride `S` (default `K`), padding
+/// `P`, dilation `L` (default 1) and `CEIL` mode (default `false`), like
+/// `nn.MaxPool2d(K, S, P, dilation=L, ceil_mode=CEIL)`. The caller states
+/// the output size, checked at build time like [`super::Conv2d`]'s.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::MaxPool2d, Forward};
+/// let row = vec![1., 3., 2., 0., 4.];
+/// let x = Tensor::<(C<1>, C<1>, C<2>, C<5>)>::from_vec([row.clone(), row].concat(), (C, C, C, C)).unwrap();
+/// let y: Tensor<(C<1>, C<1>, C<1>, C<2>)> = MaxPool2d::<2>.forward(x.clone());
+/// assert_eq!(y.to_vec(), [3., 2.]);
+/// // ceil_mode keeps the last, partial window: a width of 5 gives 3.
+/// let y: Tensor<(C<1>, C<1>, C<1>, C<3>)> = MaxPool2d::<2, 2, 0, 1, true>.forward(x);
+/// assert_eq!(y.to_vec(), [3., 2., 4.]);
+/// ```
+#[derive(Module, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct MaxPool2d<
+    const K: usize,
+    const S: usize = K,
+    const P: usize = 0,
+    const L: usize = 1,
+    const CEIL: bool = false,
+>;
 
-        impl<const K: usize, const S: usize, const P: usize> $name<K, S, P> {
-            fn extra_repr(&self) -> String {
-                format!($repr)
-            }
-        }
-
-        impl<B: Dim, Ch: Dim, H: Dim, W: Dim, H2: Dim, W2: Dim, const K: usize, const S: usize, const P: usize, E: Float, D: Device<E>>
-            Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H2, W2), E, D>> for $name<K, S, P>
-        {
-            fn try_forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
-                const {
-                    assert_window(stringify!($name), "height", H::STATIC, K, S, P, 1, H2::STATIC);
-                    assert_window(stringify!($name), "width", W::STATIC, K, S, P, 1, W2::STATIC);
-                };
-                stated_output(stringify!($name), x.$method(params::<K, S, P>())?)
-            }
-        }
-    };
+impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL: bool>
+    MaxPool2d<K, S, P, L, CEIL>
+{
+    fn extra_repr(&self) -> String {
+        let ceil = if CEIL { "True" } else { "False" };
+        format!("kernel_size={K}, stride={S}, padding={P}, dilation={L}, ceil_mode={ceil}")
+    }
 }
 
-pool!(
-    /// Max pooling over `K`x`K` windows with stride `S` (default `K`) and
-    /// padding `P`, like `nn.MaxPool2d(K, S, P)`. The caller states the output
-    /// size, checked at build time like [`super::Conv2d`]'s.
-    MaxPool2d,
-    try_max_pool2d,
-    "kernel_size={K}, stride={S}, padding={P}, dilation=1, ceil_mode=False"
-);
-pool!(
-    /// Average pooling over `K`x`K` windows with stride `S` (default `K`) and
-    /// padding `P` (counted in the average), like `nn.AvgPool2d(K, S, P)`.
-    AvgPool2d,
-    try_avg_pool2d,
-    "kernel_size={K}, stride={S}, padding={P}"
-);
+impl<
+        B: Dim,
+        Ch: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        const CEIL: bool,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H2, W2), E, D>>
+    for MaxPool2d<K, S, P, L, CEIL>
+{
+    fn try_forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
+        const {
+            assert_pool_window(
+                "MaxPool2d",
+                "height",
+                H::STATIC,
+                K,
+                S,
+                P,
+                L,
+                CEIL,
+                H2::STATIC,
+            );
+            assert_pool_window(
+                "MaxPool2d",
+                "width",
+                W::STATIC,
+                K,
+                S,
+                P,
+                L,
+                CEIL,
+                W2::STATIC,
+            );
+        };
+        let p = Pool2dParams {
+            dilation: [L, L],
+            ceil_mode: CEIL,
+            ..params::<K, S, P>()
+        };
+        stated_output("MaxPool2d", x.try_max_pool2d(p)?)
+    }
+}
+
+/// Average pooling over `K`x`K` windows with stride `S` (default `K`),
+/// padding `P`, `CEIL` mode (default `false`) and `COUNT_PAD` (default
+/// `true`: padded zeros count in the divisor), like `nn.AvgPool2d(K, S, P,
+/// ceil_mode=CEIL, count_include_pad=COUNT_PAD)`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::AvgPool2d, Forward};
+/// let x = Tensor::<(C<1>, C<1>, C<1>, C<2>)>::from_vec(vec![2., 4.], (C, C, C, C)).unwrap();
+/// // 3x3 windows with padding 1: the padded zeros count in the divisor or not.
+/// let y: Tensor<(C<1>, C<1>, C<1>, C<2>)> = AvgPool2d::<3, 1, 1>.forward(x.clone());
+/// assert!(y.to_vec().iter().all(|v| (v - 6. / 9.).abs() < 1e-6));
+/// let y: Tensor<(C<1>, C<1>, C<1>, C<2>)> = AvgPool2d::<3, 1, 1, false, false>.forward(x);
+/// assert_eq!(y.to_vec(), [3., 3.]);
+/// ```
+#[derive(Module, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct AvgPool2d<
+    const K: usize,
+    const S: usize = K,
+    const P: usize = 0,
+    const CEIL: bool = false,
+    const COUNT_PAD: bool = true,
+>;
+
+impl<const K: usize, const S: usize, const P: usize, const CEIL: bool, const COUNT_PAD: bool>
+    AvgPool2d<K, S, P, CEIL, COUNT_PAD>
+{
+    /// PyTorch's `AvgPool2d` prints only the window, whatever its modes.
+    fn extra_repr(&self) -> String {
+        format!("kernel_size={K}, stride={S}, padding={P}")
+    }
+}
+
+impl<
+        B: Dim,
+        Ch: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const CEIL: bool,
+        const COUNT_PAD: bool,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H2, W2), E, D>>
+    for AvgPool2d<K, S, P, CEIL, COUNT_PAD>
+{
+    fn try_forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
+        const {
+            assert_pool_window(
+                "AvgPool2d",
+                "height",
+                H::STATIC,
+                K,
+                S,
+                P,
+                1,
+                CEIL,
+                H2::STATIC,
+            );
+            assert_pool_window(
+                "AvgPool2d",
+                "width",
+                W::STATIC,
+                K,
+                S,
+                P,
+                1,
+                CEIL,
+                W2::STATIC,
+            );
+        };
+        let p = Pool2dParams {
+            ceil_mode: CEIL,
+            count_include_pad: COUNT_PAD,
+            ..params::<K, S, P>()
+        };
+        stated_output("AvgPool2d", x.try_avg_pool2d(p)?)
+    }
+}
 
 fn stated_length<B: Dim, Ch: Dim, L2: Dim, E: Float, D: Device<E>>(
     layer: &'static str,
