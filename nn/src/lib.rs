@@ -21,12 +21,14 @@ pub use state::{
     Checkpoint, CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo,
 };
 
-/// Free functions of several tensors, PyTorch's `torch.cat`, `torch.stack`
-/// and `torch.where`. What PyTorch writes as `torch.nn.functional.*` on one
-/// tensor (activations, softmax, normalisation, dropout masks) is a tensor
-/// method in Forma: `x.relu()`, `x.gelu()`, `x.softmax::<1>()`,
-/// `x.layer_norm(w, b, eps)`.
+/// Free functions of several tensors, PyTorch's `torch.cat`, `torch.stack`,
+/// `torch.where` and `torch.nn.functional.batch_norm` (which updates the
+/// running statistics it is given). What PyTorch writes as
+/// `torch.nn.functional.*` on one tensor (activations, softmax, layer
+/// normalisation, dropout masks) is a tensor method in Forma: `x.relu()`,
+/// `x.gelu()`, `x.softmax::<1>()`, `x.layer_norm(w, b, eps)`.
 pub mod functional {
+    pub use crate::layers::norm::batch_norm;
     pub use forma_core::ops::cat::{cat, stack};
     pub use forma_core::ops::cmp::where_cond;
 }

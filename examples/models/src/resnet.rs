@@ -48,7 +48,9 @@ use crate::util::{layout_of, restore, Init};
 use crate::{HfLoadReport, Loaded, ModelError};
 use forma::core::device::Device;
 use forma::core::shape::ExpandTo;
+use forma::nn::functional::batch_norm;
 use forma::nn::layers::{AdaptiveAvgPool2d, MaxPool2d, Relu};
+use forma::nn::module::py_float;
 use forma::nn::state::Mismatch;
 use forma::nn::{scope, LoadError, Module, StateDict, Training};
 use forma::prelude::*;
@@ -150,26 +152,6 @@ impl ResNetConfig {
 }
 
 // ------------------------------------------------------------------ layers
-
-/// A float as Python's `repr` writes it (`1e-05`, `0.1`), as PyTorch's
-/// reprs print hyper-parameters (the same rule as `forma::nn`'s own
-/// layers, whose helper is private to that crate).
-fn py_float(x: f64) -> String {
-    if x != 0.0 && (x.abs() < 1e-4 || x.abs() >= 1e16) {
-        let s = format!("{x:e}");
-        match s.split_once('e') {
-            Some((m, e)) => {
-                let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
-                format!("{m}e{sign}{digits:0>2}")
-            }
-            None => s,
-        }
-    } else if x.fract() == 0.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x}")
-    }
-}
 
 /// `nn.Conv2d(in, out, kernel, stride, padding, bias=False)` with its sizes
 /// known at run time: `weight` is `[out, in, kernel, kernel]`. Prints like
@@ -345,32 +327,6 @@ impl<E: Float, D: Device<E>> DynBatchNorm2d<E, D> {
             py_float(self.momentum)
         )
     }
-
-    /// `running = (1 - momentum) running + momentum batch`, the variance
-    /// unbiased over the `n` values per channel; one more batch tracked.
-    fn update_running_stats(
-        &self,
-        mean: &Map<E, D>,
-        var: &Map<E, D>,
-        n: usize,
-    ) -> forma::Result<()> {
-        let _g = forma::core::tape::no_grad();
-        let ch = (Dyn(self.weight.size(0)),);
-        let m = self.momentum;
-        let unbiased = n as f64 / (n.max(2) - 1) as f64;
-        let mean = mean.detach().try_reshape_to(ch)?;
-        let var = var.detach().try_reshape_to(ch)?.mul_scalar(unbiased);
-        let rm = &self.running_mean.mul_scalar(1.0 - m) + &mean.mul_scalar(m);
-        let rv = &self.running_var.mul_scalar(1.0 - m) + &var.mul_scalar(m);
-        self.running_mean.try_assign(&rm)?;
-        self.running_var.try_assign(&rv)?;
-        let seen = self.num_batches_tracked.try_to_vec()?[0] + 1;
-        self.num_batches_tracked.try_assign(&Tensor::full_on(
-            (),
-            seen,
-            self.num_batches_tracked.device(),
-        ))
-    }
 }
 
 impl<E: Float, D: Device<E>> Forward<Map<E, D>, Map<E, D>> for DynBatchNorm2d<E, D> {
@@ -382,31 +338,25 @@ impl<E: Float, D: Device<E>> Forward<Map<E, D>, Map<E, D>> for DynBatchNorm2d<E,
                 format!("{} channels in, but the norm has {ch}", x.size(1)),
             ));
         }
-        let per_channel = |t: &Tensor<(Dyn,), E, D>| -> forma::Result<Map<E, D>> {
-            t.try_reshape_to((Dyn(1), Dyn(ch), Dyn(1), Dyn(1)))
-        };
-        let (mean, var) = if self.training.is_on() {
-            let mean: Map<E, D> = x
-                .mean_keepdim::<0>()
-                .mean_keepdim::<2>()
-                .mean_keepdim::<3>()
-                .into_dyn();
-            let diff = &x - &mean;
-            let var: Map<E, D> = (&diff * &diff)
-                .mean_keepdim::<0>()
-                .mean_keepdim::<2>()
-                .mean_keepdim::<3>()
-                .into_dyn();
-            self.update_running_stats(&mean, &var, x.numel() / ch.max(1))?;
-            (mean, var)
-        } else {
-            (
-                per_channel(&self.running_mean)?,
-                per_channel(&self.running_var)?,
-            )
-        };
-        let scale = &var.add_scalar(self.eps).rsqrt() * &per_channel(&self.weight)?;
-        Ok(&(&x - &mean) * &scale + per_channel(&self.bias)?)
+        let training = self.training.is_on();
+        let y = batch_norm(
+            x,
+            &self.running_mean,
+            &self.running_var,
+            Some(&self.weight),
+            Some(&self.bias),
+            training,
+            self.momentum,
+            self.eps,
+        )?;
+        if training {
+            let _g = forma::core::tape::no_grad();
+            let seen = self.num_batches_tracked.try_to_vec()?[0] + 1;
+            let device = self.num_batches_tracked.device();
+            self.num_batches_tracked
+                .try_assign(&Tensor::full_on((), seen, device))?;
+        }
+        Ok(y)
     }
 }
 

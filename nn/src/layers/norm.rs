@@ -64,17 +64,28 @@ macro_rules! batch_norm_layer {
                 )
             }
 
-            fn state(&self) -> BatchNormState<'_, CH, E, D> {
-                BatchNormState {
-                    weight: &self.weight,
-                    bias: &self.bias,
-                    running_mean: &self.running_mean,
-                    running_var: &self.running_var,
-                    num_batches_tracked: &self.num_batches_tracked,
-                    momentum: self.momentum,
-                    eps: self.eps,
-                    training: self.training.is_on(),
+            /// Batch normalisation of `x` as `[n, CH, h, w]` with this
+            /// layer's parameters and running statistics; counts the batch
+            /// in training mode.
+            fn norm(
+                &self,
+                x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+            ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
+                let training = self.training.is_on();
+                let y = batch_norm(
+                    x,
+                    &self.running_mean,
+                    &self.running_var,
+                    Some(&self.weight),
+                    Some(&self.bias),
+                    training,
+                    self.momentum,
+                    self.eps,
+                )?;
+                if training {
+                    count_batch(&self.num_batches_tracked)?;
                 }
+                Ok(y)
             }
         }
     };
@@ -106,32 +117,48 @@ impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
         &self,
         x: Tensor<(B, C<CH>, H, W), E, D>,
     ) -> Result<Tensor<(B, C<CH>, H, W), E, D>> {
-        Ok(restore(batch_norm(x.into_dyn(), self.state())?))
+        Ok(restore(self.norm(x.into_dyn())?))
     }
 }
 
-/// What a batch-norm layer holds, borrowed for [`batch_norm`].
-struct BatchNormState<'a, const CH: usize, E: Float, D: Device<E>> {
-    weight: &'a Tensor<(C<CH>,), E, D>,
-    bias: &'a Tensor<(C<CH>,), E, D>,
-    running_mean: &'a Tensor<(C<CH>,), E, D>,
-    running_var: &'a Tensor<(C<CH>,), E, D>,
-    num_batches_tracked: &'a Tensor<(), i64, D>,
+/// Batch normalisation of `x`, `[n, channels, h, w]` (a `[n, channels]` or
+/// `[n, channels, l]` input viewed as `[n, channels, l, 1]`), like
+/// `torch.nn.functional.batch_norm(x, running_mean, running_var, weight,
+/// bias, training, momentum, eps)`: in training mode with the batch's
+/// statistics over every axis but the channels (the biased variance),
+/// folded into `running_mean` and `running_var` in place (`running =
+/// (1 - momentum) running + momentum batch`, the variance unbiased, outside
+/// the graph); in eval mode with the running statistics. Then scaled by
+/// `weight` and shifted by `bias` (per channel) where given. The layers
+/// ([`BatchNorm1d`], [`BatchNorm2d`]) call it and count the batch in
+/// `num_batches_tracked` themselves, as PyTorch's do.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::functional::batch_norm;
+/// let x = Tensor::<(Dyn, Dyn, Dyn, Dyn), f64>::from_vec(vec![1., 10., 3., 30.], (Dyn(2), Dyn(2), Dyn(1), Dyn(1))).unwrap();
+/// let (mean, var) = (Tensor::<(C<2>,), f64>::zeros_with((C,)), Tensor::<(C<2>,), f64>::ones_with((C,)));
+/// let y = batch_norm(x, &mean, &var, None, None, true, 0.1, 1e-5).unwrap();
+/// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4); // (1 - 2) / sqrt(1 + eps)
+/// assert_eq!(mean.to_vec(), [0.2, 2.0]);
+/// ```
+///
+/// # Errors
+/// When the statistics, `weight` or `bias` do not have one value per
+/// channel of `x`.
+#[allow(clippy::too_many_arguments)] // PyTorch's signature
+pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
+    x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+    running_mean: &Tensor<(Ch,), E, D>,
+    running_var: &Tensor<(Ch,), E, D>,
+    weight: Option<&Tensor<(Ch,), E, D>>,
+    bias: Option<&Tensor<(Ch,), E, D>>,
+    training: bool,
     momentum: f64,
     eps: f64,
-    training: bool,
-}
-
-/// Batch normalisation of `[n, CH, h, w]` (BatchNorm1d views its input as
-/// `[n, CH, l, 1]`): batch statistics over every axis but the channels in
-/// training mode (folded into the running ones), the running statistics in
-/// eval mode.
-fn batch_norm<const CH: usize, E: Float, D: Device<E>>(
-    x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
-    bn: BatchNormState<'_, CH, E, D>,
 ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
-    let per_channel = |t: &Tensor<(C<CH>,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
-    let (mean, var) = if bn.training {
+    let per_channel = |t: &Tensor<(Ch,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
+    let (mean, var) = if training {
         let mean = x
             .mean_keepdim::<0>()
             .mean_keepdim::<2>()
@@ -141,38 +168,53 @@ fn batch_norm<const CH: usize, E: Float, D: Device<E>>(
             .mean_keepdim::<0>()
             .mean_keepdim::<2>()
             .mean_keepdim::<3>();
-        update_running_stats(&bn, &mean, &var, x.numel() / CH)?;
+        let n = x.numel() / x.size(1).max(1);
+        update_running_stats(running_mean, running_var, &mean, &var, momentum, n)?;
         (mean, var)
     } else {
         (
-            per_channel(bn.running_mean).unsqueeze::<0>(),
-            per_channel(bn.running_var).unsqueeze::<0>(),
+            per_channel(running_mean).unsqueeze::<0>(),
+            per_channel(running_var).unsqueeze::<0>(),
         )
     };
-    let scale = &var.add_scalar(bn.eps).rsqrt() * &per_channel(bn.weight);
-    Ok(&(&x - &mean) * &scale + per_channel(bn.bias))
+    let inv_std = var.add_scalar(eps).rsqrt();
+    let y = match weight {
+        Some(w) => &(&x - &mean) * &(&inv_std * &per_channel(w)),
+        None => &(&x - &mean) * &inv_std,
+    };
+    Ok(match bias {
+        Some(b) => y + per_channel(b),
+        None => y,
+    })
 }
 
 /// Folds a batch's statistics into the running ones (outside the graph):
-/// momentum-weighted, with the unbiased variance, as PyTorch does.
-fn update_running_stats<const CH: usize, E: Float, D: Device<E>>(
-    bn: &BatchNormState<'_, CH, E, D>,
+/// momentum-weighted, with the unbiased variance over the `n` values per
+/// channel, as PyTorch does.
+fn update_running_stats<Ch: Dim, E: Float, D: Device<E>>(
+    running_mean: &Tensor<(Ch,), E, D>,
+    running_var: &Tensor<(Ch,), E, D>,
     mean: &Tensor<(One, Dyn, One, One), E, D>,
     var: &Tensor<(One, Dyn, One, One), E, D>,
+    m: f64,
     n: usize,
 ) -> Result<()> {
     let _g = no_grad();
     let unbiased = n as f64 / (n.max(2) - 1) as f64;
-    let m = bn.momentum;
-    let mean_c: Tensor<(C<CH>,), E, D> = mean.detach().reshape();
-    let var_c: Tensor<(C<CH>,), E, D> = var.detach().reshape::<(C<CH>,)>().mul_scalar(unbiased);
-    let rm = &bn.running_mean.mul_scalar(1.0 - m) + &mean_c.mul_scalar(m);
-    let rv = &bn.running_var.mul_scalar(1.0 - m) + &var_c.mul_scalar(m);
-    bn.running_mean.try_assign(&rm)?;
-    bn.running_var.try_assign(&rv)?;
-    let seen = bn.num_batches_tracked.try_to_vec()?[0] + 1;
-    let seen = Tensor::full_on((), seen, bn.num_batches_tracked.device());
-    bn.num_batches_tracked.try_assign(&seen)
+    let ch = (Dyn(running_mean.size(0)),);
+    let mean_c = mean.detach().try_reshape_to(ch)?;
+    let var_c = var.detach().try_reshape_to(ch)?.mul_scalar(unbiased);
+    let rm = &running_mean.into_dyn().mul_scalar(1.0 - m) + &mean_c.mul_scalar(m);
+    let rv = &running_var.into_dyn().mul_scalar(1.0 - m) + &var_c.mul_scalar(m);
+    running_mean.try_assign(&rm)?;
+    running_var.try_assign(&rv)
+}
+
+/// One more batch in a layer's `num_batches_tracked`.
+fn count_batch<D: forma_core::Backend>(num_batches_tracked: &Tensor<(), i64, D>) -> Result<()> {
+    let seen = num_batches_tracked.try_to_vec()?[0] + 1;
+    let seen = Tensor::full_on((), seen, num_batches_tracked.device());
+    num_batches_tracked.try_assign(&seen)
 }
 
 batch_norm_layer!(
@@ -200,7 +242,7 @@ impl<B: Dim, const CH: usize, E: Float, D: Device<E>>
     fn try_forward(&self, x: Tensor<(B, C<CH>), E, D>) -> Result<Tensor<(B, C<CH>), E, D>> {
         let shape = x.shape();
         let x4 = x.try_reshape_to((Dyn(shape.0.size()), Dyn(CH), Dyn(1), Dyn(1)))?;
-        batch_norm(x4, self.state())?.try_reshape_to(shape)
+        self.norm(x4)?.try_reshape_to(shape)
     }
 }
 
@@ -210,7 +252,7 @@ impl<B: Dim, L: Dim, const CH: usize, E: Float, D: Device<E>>
     fn try_forward(&self, x: Tensor<(B, C<CH>, L), E, D>) -> Result<Tensor<(B, C<CH>, L), E, D>> {
         let (shape, d) = (x.shape(), x.dims());
         let x4 = x.try_reshape_to((Dyn(d[0]), Dyn(CH), Dyn(d[2]), Dyn(1)))?;
-        batch_norm(x4, self.state())?.try_reshape_to(shape)
+        self.norm(x4)?.try_reshape_to(shape)
     }
 }
 

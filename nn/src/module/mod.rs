@@ -21,7 +21,7 @@ pub(crate) use forward::ok;
 pub use forward::Forward;
 pub use impls::{TensorField, Training};
 pub use params::{parameters, ParamRef};
-pub(crate) use repr::py_float;
+pub use repr::py_float;
 pub use repr::ReprNode;
 
 use crate::state::{CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};

@@ -124,8 +124,16 @@ impl fmt::Display for ReprNode {
 }
 
 /// Formats a float like Python's `repr` (`1e-05`, `0.1`, `1.0`), as PyTorch's
-/// reprs print hyper-parameters.
-pub(crate) fn py_float(x: f64) -> String {
+/// reprs print hyper-parameters: for a module's `extra_repr` that should
+/// read like its PyTorch twin's.
+///
+/// ```
+/// use forma::nn::module::py_float;
+/// assert_eq!(py_float(1e-5), "1e-05");
+/// assert_eq!(py_float(0.1), "0.1");
+/// assert_eq!(py_float(1.0), "1.0");
+/// ```
+pub fn py_float(x: f64) -> String {
     if x != 0.0 && (x.abs() < 1e-4 || x.abs() >= 1e16) {
         let s = format!("{x:e}");
         match s.split_once('e') {
