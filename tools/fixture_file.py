@@ -35,6 +35,12 @@ class FixtureFile:
         return path
 
 
+def layout(model):
+    """The keys and shapes of `model.state_dict()`, in order, as JSON lists
+    (for the layout files of full-size models built on the `meta` device)."""
+    return [[k, list(v.shape)] for k, v in model.state_dict().items()]
+
+
 def canonical_header(path):
     """Rewrites the safetensors header with sorted metadata keys.
 

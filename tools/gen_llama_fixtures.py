@@ -56,22 +56,18 @@ Conventions of `llama_io.safetensors` (mirrored by the Rust tests):
   zeros above the diagonal).
 """
 import json
-import shutil
-import sys
-import tempfile
-from pathlib import Path
 
 import torch
 import transformers
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from fixture_file import OUT, FixtureFile, canonical_header
+from fixture_file import layout
+from hf_fixtures import MODELS, KeptIo, assert_causal, greedy, put_intermediates, save_hf, with_last_output
 
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
-MODELS = OUT / "models"
 GENERATOR = "tools/gen_llama_fixtures.py"
 
 # No end-of-text token: generation runs its full length, untouched by
@@ -107,34 +103,14 @@ PROMPT_LEN = 8
 GREEDY_NEW_TOKENS = 16
 GREEDY_MARGIN = 1e-3
 KEEP_ATOL = 1e-5
-FRESH = "--fresh" in sys.argv[1:]
 
 
-class Io(FixtureFile):
+class Io(KeptIo):
     GENERATOR = GENERATOR
+    KEEP_ATOL = KEEP_ATOL
 
     def __init__(self):
         super().__init__("models/llama_io", seed=20261205)
-
-    def save(self):
-        """Writes the file, keeping the stored values that this run
-        reproduces (unless `--fresh`)."""
-        path = OUT / f"{self.name}.safetensors"
-        if path.exists() and not FRESH:
-            old = load_file(str(path))
-            stale = sorted(set(old) - set(self.tensors))
-            assert not stale, f"{path} has keys this generator no longer writes: {stale} (rerun with --fresh)"
-            for key, kept in old.items():
-                new = self.tensors[key]
-                assert (new.dtype, new.shape) == (kept.dtype, kept.shape), key
-                if kept.is_floating_point():
-                    diff = (new - kept).abs().max().item() if new.numel() else 0.0
-                    assert diff <= KEEP_ATOL, f"{key} moved by {diff:e}; rerun with --fresh if meant"
-                else:
-                    assert torch.equal(new, kept), f"{key} changed; rerun with --fresh if meant"
-                self.tensors[key] = kept
-        return super().save()
-
 
 def build(cfg):
     return LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation="eager")).eval()
@@ -153,38 +129,6 @@ def randomize(model, g):
                 p.copy_(0.3 * noise)
 
 
-def stamp(path):
-    """Adds the torch and transformers versions and the generator to the
-    header's metadata; the tensors and their offsets are untouched."""
-    raw = path.read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + n])
-    header.setdefault("__metadata__", {}).update(
-        torch=torch.__version__, transformers=transformers.__version__, generator=GENERATOR
-    )
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
-
-
-def save_hf(model, name):
-    """`save_pretrained`'s `model.safetensors`, copied to
-    `fixtures/models/<name>.safetensors`; a rerun must give the same weights."""
-    dst = MODELS / f"{name}.safetensors"
-    committed = load_file(str(dst)) if dst.exists() and not FRESH else None
-    with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(d, safe_serialization=True)
-        if committed is not None:
-            new = load_file(str(Path(d) / "model.safetensors"))
-            assert set(new) == set(committed) and all(torch.equal(new[k], committed[k]) for k in new), (
-                f"{dst}: this run's weights differ from the committed ones"
-            )
-        shutil.copyfile(Path(d) / "model.safetensors", dst)
-    stamp(dst)
-    canonical_header(dst)
-    return dst
-
-
 def loaded(cfg, name):
     """A fresh eager model holding the weights of the written file, which is
     what the Rust side loads."""
@@ -201,7 +145,7 @@ def tiny(io):
     torch.manual_seed(3)
     model = build(TINY_LLAMA)
     randomize(model, io.g)
-    path = save_hf(model, "llama_tiny")
+    path = save_hf(model, "llama_tiny", GENERATOR)
     assert set(load_file(str(path))) == set(model.state_dict()), "untied: every key is saved"
     model = loaded(TINY_LLAMA, "llama_tiny")
 
@@ -218,48 +162,29 @@ def tiny(io):
     io.put("rope.sin", sin)
 
     prompt = torch.randint(0, TINY_LLAMA["vocab_size"], (1, PROMPT_LEN), generator=io.g)
+    sequences = greedy(model, prompt, GREEDY_NEW_TOKENS, GREEDY_MARGIN)
     with torch.no_grad():
-        out = model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            do_sample=False,
-            max_new_tokens=GREEDY_NEW_TOKENS,
-            pad_token_id=0,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-        full = model(input_ids=out.sequences).logits
-    assert out.sequences.shape == (1, PROMPT_LEN + GREEDY_NEW_TOKENS)
-    for step, scores in enumerate(out.scores):
-        top = scores[0].topk(2).values
-        assert top[0] - top[1] > GREEDY_MARGIN, f"greedy step {step} is a near tie: {top}"
+        full = model(input_ids=sequences).logits
+    assert sequences.shape == (1, PROMPT_LEN + GREEDY_NEW_TOKENS)
     io.put("tiny.prompt", prompt)
-    io.put("tiny.greedy", out.sequences)
+    io.put("tiny.greedy", sequences)
     io.put("tiny.cached_logits", full)
 
 
 def intermediates(io, model, ids, logits):
-    seen = []  # the last layer's raw output, caught on its way out
-    last = model.model.layers[-1]
-    hook = last.register_forward_hook(lambda m, args, y: seen.append(y[0] if isinstance(y, tuple) else y))
+    def run():
+        return model(input_ids=ids, output_hidden_states=True, output_attentions=True)
+
     with torch.no_grad():
-        out = model(input_ids=ids, output_hidden_states=True, output_attentions=True)
-        hook.remove()
-        (raw_last,) = seen
+        out, raw_last = with_last_output(model.model.layers[-1], run)
         embedded = model.model.embed_tokens(ids)
         final = model.model.norm(raw_last)
-    layers = TINY_LLAMA["num_hidden_layers"]
-    hidden, attn = out.hidden_states, out.attentions
-    assert len(hidden) == layers + 1 and len(attn) == layers, (len(hidden), len(attn))
+    hidden = out.hidden_states
     assert torch.equal(hidden[0], embedded)
     assert torch.equal(hidden[-1], final) and not torch.allclose(raw_last, final)
     assert torch.equal(out.logits, logits)
-    causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).triu(1)
-    for i, h in enumerate(hidden):
-        io.put(f"tiny.hidden_states.{i}", h)
-    for i, a in enumerate(attn):
-        assert torch.all(a[..., causal] == 0) and torch.all(a[..., ~causal] > 0), "causal"
-        io.put(f"tiny.attentions.{i}", a)
+    assert_causal(out.attentions, ids.shape[1])
+    put_intermediates(io, "tiny", out, TINY_LLAMA["num_hidden_layers"])
 
 
 def mha(io):
@@ -267,7 +192,7 @@ def mha(io):
     model = build(MHA_LLAMA)
     randomize(model, io.g)
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    path = save_hf(model, "llama_mha")
+    path = save_hf(model, "llama_mha", GENERATOR)
     saved = set(load_file(str(path)))
     assert saved == set(model.state_dict()) - {"lm_head.weight"}, saved
     model = loaded(MHA_LLAMA, "llama_mha")
@@ -305,13 +230,13 @@ LLAMA_3_2_1B = dict(
 
 
 def layouts():
-    def layout(cfg):
+    def entry_of(cfg):
         with torch.device("meta"):
             model = LlamaForCausalLM(LlamaConfig(**cfg))
         params = sum(p.numel() for p in model.parameters())  # a tied tensor counts once
         entry = {
             "config": cfg,
-            "state_dict": [[k, list(v.shape)] for k, v in model.state_dict().items()],
+            "state_dict": layout(model),
             "num_parameters": params,
         }
         if cfg["tie_word_embeddings"]:
@@ -323,8 +248,8 @@ def layouts():
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "generator": GENERATOR,
-        "tinyllama_1_1b": layout(TINYLLAMA_1_1B),
-        "llama_3_2_1b": layout(LLAMA_3_2_1B),
+        "tinyllama_1_1b": entry_of(TINYLLAMA_1_1B),
+        "llama_3_2_1b": entry_of(LLAMA_3_2_1B),
     }
     (MODELS / "llama_layouts.json").write_text(json.dumps(doc, indent=1) + "\n")
 

@@ -73,22 +73,17 @@ committed. `--fresh` drops both checks and rewrites io.safetensors from this
 run's values.
 """
 import json
-import shutil
-import sys
-import tempfile
-from pathlib import Path
 
 import torch
 import transformers
 from safetensors.torch import load_file
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
-from fixture_file import OUT, FixtureFile, canonical_header
+from fixture_file import layout
+from hf_fixtures import MODELS, KeptIo, assert_causal, greedy, put_intermediates, save_hf, with_last_output
 
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
-
-MODELS = OUT / "models"
 
 TINY_BERT = dict(
     vocab_size=99,
@@ -121,40 +116,14 @@ GREEDY_NEW_TOKENS = 12
 # How far a recomputed float entry may stray from the stored one for the
 # generator to keep the stored value (the Rust tests compare at 1e-4).
 KEEP_ATOL = 1e-5
-FRESH = "--fresh" in sys.argv[1:]
 
 
-class Io(FixtureFile):
+class Io(KeptIo):
     GENERATOR = "tools/gen_model_fixtures.py"
+    KEEP_ATOL = KEEP_ATOL
 
     def __init__(self):
         super().__init__("models/io", seed=20261130)
-
-    def save(self):
-        """Writes the file, keeping the values of the entries it already has
-        (unless `--fresh`) once they agree with this run's."""
-        path = OUT / f"{self.name}.safetensors"
-        if path.exists() and not FRESH:
-            old = load_file(str(path))
-            stale = sorted(set(old) - set(self.tensors))
-            assert not stale, f"{path} has keys this generator no longer writes: {stale} (rerun with --fresh)"
-            moved = []
-            for key, kept in old.items():
-                new = self.tensors[key]
-                assert (new.dtype, new.shape) == (kept.dtype, kept.shape), (key, new.dtype, new.shape, kept.dtype, kept.shape)
-                if kept.is_floating_point():
-                    diff = (new - kept).abs().max().item() if new.numel() else 0.0
-                    assert diff <= KEEP_ATOL, f"{key} moved by {diff:e} (> {KEEP_ATOL:e}); rerun with --fresh if meant"
-                    if diff:
-                        moved.append(f"{key} ({diff:.1e})")
-                else:
-                    assert torch.equal(new, kept), f"{key} changed; rerun with --fresh if meant"
-                self.tensors[key] = kept
-            added = sorted(set(self.tensors) - set(old))
-            print(f"{path.name}: kept {len(old)} stored entries ({len(moved)} off this run by float error: {', '.join(moved) or 'none'})")
-            print(f"{path.name}: added {len(added)}: {', '.join(added) or 'none'}")
-        return super().save()
-
 
 def randomize(model, g):
     """Replaces every parameter with seeded values: weights `N(0, 0.3^2)`,
@@ -172,39 +141,6 @@ def randomize(model, g):
                 p.copy_(0.3 * noise)
 
 
-def save_hf(model, name):
-    """Saves the model as `save_pretrained` writes it and copies its
-    `model.safetensors` to `fixtures/models/<name>.safetensors`."""
-    dst = MODELS / f"{name}.safetensors"
-    committed = load_file(str(dst)) if dst.exists() and not FRESH else None
-    with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(d, safe_serialization=True)
-        if committed is not None:
-            new = load_file(str(Path(d) / "model.safetensors"))
-            assert set(new) == set(committed) and all(
-                new[k].dtype == committed[k].dtype and torch.equal(new[k], committed[k]) for k in new
-            ), f"{dst}: this run's weights differ from the committed ones"
-        shutil.copyfile(Path(d) / "model.safetensors", dst)
-    stamp(dst)
-    canonical_header(dst)
-    return dst
-
-
-def stamp(path):
-    """Adds the torch and transformers versions and the generator to the
-    header's metadata (beside `save_pretrained`'s `"format": "pt"`); the
-    tensors and their offsets are untouched."""
-    raw = path.read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + n])
-    header.setdefault("__metadata__", {}).update(
-        torch=torch.__version__, transformers=transformers.__version__, generator=Io.GENERATOR
-    )
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
-
-
 def sentence_embedding(last_hidden_state, attention_mask):
     """sentence-transformers' `Pooling(mode="mean")` then `Normalize()`."""
     mask = attention_mask.unsqueeze(-1).expand(last_hidden_state.size()).float()
@@ -217,7 +153,7 @@ def bert(io):
     torch.manual_seed(1)
     model = BertModel(BertConfig(**TINY_BERT, attn_implementation="eager")).eval()
     randomize(model, io.g)
-    path = save_hf(model, "bert_tiny")
+    path = save_hf(model, "bert_tiny", Io.GENERATOR)
     assert set(load_file(str(path))) == set(model.state_dict())
 
     ids = torch.randint(0, TINY_BERT["vocab_size"], (2, 7), generator=io.g)
@@ -242,7 +178,7 @@ def gpt2(io):
     model = GPT2LMHeadModel(GPT2Config(**TINY_GPT2, attn_implementation="eager")).eval()
     randomize(model, io.g)
     assert model.lm_head.weight is model.transformer.wte.weight
-    path = save_hf(model, "gpt2_tiny")
+    path = save_hf(model, "gpt2_tiny", Io.GENERATOR)
     saved = set(load_file(str(path)))
     assert saved == set(model.state_dict()) - {"lm_head.weight"}, saved
 
@@ -253,21 +189,8 @@ def gpt2(io):
     io.put("gpt2.logits", logits)
 
     prompt = torch.randint(0, TINY_GPT2["vocab_size"], (1, 4), generator=io.g)
-    with torch.no_grad():
-        out = model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            do_sample=False,
-            max_new_tokens=GREEDY_NEW_TOKENS,
-            pad_token_id=0,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-    for step, scores in enumerate(out.scores):
-        top = scores[0].topk(2).values
-        assert top[0] - top[1] > 1e-3, f"greedy step {step} is a near tie: {top}"
     io.put("gpt2.prompt", prompt)
-    io.put("gpt2.greedy", out.sequences)
+    io.put("gpt2.greedy", greedy(model, prompt, GREEDY_NEW_TOKENS, margin=1e-3))
 
 
 def loaded_bert():
@@ -285,16 +208,6 @@ def loaded_gpt2():
     assert missing == ["lm_head.weight"] and not unexpected, (missing, unexpected)
     assert model.lm_head.weight is model.transformer.wte.weight
     return model
-
-
-def put_intermediates(io, prefix, out, layers):
-    hidden, attn = out.hidden_states, out.attentions
-    assert len(hidden) == layers + 1 and len(attn) == layers, (len(hidden), len(attn))
-    for i, h in enumerate(hidden):
-        io.put(f"{prefix}.hidden_states.{i}", h)
-    for i, a in enumerate(attn):
-        assert torch.allclose(a.sum(-1), torch.ones(()), atol=1e-5), f"{prefix}.attentions.{i}: rows sum to 1"
-        io.put(f"{prefix}.attentions.{i}", a)
 
 
 def intermediates(io):
@@ -318,12 +231,12 @@ def intermediates(io):
     gpt2 = loaded_gpt2()
     ids = io.tensors["gpt2.input_ids"]
     t = gpt2.transformer
-    seen = []  # the last block's raw output, caught on its way out
-    hook = t.h[-1].register_forward_hook(lambda m, args, y: seen.append(y[0] if isinstance(y, tuple) else y))
+
+    def run():
+        return gpt2(input_ids=ids, output_hidden_states=True, output_attentions=True)
+
     with torch.no_grad():
-        out = gpt2(input_ids=ids, output_hidden_states=True, output_attentions=True)
-        hook.remove()
-        (raw_last,) = seen
+        out, raw_last = with_last_output(t.h[-1], run)
         embedded = t.wte(ids) + t.wpe(torch.arange(ids.shape[1]))[None]
         final = t.ln_f(raw_last)
         logits = gpt2.lm_head(out.hidden_states[-1])
@@ -333,14 +246,8 @@ def intermediates(io):
     assert not torch.allclose(raw_last, final)
     assert torch.equal(logits, out.logits)
     assert torch.allclose(out.logits, io.tensors["gpt2.logits"], rtol=0, atol=KEEP_ATOL)
-    causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).triu(1)
-    for a in out.attentions:
-        assert torch.all(a[..., causal] == 0) and torch.all(a[..., ~causal] > 0), "causal"
+    assert_causal(out.attentions, ids.shape[1])
     put_intermediates(io, "gpt2", out, TINY_GPT2["n_layer"])
-
-
-def layout(model):
-    return [[k, list(v.shape)] for k, v in model.state_dict().items()]
 
 
 def layouts():

@@ -81,7 +81,7 @@ import torchvision
 from safetensors.torch import save_file
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet50
 
-from fixture_file import OUT, FixtureFile, canonical_header
+from fixture_file import OUT, FixtureFile, canonical_header, layout
 
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
@@ -164,10 +164,6 @@ class Narrow(ResNet):
 
 class Io(FixtureFile):
     GENERATOR = GENERATOR
-
-
-def layout(model):
-    return [[k, list(v.shape)] for k, v in model.state_dict().items()]
 
 
 def layouts():
