@@ -3,7 +3,7 @@
 //! (`embeddings.word_embeddings.weight`,
 //! `encoder.layer.0.attention.self.query.weight`, `pooler.dense.weight`, ...),
 //! so a Hugging Face `model.safetensors` loads with one call
-//! ([`Bert::from_safetensors`]), and [`Module::save_safetensors`] writes a file
+//! ([`Bert::from_safetensors`]), and [`Module::save_safetensors`](forma::nn::Module::save_safetensors) writes a file
 //! `BertModel.from_pretrained` reads.
 //!
 //! The sizes that decide parameter shapes are const generics: vocabulary
@@ -22,14 +22,14 @@
 //! ([`BertEmbeddings::run`], [`BertLayer::run`]) are public too.
 
 use crate::util::{
-    attend, count_layers, host_ids, layout_of, merge_heads, restore, split_heads, Dyn4, Init,
-    HIDDEN,
+    attend, count_layers, host_ids, layout_of, load_strict, merge_heads, restore, split_heads,
+    Dyn4, HfKeys, Init, HIDDEN,
 };
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
 use forma::core::graph::Traced;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
-use forma::nn::{scope, LoadReport, Module, StateDict};
+use forma::nn::{scope, StateDict};
 use forma::prelude::*;
 use std::path::Path;
 
@@ -363,14 +363,8 @@ impl<
             },
             device,
         );
-        model
-            .load_state_dict(&sd)
-            .map_err(|source| ModelError::Load {
-                path: path.display().to_string(),
-                source: Box::new(source),
-            })?;
-        model.eval();
-        Ok(Loaded { model, report })
+        load_strict(&mut model, &sd, Some(path))?;
+        Ok(Loaded::eval(model, report))
     }
 
     /// Loads a Hugging Face BERT state dict strictly, after the explicit
@@ -384,12 +378,8 @@ impl<
     /// [`ModelError::Load`] listing every missing, unexpected and mismatched key.
     pub fn load_hf_state_dict(&mut self, sd: StateDict) -> Result<HfLoadReport, ModelError> {
         let (sd, report) = normalize_hf_bert(sd);
-        self.load_state_dict(&sd)
-            .map_err(|source| ModelError::Load {
-                path: "<state_dict>".into(),
-                source: Box::new(source),
-            })
-            .map(|_: LoadReport| report)
+        load_strict(self, &sd, None)?;
+        Ok(report)
     }
 
     /// The encoder's output for token ids `[batch, len]`, with optional
@@ -584,30 +574,12 @@ impl<const H: usize, E: Float, D: Device<E>> Traced for BertOutputs<H, E, D> {
 
 /// Strips `bert.` and drops what is not a `BertModel` weight.
 fn normalize_hf_bert(sd: StateDict) -> (StateDict, HfLoadReport) {
-    let mut report = HfLoadReport::default();
-    let prefixed = sd.keys().any(|k| k.starts_with("bert."));
-    let sd = if prefixed {
-        report.prefix = Some("bert.".into());
-        report.renamed = sd
-            .keys()
-            .filter_map(|k| Some((k.to_string(), k.strip_prefix("bert.")?.to_string())))
-            .collect();
-        sd.rename_prefixes(&[("bert.", "")])
-    } else {
-        sd
-    };
-    let dropped = &mut report.dropped;
-    let sd = sd.remap(|k| {
-        if k == "embeddings.position_ids" || k.starts_with("cls.") {
-            dropped.push(k.to_string());
-            None
-        } else {
-            Some(k.to_string())
-        }
-    });
-    report.dropped.sort_unstable();
-    report.renamed.sort_unstable();
-    (sd, report)
+    let mut keys = HfKeys::new(sd);
+    if keys.has_prefix("bert.") {
+        keys = keys.rename("bert.", |k| k.strip_prefix("bert.").map(String::from));
+    }
+    keys.drop(|k| k == "embeddings.position_ids" || k.starts_with("cls."))
+        .finish()
 }
 
 impl<const V: usize, const H: usize, const P: usize, const TV: usize, E: Float, D: Device<E>>

@@ -19,10 +19,12 @@ pub enum ModelError {
         /// What did not fit.
         source: Box<LoadError>,
     },
-    /// A GPT-2 checkpoint holds an `lm_head.weight` that differs from
-    /// `transformer.wte.weight`: Forma's GPT-2 ties the two, so loading it
-    /// would silently drop the head.
-    #[error("lm_head.weight differs from transformer.wte.weight, but the head is tied to the token embedding")]
+    /// A checkpoint holds an `lm_head.weight` that differs from the token
+    /// embedding (GPT-2's `transformer.wte.weight`, Llama's
+    /// `model.embed_tokens.weight`) while the model ties its head to the
+    /// embedding (GPT-2 always, Llama with `tie_word_embeddings`), so
+    /// loading it would silently drop the head.
+    #[error("lm_head.weight differs from the token embedding, but the head is tied to the token embedding")]
     UntiedHead,
     /// The checkpoint holds no transformer layer.
     #[error("the checkpoint holds no {0} layer")]
@@ -43,6 +45,17 @@ pub enum ModelError {
         /// The model.
         model: &'static str,
         /// What is wrong.
+        what: String,
+    },
+    /// A configuration that does not fit the model's type (a size other
+    /// than the type's parameter) or holds a setting that means nothing.
+    #[error("{model}: the config's {field} {what}")]
+    Config {
+        /// The model.
+        model: &'static str,
+        /// The configuration field, as Hugging Face's config names it.
+        field: &'static str,
+        /// What is wrong with its value.
         what: String,
     },
     /// Sampling settings that mean nothing (`k = 0`, a temperature that is
@@ -93,10 +106,24 @@ impl From<ModelError> for forma::Error {
     fn from(e: ModelError) -> Self {
         match e {
             ModelError::Tensor(e) => e,
-            ModelError::SequenceTooLong { model, .. } | ModelError::Input { model, .. } => {
-                forma::Error::invalid(model, e.to_string())
-            }
+            ModelError::SequenceTooLong { model, .. }
+            | ModelError::Input { model, .. }
+            | ModelError::Config { model, .. } => forma::Error::invalid(model, e.to_string()),
             other => forma::Error::invalid("model", other.to_string()),
+        }
+    }
+}
+
+impl ModelError {
+    /// A [`ModelError::Load`] naming `path` as the file that did not fit;
+    /// other errors as they are.
+    pub(crate) fn in_file(self, path: &std::path::Path) -> Self {
+        match self {
+            ModelError::Load { source, .. } => ModelError::Load {
+                path: path.display().to_string(),
+                source,
+            },
+            e => e,
         }
     }
 }

@@ -11,7 +11,8 @@
 //!   cache, and greedy / top-k generation ([`gpt2::Gpt2Small`]);
 //! - [`llama`]: a Llama decoder (`LlamaForCausalLM`: RMSNorm, rotary
 //!   positions, SiLU-gated MLP, grouped-query attention, tied or untied
-//!   head) with a KV cache and greedy generation ([`llama::TinyLlama`]);
+//!   head) with a KV cache and greedy / top-k generation
+//!   ([`llama::TinyLlama`]);
 //! - [`resnet`]: torchvision's ResNet-18 and ResNet-50 ([`resnet::ResNet18`],
 //!   [`resnet::ResNet50`]) with torchvision's keys, and a fresh head for
 //!   transfer learning.
@@ -34,11 +35,12 @@
 //! # }
 //! ```
 //!
-//! Both models return their intermediate results on request, like
+//! The transformers return their intermediate results on request, like
 //! `output_hidden_states=True, output_attentions=True` ([`Outputs`],
-//! [`bert::Bert::run_with`], [`gpt2::Gpt2LMHeadModel::run_with`]), and the
-//! one-call loaders return what they set aside next to the model
-//! ([`Loaded`]).
+//! [`bert::Bert::run_with`], [`gpt2::Gpt2LMHeadModel::run_with`],
+//! [`llama::LlamaForCausalLM::run_with`]); the two decoders share their
+//! [`KvCache`], [`Sampling`] and [`CausalLmOutputs`]; and the one-call
+//! loaders return what they set aside next to the model ([`Loaded`]).
 //!
 //! Text goes in and out through Hugging Face's own tokenizers
 //! (`tokenizer.json`): [`text::SentenceEncoder`] turns strings into
@@ -47,6 +49,7 @@
 //! against the Rust type, `model.safetensors`, `tokenizer.json`) in one call.
 
 pub mod bert;
+mod decoder;
 mod error;
 pub mod gpt2;
 pub mod llama;
@@ -55,31 +58,40 @@ pub mod resnet;
 pub mod text;
 mod util;
 
+pub use decoder::{CausalLmOutputs, KvCache, Sampling};
 pub use error::ModelError;
 
-/// What loading a Hugging Face checkpoint set aside, beyond a strict load's
-/// checks ([`bert::Bert::load_hf_state_dict`],
-/// [`gpt2::Gpt2LMHeadModel::load_hf_state_dict`], and the one-call loaders'
-/// [`Loaded::report`]), like the `loading_info` of
-/// `from_pretrained(output_loading_info=True)`. The load itself is strict,
-/// so nothing is missing: every weight of the model comes from the file (a
-/// file that lacks one, or has a key left over after the adjustments below,
-/// is refused with [`ModelError::Load`] naming every such key).
+/// What loading a checkpoint set aside, beyond a strict load's checks
+/// ([`bert::Bert::load_hf_state_dict`],
+/// [`gpt2::Gpt2LMHeadModel::load_hf_state_dict`],
+/// [`llama::LlamaForCausalLM::load_hf_state_dict`], and the one-call
+/// loaders' [`Loaded::report`], ResNet's included), like the
+/// `loading_info` of `from_pretrained(output_loading_info=True)`. The load
+/// itself is strict, so nothing is missing: every weight of the model comes
+/// from the file (a file that lacks one, or has a key left over after the
+/// adjustments below, is refused with [`ModelError::Load`] naming every
+/// such key).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HfLoadReport {
-    /// Keys of the file that are not weights of `BertModel`/`GPT2Model` and
-    /// were dropped: buffers older `transformers` saved
-    /// (`embeddings.position_ids`, GPT-2's `attn.bias`/`attn.masked_bias`),
-    /// pre-training heads (`cls.*`), a tied `lm_head.weight` equal to the
-    /// embedding. Sorted.
+pub struct LoadInfo {
+    /// Keys of the file that are not weights of the model and were dropped:
+    /// buffers older `transformers` saved (`embeddings.position_ids`,
+    /// GPT-2's `attn.bias`/`attn.masked_bias`, Llama's
+    /// `rotary_emb.inv_freq`), pre-training heads (`cls.*`), a tied
+    /// `lm_head.weight` equal to the embedding, a ResNet head replaced by a
+    /// new one. Sorted.
     pub dropped: Vec<String>,
-    /// The prefix that was stripped (`bert.`) or added (`transformer.`), if any.
+    /// The prefix that was stripped (`bert.`) or added (`transformer.`,
+    /// `model.`), if any.
     pub prefix: Option<String>,
     /// Every key whose name that prefix changed, as (the file's name, the
     /// name it was loaded or dropped under), sorted. The names in
-    /// [`HfLoadReport::dropped`] are the second ones.
+    /// [`LoadInfo::dropped`] are the second ones.
     pub renamed: Vec<(String, String)>,
 }
+
+/// [`LoadInfo`]'s first name, from when only Hugging Face checkpoints were
+/// loaded.
+pub type HfLoadReport = LoadInfo;
 
 /// A model a one-call loader read from a file, with what the loader set
 /// aside (`BertModel.from_pretrained(path, output_loading_info=True)`'s pair).
@@ -101,7 +113,15 @@ pub struct Loaded<M> {
     /// The model, in eval mode.
     pub model: M,
     /// What was dropped or renamed on the way.
-    pub report: HfLoadReport,
+    pub report: LoadInfo,
+}
+
+impl<M: forma::nn::Module> Loaded<M> {
+    /// `model`, put in eval mode, with `report`.
+    pub(crate) fn eval(mut model: M, report: LoadInfo) -> Self {
+        model.eval();
+        Loaded { model, report }
+    }
 }
 
 /// Which intermediate results a forward pass returns beside its output, like

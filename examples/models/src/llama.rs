@@ -50,15 +50,20 @@
 //! `max_position_embeddings` are not refused. A `head_dim` other than
 //! `H / HEADS` (some Llama derivatives) is not supported.
 
-use crate::util::HIDDEN;
-use crate::util::{attend, count_layers, layout_of, merge_heads, restore, split_heads, Dyn4, Init};
+use crate::decoder::{self, causal_mask, run_layers, Kv};
+use crate::util::{
+    attend, count_layers, layout_of, load_strict, merge_heads, restore, split_heads, Dyn4, HfKeys,
+    Init,
+};
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
 use forma::core::dtype::DType;
 use forma::nn::layers::{Dropout, Embedding, Linear, RMSNorm};
-use forma::nn::{scope, Module, StateDict};
+use forma::nn::{scope, StateDict};
 use forma::prelude::*;
 use std::path::Path;
+
+pub use crate::decoder::{KvCache, Sampling};
 
 const MODEL: &str = "Llama";
 
@@ -271,62 +276,8 @@ pub struct LlamaForCausalLM<
 
 /// What [`LlamaForCausalLM::run_with`] returns, like
 /// `CausalLMOutputWithPast` (the cache is passed in instead).
-#[derive(Debug)]
-pub struct LlamaOutputs<const V: usize, const H: usize, E: Float = f32, D: Device<E> = Cpu> {
-    /// `[batch, len, V]`.
-    pub logits: Tensor<(Dyn, Dyn, C<V>), E, D>,
-    /// With [`Outputs::output_hidden_states`]: `1 + num_hidden_layers`
-    /// tensors `[batch, len, H]` of the new positions, as `transformers`
-    /// returns them: the input of each layer (the first is the token
-    /// embedding), then, last, `norm` of the last layer's output (the head's
-    /// input). `None` otherwise.
-    pub hidden_states: Option<Vec<Tensor<(Dyn, Dyn, C<H>), E, D>>>,
-    /// With [`Outputs::output_attentions`]: each layer's causal attention
-    /// probabilities `[batch, HEADS, len, past + len]`. `None` otherwise.
-    pub attentions: Option<Vec<Dyn4<E, D>>>,
-}
-
-type Kv<E, D> = (Dyn4<E, D>, Dyn4<E, D>);
-
-/// Every layer's past keys (after the rotary embedding) and values,
-/// `[batch, key/value heads, positions, head_dim]` each, like
-/// `past_key_values`: with it, [`LlamaForCausalLM::logits_cached`] runs
-/// only the new positions.
-#[derive(Debug)]
-pub struct KvCache<E: Float = f32, D: Device<E> = Cpu> {
-    layers: Vec<Option<Kv<E, D>>>,
-}
-
-impl<E: Float, D: Device<E>> Default for KvCache<E, D> {
-    fn default() -> Self {
-        KvCache { layers: Vec::new() }
-    }
-}
-
-impl<E: Float, D: Device<E>> KvCache<E, D> {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Number of cached positions.
-    pub fn len(&self) -> usize {
-        match self.layers.first() {
-            Some(Some((k, _))) => k.size(2),
-            _ => 0,
-        }
-    }
-
-    /// Whether no position is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Forgets every position.
-    pub fn clear(&mut self) {
-        self.layers.clear();
-    }
-}
+pub type LlamaOutputs<const V: usize, const H: usize, E = f32, D = Cpu> =
+    crate::CausalLmOutputs<V, H, E, D>;
 
 impl<
         const V: usize,
@@ -371,8 +322,8 @@ impl<
     /// initializer_range^2)`, norm scales 1), in training mode.
     ///
     /// # Errors
-    /// [`ModelError::Input`] when `config`'s sizes differ from the type's
-    /// or its eps or theta mean nothing.
+    /// [`ModelError::Config`], naming the field, when `config`'s sizes
+    /// differ from the type's or its eps, theta or dropout mean nothing.
     pub fn new(config: &LlamaConfig, device: &D, rng: &mut Rng) -> Result<Self, ModelError> {
         let std = config.initializer_range;
         Self::build(config, &mut Init::Normal { std, rng }, device)
@@ -399,25 +350,46 @@ impl<
         ];
         for (field, got, want, param) in sizes {
             if got != want {
-                return Err(ModelError::Input {
+                return Err(ModelError::Config {
                     model: MODEL,
-                    what: format!(
-                        "the config's {field} is {got}, the model type's {param} is {want}"
-                    ),
+                    field,
+                    what: format!("is {got}, the model type's {param} is {want}"),
                 });
             }
         }
-        let eps_ok = config.rms_norm_eps.is_finite() && config.rms_norm_eps >= 0.0;
-        let theta_ok = config.rope_theta.is_finite() && config.rope_theta > 0.0;
-        let dropout_ok = (0.0..1.0).contains(&config.attention_dropout);
-        if !(eps_ok && theta_ok && dropout_ok) {
-            return Err(ModelError::Input {
-                model: MODEL,
-                what: format!(
-                    "rms_norm_eps {} must be >= 0, rope_theta {} > 0 and attention_dropout {} in [0, 1)",
-                    config.rms_norm_eps, config.rope_theta, config.attention_dropout
-                ),
-            });
+        let (eps, theta, dropout) = (
+            config.rms_norm_eps,
+            config.rope_theta,
+            config.attention_dropout,
+        );
+        let settings = [
+            (
+                "rms_norm_eps",
+                eps,
+                eps.is_finite() && eps >= 0.0,
+                "finite and >= 0",
+            ),
+            (
+                "rope_theta",
+                theta,
+                theta.is_finite() && theta > 0.0,
+                "finite and > 0",
+            ),
+            (
+                "attention_dropout",
+                dropout,
+                (0.0..1.0).contains(&dropout),
+                "in [0, 1)",
+            ),
+        ];
+        for (field, value, ok, want) in settings {
+            if !ok {
+                return Err(ModelError::Config {
+                    model: MODEL,
+                    field,
+                    what: format!("is {value}, it must be {want}"),
+                });
+            }
         }
         Ok(())
     }
@@ -429,10 +401,7 @@ impl<
             weight: init.constant((C,), 1.0, device),
             eps,
         };
-        let embed_tokens = Embedding {
-            weight: init.weight((C, C), device),
-            padding_idx: None,
-        };
+        let embed_tokens = init.embedding(device);
         let layers = (0..config.num_hidden_layers)
             .map(|_| LlamaDecoderLayer {
                 self_attn: LlamaAttention {
@@ -492,8 +461,9 @@ impl<
     /// # Errors
     /// [`ModelError::Checkpoint`] when the file cannot be read,
     /// [`ModelError::NoLayers`] when it holds no layer and the config asks
-    /// for some, [`ModelError::Input`] for a config that does not fit the
-    /// type or a tied head that differs from the embedding, and
+    /// for some, [`ModelError::Config`] for a config that does not fit the
+    /// type, [`ModelError::UntiedHead`] for a tied head that differs from
+    /// the embedding, and
     /// [`ModelError::Load`] naming the file and every missing, unexpected
     /// and mismatched key.
     pub fn from_safetensors(
@@ -509,15 +479,8 @@ impl<
             return Err(ModelError::NoLayers(MODEL));
         }
         let mut model = Self::new(config, device, &mut Rng::seed_from(0))?;
-        let report = model.load_hf_state_dict(sd).map_err(|e| match e {
-            ModelError::Load { source, .. } => ModelError::Load {
-                path: path.display().to_string(),
-                source,
-            },
-            e => e,
-        })?;
-        model.eval();
-        Ok(Loaded { model, report })
+        let report = model.load_hf_state_dict(sd).map_err(|e| e.in_file(path))?;
+        Ok(Loaded::eval(model, report))
     }
 
     /// Loads a Hugging Face Llama state dict strictly, after the explicit
@@ -528,16 +491,13 @@ impl<
     /// Every other key must match. On error the model is unchanged.
     ///
     /// # Errors
-    /// [`ModelError::Input`] for a tied model given an `lm_head.weight`
-    /// that differs from `model.embed_tokens.weight`; [`ModelError::Load`]
+    /// [`ModelError::UntiedHead`] for a tied model given an
+    /// `lm_head.weight` that differs from `model.embed_tokens.weight`;
+    /// [`ModelError::Load`]
     /// listing every missing, unexpected and mismatched key.
     pub fn load_hf_state_dict(&mut self, sd: StateDict) -> Result<HfLoadReport, ModelError> {
         let (sd, report) = normalize_hf_llama(sd, self.lm_head.is_none())?;
-        self.load_state_dict(&sd)
-            .map_err(|source| ModelError::Load {
-                path: "<state_dict>".into(),
-                source: Box::new(source),
-            })?;
+        load_strict(self, &sd, None)?;
         Ok(report)
     }
 
@@ -583,35 +543,16 @@ impl<
         cache: Option<&mut KvCache<E, D>>,
         outputs: Outputs,
     ) -> Result<LlamaOutputs<V, H, E, D>, ModelError> {
-        let Some(cache) = cache else {
-            return self.run(input_ids, None, outputs);
-        };
-        if let Some(Some((k, _))) = cache.layers.first() {
-            if k.size(0) != input_ids.size(0) {
-                return Err(ModelError::Input {
-                    model: MODEL,
-                    what: format!(
-                        "a batch of {} after a cache of {}",
-                        input_ids.size(0),
-                        k.size(0)
-                    ),
-                });
-            }
-        }
-        // The cache changes only once every layer has run.
-        let mut next = KvCache {
-            layers: cache.layers.clone(),
-        };
-        next.layers.resize(self.model.layers.len(), None);
-        let y = self.run(input_ids, Some(&mut next), outputs)?;
-        *cache = next;
-        Ok(y)
+        let layers = self.model.layers.len();
+        decoder::with_cache(cache, MODEL, input_ids.size(0), layers, |cache| {
+            self.run(input_ids, cache, outputs)
+        })
     }
 
     fn run(
         &self,
         ids: &Tensor<(Dyn, Dyn), i64, D>,
-        mut cache: Option<&mut KvCache<E, D>>,
+        cache: Option<&mut KvCache<E, D>>,
         outputs: Outputs,
     ) -> Result<LlamaOutputs<V, H, E, D>, ModelError> {
         let m = &self.model;
@@ -622,39 +563,21 @@ impl<
             let rope = scope::run("rotary_emb", || m.rotary_emb.cos_sin(past, t))?;
             Ok((x, rope, causal_mask::<E, D>(t, past, ids.device())?))
         })?;
-        let mut x: Tensor<(Dyn, Dyn, C<H>), E, D> = x;
-        let mut hidden_states = outputs.output_hidden_states.then(Vec::new);
-        let mut attentions = outputs.output_attentions.then(Vec::new);
-        for (i, layer) in m.layers.iter().enumerate() {
-            if let Some(all) = &mut hidden_states {
-                all.push(x.clone());
-            }
-            let slot = cache.as_mut().map(|c| &mut c.layers[i]);
-            let (y, probs) = scope::run("model", || {
-                scope::run("layers", || {
-                    scope::run(i, || {
-                        layer.step(x, slot, &rope, &mask, outputs.output_attentions)
-                    })
-                })
-            })?;
-            if let (Some(all), Some(p)) = (&mut attentions, probs) {
-                all.push(p);
-            }
-            x = y;
-        }
-        let x = scope::run("model", || m.norm.try_forward_as("norm", x))?;
-        if let Some(all) = &mut hidden_states {
-            all.push(x.clone());
-        }
-        let logits = match &self.lm_head {
-            Some(head) => head.try_forward_as("lm_head", x)?,
-            None => x.try_matmul(&m.embed_tokens.weight.t())?,
-        };
-        Ok(LlamaOutputs {
-            logits,
-            hidden_states,
-            attentions,
-        })
+        run_layers(
+            x,
+            cache,
+            m.layers.len(),
+            outputs,
+            ("model", "layers"),
+            |i, x, slot, output_attentions| {
+                m.layers[i].step(x, slot, &rope, &mask, output_attentions)
+            },
+            |x| m.norm.try_forward_as("norm", x),
+            |x| match &self.lm_head {
+                Some(head) => head.try_forward_as("lm_head", x),
+                None => x.try_matmul(&m.embed_tokens.weight.t()),
+            },
+        )
     }
 
     /// The prompt followed by `max_new_tokens` greedily chosen tokens (the
@@ -662,44 +585,56 @@ impl<
     /// each new token runs one position (no graph is recorded): like
     /// `generate(input_ids, do_sample=False, max_new_tokens=..)` without a
     /// stop token. Set eval mode first unless dropout is wanted.
+    /// [`LlamaForCausalLM::generate_with`] samples otherwise.
     ///
     /// # Errors
     /// [`ModelError::Sampling`] for an empty prompt; [`ModelError::Tensor`]
     /// for a prompt id outside the vocabulary.
     pub fn generate(&self, prompt: &[i64], max_new_tokens: usize) -> Result<Vec<i64>, ModelError> {
-        if prompt.is_empty() {
-            return Err(ModelError::Sampling("the prompt is empty".into()));
-        }
-        let _guard = forma::core::tape::no_grad();
-        let device = self.model.embed_tokens.weight.device().clone();
-        let mut cache = KvCache::new();
-        let mut out = prompt.to_vec();
-        let mut ids = Tensor::<(Dyn, Dyn), i64, D>::from_vec_on(
-            prompt.to_vec(),
-            (Dyn(1), Dyn(prompt.len())),
-            &device,
-        )?;
-        for _ in 0..max_new_tokens {
-            let logits = self.logits_cached(&ids, &mut cache)?;
-            let t = logits.size(1);
-            let last = logits.narrow::<1>(t - 1, 1).to_dtype::<f64>().to_vec();
-            let next = argmax(&last) as i64;
-            out.push(next);
-            ids = Tensor::from_vec_on(vec![next], (Dyn(1), Dyn(1)), &device)?;
-        }
-        Ok(out)
+        let rng = &mut Rng::seed_from(0); // greedy: never drawn from
+        self.generate_with(prompt, max_new_tokens, Sampling::Greedy, rng)
     }
-}
 
-/// Index of the largest value, the first on a tie (as `argmax` does).
-fn argmax(xs: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
-        }
+    /// The prompt followed by `max_new_tokens` tokens, each picked by
+    /// `sampling` from the logits of the last position (greedily, or from
+    /// the top k with `rng`), with a [`KvCache`] as
+    /// [`LlamaForCausalLM::generate`]: like `generate(input_ids,
+    /// do_sample=True, top_k=k, temperature=..)` without a stop token.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma_models::llama::{LlamaForCausalLM, Sampling};
+    ///
+    /// type Tiny = LlamaForCausalLM<40, 16, 4, 8, 24>;
+    /// let mut rng = Rng::seed_from(0);
+    /// let mut llama = Tiny::new(&Tiny::config(1), &Cpu, &mut rng).unwrap();
+    /// llama.eval();
+    /// let top_k = Sampling::TopK { k: 4, temperature: 0.8 };
+    /// assert_eq!(llama.generate_with(&[1, 2, 3], 5, top_k, &mut rng).unwrap().len(), 8);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ModelError::Sampling`] for an empty prompt, `k = 0` or a
+    /// temperature that is not positive; [`ModelError::Tensor`] for a prompt
+    /// id outside the vocabulary.
+    pub fn generate_with(
+        &self,
+        prompt: &[i64],
+        max_new_tokens: usize,
+        sampling: Sampling,
+        rng: &mut Rng,
+    ) -> Result<Vec<i64>, ModelError> {
+        let device = self.model.embed_tokens.weight.device();
+        decoder::generate(
+            prompt,
+            max_new_tokens,
+            sampling,
+            rng,
+            None,
+            device,
+            |ids, cache| self.logits_cached(ids, cache),
+        )
     }
-    best
 }
 
 /// A bias-free linear layer (`nn.Linear(.., bias=False)`).
@@ -814,80 +749,17 @@ fn repeat_kv<E: Float, D: Device<E>>(x: Dyn4<E, D>, n_rep: usize) -> forma::Resu
         .try_reshape_to((Dyn(b), Dyn(kvh * n_rep), Dyn(s), Dyn(hd)))
 }
 
-/// The additive causal mask `[1, 1, len, past + len]` of `len` new
-/// positions after `past` cached ones (0 where a query sees a key, the most
-/// negative f32 for later keys), from tensor ops so that graph capture sees
-/// it follow the sequence length.
-fn causal_mask<E: Float, D: Device<E>>(
-    len: usize,
-    past: usize,
-    device: &D,
-) -> forma::Result<Dyn4<E, D>> {
-    let s = past + len;
-    let query = Tensor::<(Dyn,), E, D>::arange_on(past as f64, s as f64, 1.0, device)?;
-    let key = Tensor::<(Dyn,), E, D>::arange_on(0.0, s as f64, 1.0, device)?;
-    let later = key.unsqueeze::<0>().try_gt(&query.unsqueeze::<1>())?;
-    later
-        .to_dtype::<E>()
-        .mul_scalar(HIDDEN)
-        .try_reshape_to((Dyn(1), Dyn(1), Dyn(len), Dyn(s)))
-}
-
 /// Adds `model.` to a bare `LlamaModel` file, drops the `inv_freq` buffers
 /// of older files and, for a tied model, an `lm_head.weight` equal to the
 /// embedding.
 fn normalize_hf_llama(sd: StateDict, tied: bool) -> Result<(StateDict, HfLoadReport), ModelError> {
-    let mut report = HfLoadReport::default();
-    let bare = !sd.keys().any(|k| k.starts_with("model."));
-    let mut sd = if bare {
-        report.prefix = Some("model.".into());
-        let renamed = &mut report.renamed;
-        sd.remap(|k| {
-            Some(if k.starts_with("lm_head.") {
-                k.to_string()
-            } else {
-                let to = format!("model.{k}");
-                renamed.push((k.to_string(), to.clone()));
-                to
-            })
-        })
-    } else {
-        sd
-    };
+    let mut keys = HfKeys::new(sd).add_prefix("model.");
     if tied {
-        if let Some(head) = sd.get("lm_head.weight") {
-            match sd.get("model.embed_tokens.weight") {
-                Some(emb)
-                    if emb.dims() == head.dims()
-                        && emb.dtype() == head.dtype()
-                        && emb.bytes() == head.bytes() =>
-                {
-                    sd.remove("lm_head.weight");
-                    report.dropped.push("lm_head.weight".into());
-                }
-                _ => {
-                    return Err(ModelError::Input {
-                        model: MODEL,
-                        what: "lm_head.weight differs from model.embed_tokens.weight, \
-                               but tie_word_embeddings ties the head to the embedding"
-                            .into(),
-                    })
-                }
-            }
-        }
+        keys = keys.drop_tied_head("model.embed_tokens.weight")?;
     }
-    let dropped = &mut report.dropped;
-    let sd = sd.remap(|k| {
-        if k.starts_with("model.layers.") && k.ends_with(".self_attn.rotary_emb.inv_freq") {
-            dropped.push(k.to_string());
-            None
-        } else {
-            Some(k.to_string())
-        }
-    });
-    report.dropped.sort_unstable();
-    report.renamed.sort_unstable();
-    Ok((sd, report))
+    let keys = keys
+        .drop(|k| k.starts_with("model.layers.") && k.ends_with(".self_attn.rotary_emb.inv_freq"));
+    Ok(keys.finish())
 }
 
 impl<
@@ -961,15 +833,9 @@ impl<const H: usize, const HEADS: usize, const KV: usize, E: Float, D: Device<E>
         let k = self.k_proj.try_forward_as("k_proj", x.clone())?.into_dyn();
         let v = self.v_proj.try_forward_as("v_proj", x)?.into_dyn();
         let q = apply_rope(&split_heads(&q, HEADS)?, rope)?;
-        let mut k = apply_rope(&split_heads(&k, kv_heads)?, rope)?;
-        let mut v = split_heads(&v, kv_heads)?;
-        if let Some(slot) = slot {
-            if let Some((pk, pv)) = slot.take() {
-                k = forma::try_cat::<2, _, _, _>(&[pk, k])?;
-                v = forma::try_cat::<2, _, _, _>(&[pv, v])?;
-            }
-            *slot = Some((k.clone(), v.clone()));
-        }
+        let k = apply_rope(&split_heads(&k, kv_heads)?, rope)?;
+        let v = split_heads(&v, kv_heads)?;
+        let (k, v) = decoder::extend(slot, k, v)?;
         let n_rep = HEADS / kv_heads;
         let (ctx, probs) = attend(
             &q,
@@ -1028,11 +894,6 @@ impl<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn argmax_takes_the_first_of_equal_values() {
-        assert_eq!(argmax(&[1.0, 3.0, 3.0, -1.0]), 1);
-    }
 
     #[test]
     fn repeat_kv_repeats_each_head_in_place() {

@@ -44,8 +44,8 @@
 //! their channel counts are checked when the model runs, and the model is
 //! checked against torchvision's layout in the tests.
 
-use crate::util::{layout_of, restore, Init};
-use crate::{HfLoadReport, Loaded, ModelError};
+use crate::util::{layout_of, load_strict, restore, Init};
+use crate::{LoadInfo, Loaded, ModelError};
 use forma::core::device::Device;
 use forma::core::shape::ExpandTo;
 use forma::nn::functional::batch_norm;
@@ -419,10 +419,9 @@ fn normal<S: Shape, E: Float, D: Device<E>>(
 where
     (): ExpandTo<S>,
 {
-    match init {
-        Init::Normal { rng, .. } => Tensor::normal_on(shape, 0.0, std, rng, device).requires_grad(),
-        Init::Meta => init.weight(shape, device),
-    }
+    init.draw(shape, device, |s, rng| {
+        Tensor::normal_on(s, 0.0, std, rng, device)
+    })
 }
 
 /// A tensor from `U(-bound, bound)` (a parameter), or a view of one zero
@@ -436,12 +435,9 @@ fn uniform<S: Shape, E: Float, D: Device<E>>(
 where
     (): ExpandTo<S>,
 {
-    match init {
-        Init::Normal { rng, .. } => {
-            Tensor::uniform_on(shape, -bound, bound, rng, device).requires_grad()
-        }
-        Init::Meta => init.weight(shape, device),
-    }
+    init.draw(shape, device, |s, rng| {
+        Tensor::uniform_on(s, -bound, bound, rng, device)
+    })
 }
 
 // ------------------------------------------------------------------ blocks
@@ -802,15 +798,7 @@ impl<K: BlockKind, const N: usize, E: Float, D: Device<E>> ResNet<K, N, E, D> {
         path: impl AsRef<Path>,
         device: &D,
     ) -> Result<Loaded<Self>, ModelError> {
-        let path = path.as_ref();
-        let sd = forma::nn::state::load_file(path)?.tensors;
-        let mut model = Self::for_state_dict(&sd, false, path, device, &mut Rng::seed_from(0))?;
-        model.load_checked(&sd, path)?;
-        model.eval();
-        Ok(Loaded {
-            model,
-            report: HfLoadReport::default(),
-        })
+        Self::read(path.as_ref(), device, None)
     }
 
     /// Transfer learning: loads a torchvision checkpoint's backbone strictly
@@ -818,7 +806,7 @@ impl<K: BlockKind, const N: usize, E: Float, D: Device<E>> ResNet<K, N, E, D> {
     /// `nn.Linear`'s default initialisation from `rng`, like replacing
     /// `model.fc` after `load_state_dict`. The file's own head (`fc.weight`,
     /// `fc.bias`, of any number of classes) is set aside and listed in
-    /// [`HfLoadReport::dropped`]; every other key must match. In eval mode.
+    /// [`LoadInfo::dropped`]; every other key must match. In eval mode.
     ///
     /// # Errors
     /// As [`ResNet::from_safetensors`].
@@ -827,21 +815,35 @@ impl<K: BlockKind, const N: usize, E: Float, D: Device<E>> ResNet<K, N, E, D> {
         device: &D,
         rng: &mut Rng,
     ) -> Result<Loaded<Self>, ModelError> {
-        let path = path.as_ref();
+        Self::read(path.as_ref(), device, Some(rng))
+    }
+
+    /// [`ResNet::from_safetensors`], or with a `new_head` drawn from that
+    /// generator [`ResNet::from_safetensors_new_head`].
+    fn read(
+        path: &Path,
+        device: &D,
+        new_head: Option<&mut Rng>,
+    ) -> Result<Loaded<Self>, ModelError> {
         let mut sd = forma::nn::state::load_file(path)?.tensors;
-        let mut report = HfLoadReport::default();
-        for key in ["fc.bias", "fc.weight"] {
-            if sd.remove(key).is_some() {
-                report.dropped.push(key.to_string());
+        let mut report = LoadInfo::default();
+        let mut model = match new_head {
+            None => Self::for_state_dict(&sd, false, path, device, &mut Rng::seed_from(0))?,
+            Some(rng) => {
+                for key in ["fc.bias", "fc.weight"] {
+                    if sd.remove(key).is_some() {
+                        report.dropped.push(key.to_string());
+                    }
+                }
+                let model = Self::for_state_dict(&sd, true, path, device, rng)?;
+                // The new head loads as itself, so the load stays strict for the rest.
+                sd.insert("fc.weight", model.fc.weight.try_to_data()?);
+                sd.insert("fc.bias", model.fc.bias.try_to_data()?);
+                model
             }
-        }
-        let mut model = Self::for_state_dict(&sd, true, path, device, rng)?;
-        // The new head loads as itself, so the load stays strict for the rest.
-        sd.insert("fc.weight", model.fc.weight.try_to_data()?);
-        sd.insert("fc.bias", model.fc.bias.try_to_data()?);
-        model.load_checked(&sd, path)?;
-        model.eval();
-        Ok(Loaded { model, report })
+        };
+        load_strict(&mut model, &sd, Some(path))?;
+        Ok(Loaded::eval(model, report))
     }
 
     /// Loads a torchvision state dict strictly (`load_state_dict(sd,
@@ -850,7 +852,7 @@ impl<K: BlockKind, const N: usize, E: Float, D: Device<E>> ResNet<K, N, E, D> {
     /// # Errors
     /// [`ModelError::Load`] naming every missing, unexpected and mismatched key.
     pub fn load_torchvision_state_dict(&mut self, sd: &StateDict) -> Result<(), ModelError> {
-        self.load_checked(sd, Path::new("<state_dict>"))
+        load_strict(self, sd, None)
     }
 
     /// The same backbone under a fresh `M`-class head (`nn.Linear`'s
@@ -931,15 +933,6 @@ impl<K: BlockKind, const N: usize, E: Float, D: Device<E>> ResNet<K, N, E, D> {
             source: Box::new(source),
         })?;
         Ok(Self::new(&config, device, rng))
-    }
-
-    fn load_checked(&mut self, sd: &StateDict, path: &Path) -> Result<(), ModelError> {
-        self.load_state_dict(sd)
-            .map(|_| ())
-            .map_err(|source| ModelError::Load {
-                path: path.display().to_string(),
-                source: Box::new(source),
-            })
     }
 }
 

@@ -1,13 +1,16 @@
-//! What both models share: Hugging Face's initialisation (or a "meta" init
+//! What the models share: Hugging Face's initialisation (or a "meta" init
 //! that allocates nothing, for listing a full-size layout), the layer
 //! builders on top of it, attention on erased sizes, and the bookkeeping of
-//! Hugging Face checkpoints (counting layers, dropping known extra buffers).
+//! checkpoints (counting layers, renaming and dropping known extra keys,
+//! strict loads that name the file).
 
+use crate::{HfLoadReport, ModelError};
 use forma::core::device::Device;
 use forma::core::shape::ExpandTo;
 use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
 use forma::nn::{Module, StateDict};
 use forma::prelude::*;
+use std::path::Path;
 
 /// How a model's parameters are made.
 pub(crate) enum Init<'a> {
@@ -44,6 +47,24 @@ impl Init<'_> {
                 Some(v) => Tensor::full_on(shape, E::from_f64(v), device).requires_grad(),
                 None => Tensor::normal_on(shape, 0.0, *std, rng, device).requires_grad(),
             },
+        }
+    }
+
+    /// A parameter that `draw` makes from the generator (for scales other
+    /// than `Init::Normal`'s own `std`), or for `Init::Meta` a view of one
+    /// zero.
+    pub(crate) fn draw<S: Shape, E: Float, D: Device<E>>(
+        &mut self,
+        shape: S,
+        device: &D,
+        draw: impl FnOnce(S, &mut Rng) -> Tensor<S, E, D>,
+    ) -> Tensor<S, E, D>
+    where
+        (): ExpandTo<S>,
+    {
+        match self {
+            Init::Normal { rng, .. } => draw(shape, rng).requires_grad(),
+            Init::Meta => self.weight(shape, device),
         }
     }
 
@@ -234,4 +255,109 @@ pub(crate) const HIDDEN: f64 = f32::MIN as f64;
 /// The ids of a `[batch, len]` int64 tensor, on the host.
 pub(crate) fn host_ids<D: forma::core::Backend>(t: &Tensor<(Dyn, Dyn), i64, D>) -> Vec<i64> {
     t.to_vec()
+}
+
+/// The renames and drops a checkpoint's keys get before a strict load, each
+/// recorded in the [`HfLoadReport`] that [`HfKeys::finish`] returns.
+pub(crate) struct HfKeys {
+    sd: StateDict,
+    report: HfLoadReport,
+}
+
+impl HfKeys {
+    pub(crate) fn new(sd: StateDict) -> Self {
+        HfKeys {
+            sd,
+            report: HfLoadReport::default(),
+        }
+    }
+
+    /// Renames each key that `to` gives a new name (the others keep
+    /// theirs), recording `prefix` as the one changed.
+    pub(crate) fn rename(mut self, prefix: &str, to: impl Fn(&str) -> Option<String>) -> Self {
+        self.report.prefix = Some(prefix.into());
+        let renamed = &mut self.report.renamed;
+        self.sd = self.sd.remap(|k| {
+            Some(match to(k) {
+                Some(new) => {
+                    renamed.push((k.to_string(), new.clone()));
+                    new
+                }
+                None => k.to_string(),
+            })
+        });
+        self
+    }
+
+    /// Whether some key starts with `prefix`.
+    pub(crate) fn has_prefix(&self, prefix: &str) -> bool {
+        self.sd.keys().any(|k| k.starts_with(prefix))
+    }
+
+    /// Adds `prefix` to the keys of a bare decoder file (one where no key
+    /// has it), all but the head's (`lm_head.*`).
+    pub(crate) fn add_prefix(self, prefix: &str) -> Self {
+        if self.has_prefix(prefix) {
+            return self;
+        }
+        self.rename(prefix, |k| {
+            (!k.starts_with("lm_head.")).then(|| format!("{prefix}{k}"))
+        })
+    }
+
+    /// Drops an `lm_head.weight` equal to the token embedding `embedding`
+    /// (a head tied to it); one that differs is refused.
+    pub(crate) fn drop_tied_head(mut self, embedding: &str) -> Result<Self, ModelError> {
+        if let Some(head) = self.sd.get("lm_head.weight") {
+            match self.sd.get(embedding) {
+                Some(emb)
+                    if emb.dims() == head.dims()
+                        && emb.dtype() == head.dtype()
+                        && emb.bytes() == head.bytes() =>
+                {
+                    self.sd.remove("lm_head.weight");
+                    self.report.dropped.push("lm_head.weight".into());
+                }
+                _ => return Err(ModelError::UntiedHead),
+            }
+        }
+        Ok(self)
+    }
+
+    /// Drops the keys `unused` names.
+    pub(crate) fn drop(mut self, unused: impl Fn(&str) -> bool) -> Self {
+        let dropped = &mut self.report.dropped;
+        self.sd = self.sd.remap(|k| {
+            if unused(k) {
+                dropped.push(k.to_string());
+                None
+            } else {
+                Some(k.to_string())
+            }
+        });
+        self
+    }
+
+    /// The adjusted keys, and the report with its lists sorted.
+    pub(crate) fn finish(mut self) -> (StateDict, HfLoadReport) {
+        self.report.dropped.sort_unstable();
+        self.report.renamed.sort_unstable();
+        (self.sd, self.report)
+    }
+}
+
+/// `model.load_state_dict(sd)`, strict; the error names `path`, or
+/// `<state_dict>` for an in-memory load.
+pub(crate) fn load_strict<M: Module>(
+    model: &mut M,
+    sd: &StateDict,
+    path: Option<&Path>,
+) -> Result<(), ModelError> {
+    match model.load_state_dict(sd) {
+        Ok(_) => Ok(()),
+        Err(source) => Err(ModelError::Load {
+            path: path.map_or("<state_dict>".into(), |p| p.display().to_string()),
+            source: Box::new(source),
+        }),
+    }
 }

@@ -304,7 +304,7 @@ fn a_config_that_does_not_fit_the_type_is_refused() {
         ),
     ] {
         let err = Tiny::new(&config, &Cpu, &mut Rng::seed_from(0)).unwrap_err();
-        assert!(matches!(err, ModelError::Input { .. }), "{err}");
+        assert!(matches!(err, ModelError::Config { .. }), "{err}");
         assert!(err.to_string().contains(field), "{err}");
         assert!(Tiny::state_dict_layout(&config, &Cpu).is_err());
     }
@@ -358,7 +358,7 @@ fn hub_variants_load_with_a_report() {
     let mut llama = Mha::new(&mha_config(), &Cpu, &mut Rng::seed_from(2)).unwrap();
     let before = llama.state_dict();
     let err = llama.load_hf_state_dict(untied).unwrap_err();
-    assert!(matches!(err, ModelError::Input { .. }), "{err}");
+    assert!(matches!(err, ModelError::UntiedHead), "{err}");
     assert!(err.to_string().contains("lm_head.weight differs"), "{err}");
     assert_eq!(llama.state_dict(), before);
 }
