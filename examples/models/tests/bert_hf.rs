@@ -95,27 +95,15 @@ fn sentence_embeddings_match_sentence_transformers_pooling() {
 #[test]
 fn save_then_load_round_trips_the_hf_keys() {
     let bert = hf_model();
-    let hf = forma::nn::state::load_file(fixture("bert_tiny.safetensors"))
-        .unwrap()
-        .tensors;
-    let ours = bert.state_dict();
-    let mut a: Vec<&str> = ours.keys().collect();
-    let mut b: Vec<&str> = hf.keys().collect();
-    a.sort_unstable();
-    b.sort_unstable();
-    assert_eq!(a, b, "Forma's state_dict keys are the file's");
-    for (k, d) in hf.iter() {
-        assert_eq!(ours.get(k), Some(d), "{k} holds the file's values");
-    }
+    let hf = fixture_file("bert_tiny.safetensors");
+    assert_same_tensors("bert_tiny", &bert.state_dict(), &hf);
 }
 
 /// An older `transformers` file (with the `embeddings.position_ids` buffer)
 /// of a `BertForPreTraining` (weights under `bert.`, heads under `cls.`).
 #[test]
 fn legacy_and_prefixed_files_load() {
-    let hf = forma::nn::state::load_file(fixture("bert_tiny.safetensors"))
-        .unwrap()
-        .tensors;
+    let hf = fixture_file("bert_tiny.safetensors");
     let mut sd: StateDict = hf.clone().rename_prefixes(&[("", "bert.")]);
     let pos: Vec<i64> = (0..40).collect();
     sd.insert(
@@ -320,9 +308,7 @@ fn the_layers_run_one_by_one() {
 
 #[test]
 fn a_wrong_file_is_refused_naming_every_bad_key() {
-    let hf = forma::nn::state::load_file(fixture("bert_tiny.safetensors"))
-        .unwrap()
-        .tensors;
+    let hf = fixture_file("bert_tiny.safetensors");
     let sd = hf.remap(|k| {
         Some(k.replace(
             "encoder.layer.1.output.dense.weight",

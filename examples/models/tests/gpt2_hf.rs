@@ -23,9 +23,7 @@ fn hf_model() -> TinyGpt2 {
 }
 
 fn hf_file() -> StateDict {
-    forma::nn::state::load_file(fixture("gpt2_tiny.safetensors"))
-        .unwrap()
-        .tensors
+    fixture_file("gpt2_tiny.safetensors")
 }
 
 /// An id outside the vocabulary fails in `transformer.wte`, named so.
@@ -177,14 +175,7 @@ fn state_dict_is_the_saved_file_without_the_tied_head() {
     let hf = hf_file();
     let ours = gpt.state_dict();
     assert!(!ours.contains_key("lm_head.weight"));
-    let mut a: Vec<&str> = ours.keys().collect();
-    let mut b: Vec<&str> = hf.keys().collect();
-    a.sort_unstable();
-    b.sort_unstable();
-    assert_eq!(a, b);
-    for (k, d) in hf.iter() {
-        assert_eq!(ours.get(k), Some(d), "{k}");
-    }
+    assert_same_tensors("gpt2_tiny", &ours, &hf);
     // c_attn keeps GPT-2's Conv1D layout, [in, out].
     assert_eq!(
         ours.get("transformer.h.0.attn.c_attn.weight")

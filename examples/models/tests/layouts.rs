@@ -10,46 +10,20 @@ use forma::prelude::*;
 use forma_models::bert::{BertConfig, MiniLmL6};
 use forma_models::gpt2::{Gpt2Config, Gpt2Small};
 
-fn hf_layout(model: &str) -> Vec<(String, Vec<usize>)> {
-    let text = std::fs::read_to_string(common::fixture("layouts.json")).expect("layouts.json");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    doc[model]["state_dict"]
-        .as_array()
-        .unwrap_or_else(|| panic!("layouts.json has no {model}"))
-        .iter()
-        .map(|e| {
-            let key = e[0].as_str().expect("a key").to_string();
-            let dims = e[1]
-                .as_array()
-                .expect("dims")
-                .iter()
-                .map(|d| d.as_u64().expect("a size") as usize)
-                .collect();
-            (key, dims)
-        })
-        .collect()
-}
-
 #[test]
 fn minilm_l6_has_bert_models_keys_and_shapes() {
     let ours = MiniLmL6::state_dict_layout(&BertConfig::minilm_l6(), &Cpu);
-    let hf = hf_layout("minilm_l6");
+    let (hf, _) = common::layout("layouts.json", "minilm_l6");
     assert_eq!(hf.len(), 103);
     assert_eq!(ours, hf);
-    let params: usize = ours.iter().map(|(_, d)| d.iter().product::<usize>()).sum();
-    assert_eq!(params, 22_713_216); // all-MiniLM-L6-v2's parameter count
+    assert_eq!(common::elements(&ours), 22_713_216); // all-MiniLM-L6-v2's parameter count
 }
 
 #[test]
 fn gpt2_small_has_gpt2_lm_head_models_keys_and_shapes_less_the_tied_head() {
     let ours = Gpt2Small::state_dict_layout(&Gpt2Config::gpt2_small(), &Cpu);
-    let mut hf = hf_layout("gpt2_small");
-    let text = std::fs::read_to_string(common::fixture("layouts.json")).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(
-        doc["gpt2_small"]["tied"]["lm_head.weight"],
-        "transformer.wte.weight"
-    );
+    let (mut hf, doc) = common::layout("layouts.json", "gpt2_small");
+    assert_eq!(doc["tied"]["lm_head.weight"], "transformer.wte.weight");
     // `GPT2LMHeadModel.state_dict()` lists the tied head last; Forma's model
     // has it as `transformer.wte.weight` only (see the gpt2 module docs).
     assert_eq!(
@@ -57,6 +31,5 @@ fn gpt2_small_has_gpt2_lm_head_models_keys_and_shapes_less_the_tied_head() {
         Some(("lm_head.weight".to_string(), vec![50257, 768]))
     );
     assert_eq!(ours, hf);
-    let params: usize = ours.iter().map(|(_, d)| d.iter().product::<usize>()).sum();
-    assert_eq!(params, 124_439_808); // GPT-2 small's parameter count
+    assert_eq!(common::elements(&ours), 124_439_808); // GPT-2 small's parameter count
 }

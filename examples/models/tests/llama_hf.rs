@@ -10,8 +10,9 @@
 
 mod common;
 
-use common::{fixture, with_file};
-use forma::nn::{Module, StateDict};
+use common::{assert_same_tensors, elements, entry, fixture, fixture_file as file, ids, with_file};
+use forma::nn::Module;
+use forma::nn::StateDict;
 use forma::prelude::*;
 use forma::TensorData;
 use forma_models::llama::{KvCache, LlamaConfig, LlamaForCausalLM, TinyLlama};
@@ -50,21 +51,8 @@ fn tiny() -> Tiny {
     loaded.model
 }
 
-fn file(name: &str) -> StateDict {
-    forma::nn::state::load_file(fixture(name)).unwrap().tensors
-}
-
 fn io() -> StateDict {
     file("llama_io.safetensors")
-}
-
-fn entry<'a>(sd: &'a StateDict, key: &str) -> &'a TensorData {
-    sd.get(key)
-        .unwrap_or_else(|| panic!("llama_io has no {key} (run tools/gen_llama_fixtures.py)"))
-}
-
-fn ids(sd: &StateDict, key: &str) -> Tensor<(Dyn, Dyn), i64> {
-    Tensor::try_from_data(entry(sd, key), &Cpu).unwrap()
 }
 
 /// `|got - want|_2 / |want|_2 <= tol`, printing it and the largest
@@ -84,17 +72,36 @@ fn assert_normwise(what: &str, got: &[f32], want: &[f32], tol: f64) {
     assert!(rel <= tol, "{what}: normwise error {rel:e} > {tol:e}");
 }
 
+/// `llama`'s logits for `<name>.input_ids` against HF's `<name>.logits`,
+/// which it returns.
+fn assert_logits<
+    const V: usize,
+    const H: usize,
+    const HEADS: usize,
+    const KV: usize,
+    const FF: usize,
+>(
+    llama: &LlamaForCausalLM<V, H, HEADS, KV, FF>,
+    name: &str,
+    dims: [usize; 3],
+) -> Vec<f32> {
+    let io = io();
+    let logits = llama
+        .logits(&ids(&io, &format!("{name}.input_ids")))
+        .unwrap();
+    assert_eq!(logits.dims()[..], dims);
+    let want = entry(&io, &format!("{name}.logits")).to_vec::<f32>();
+    assert_normwise(&format!("{name} logits"), &logits.to_vec(), &want, 1e-5);
+    want
+}
+
 #[test]
 fn logits_match_transformers_with_grouped_query_attention() {
     let llama = tiny();
     assert!(!llama.is_training());
     assert_eq!(llama.model.layers.len(), 2);
     assert_eq!(Tiny::KV_HEADS, 2);
-    let io = io();
-    let logits = llama.logits(&ids(&io, "tiny.input_ids")).unwrap();
-    assert_eq!(logits.dims()[..], [2, 7, 256]);
-    let want = entry(&io, "tiny.logits").to_vec::<f32>();
-    assert_normwise("tiny logits", &logits.to_vec(), &want, 1e-5);
+    let want = assert_logits(&llama, "tiny", [2, 7, 256]);
     // Not trivially close: the logits spread over several units.
     let spread = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     assert!(spread > 5.0, "{spread}");
@@ -108,11 +115,7 @@ fn logits_match_transformers_with_multi_head_attention_and_a_tied_head() {
     let llama = loaded.model;
     assert!(llama.lm_head.is_none());
     assert_eq!(Mha::KV_HEADS, 4);
-    let io = io();
-    let logits = llama.logits(&ids(&io, "mha.input_ids")).unwrap();
-    assert_eq!(logits.dims()[..], [2, 5, 128]);
-    let want = entry(&io, "mha.logits").to_vec::<f32>();
-    assert_normwise("mha logits", &logits.to_vec(), &want, 1e-5);
+    assert_logits(&llama, "mha", [2, 5, 128]);
     // The saved file leaves the tied head out, and so does the state dict.
     let saved = file("llama_mha.safetensors");
     let ours = llama.state_dict();
@@ -227,16 +230,8 @@ fn cache_is_unchanged_by_a_failed_step() {
 #[test]
 fn state_dict_is_the_saved_file() {
     let llama = tiny();
-    let hf = file("llama_tiny.safetensors");
     let ours = llama.state_dict();
-    let mut a: Vec<&str> = ours.keys().collect();
-    let mut b: Vec<&str> = hf.keys().collect();
-    a.sort_unstable();
-    b.sort_unstable();
-    assert_eq!(a, b);
-    for (k, d) in hf.iter() {
-        assert_eq!(ours.get(k), Some(d), "{k}");
-    }
+    assert_same_tensors("llama_tiny", &ours, &file("llama_tiny.safetensors"));
     assert_eq!(
         ours.get("model.layers.1.self_attn.v_proj.weight")
             .unwrap()
@@ -412,34 +407,12 @@ fn hidden_states_and_attentions_match_transformers() {
     assert_normwise("layer 0", &y.to_vec(), &hidden[1].to_vec(), 1e-6);
 }
 
+/// A model of `llama_layouts.json`: its keys and shapes, its parameter
+/// count, and its entry.
 fn hf_layout(model: &str) -> (Vec<(String, Vec<usize>)>, usize, serde_json::Value) {
-    let text = std::fs::read_to_string(fixture("llama_layouts.json")).expect("llama_layouts.json");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    let m = &doc[model];
-    let keys = m["state_dict"]
-        .as_array()
-        .unwrap_or_else(|| panic!("llama_layouts.json has no {model}"))
-        .iter()
-        .map(|e| {
-            let key = e[0].as_str().expect("a key").to_string();
-            let dims = e[1]
-                .as_array()
-                .expect("dims")
-                .iter()
-                .map(|d| d.as_u64().expect("a size") as usize)
-                .collect();
-            (key, dims)
-        })
-        .collect();
-    let params = m["num_parameters"].as_u64().expect("a count") as usize;
-    (keys, params, m.clone())
-}
-
-fn count(layout: &[(String, Vec<usize>)]) -> usize {
-    layout
-        .iter()
-        .map(|(_, d)| d.iter().product::<usize>())
-        .sum()
+    let (keys, doc) = common::layout("llama_layouts.json", model);
+    let params = doc["num_parameters"].as_u64().expect("a count") as usize;
+    (keys, params, doc)
 }
 
 #[test]
@@ -453,7 +426,7 @@ fn tinyllama_has_llama_for_causal_lms_keys_and_shapes() {
     assert_eq!(c["rms_norm_eps"], config.rms_norm_eps);
     assert_eq!(hf.len(), 201);
     assert_eq!(ours, hf);
-    assert_eq!(count(&ours), params);
+    assert_eq!(elements(&ours), params);
     assert_eq!(params, 1_100_048_384); // TinyLlama-1.1B's parameter count
 }
 
@@ -477,7 +450,7 @@ fn llama_3_2_1b_shape_has_the_keys_less_the_tied_head() {
         Some(("lm_head.weight".to_string(), vec![128256, 2048]))
     );
     assert_eq!(ours, hf);
-    assert_eq!(count(&ours), params);
+    assert_eq!(elements(&ours), params);
     assert_eq!(params, 1_235_814_400); // Llama 3.2 1B's parameter count
 }
 

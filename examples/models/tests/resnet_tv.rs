@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{entry, fixture, with_file};
+use common::{assert_same_tensors, elements, entry, fixture, fixture_file, with_file};
 use forma::core::{Backend, Shape};
 use forma::nn::loss::{cross_entropy, Mean};
 use forma::nn::module::{Cx, Visitor};
@@ -39,9 +39,7 @@ type Twin50 = ResNet50<CLASSES>;
 const F64_REL: f64 = 1e-9;
 
 fn io() -> StateDict {
-    forma::nn::state::load_file(fixture("resnet_io.safetensors"))
-        .expect("tools/fixtures/models/resnet_io.safetensors (run tools/gen_resnet_fixtures.py)")
-        .tensors
+    fixture_file("resnet_io.safetensors")
 }
 
 fn values(sd: &StateDict, key: &str) -> Vec<f64> {
@@ -99,40 +97,19 @@ fn input<E: Float>(io: &StateDict) -> Tensor<(Dyn, C<3>, C<48>, C<48>), E> {
 }
 
 fn tv_layout(model: &str) -> (Vec<(String, Vec<usize>)>, usize) {
-    let text =
-        std::fs::read_to_string(fixture("resnet_layouts.json")).expect("resnet_layouts.json");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    let keys = doc[model]["state_dict"]
-        .as_array()
-        .unwrap_or_else(|| panic!("resnet_layouts.json has no {model}"))
-        .iter()
-        .map(|e| {
-            let key = e[0].as_str().expect("a key").to_string();
-            let dims = e[1]
-                .as_array()
-                .expect("dims")
-                .iter()
-                .map(|d| d.as_u64().expect("a size") as usize)
-                .collect();
-            (key, dims)
-        })
-        .collect();
-    let params = doc[model]["parameters"].as_u64().expect("a count") as usize;
+    let (keys, doc) = common::layout("resnet_layouts.json", model);
+    let params = doc["parameters"].as_u64().expect("a count") as usize;
     (keys, params)
 }
 
 /// Parameter elements of a layout (the BatchNorm buffers left out, as
 /// `sum(p.numel() for p in model.parameters())` does).
 fn parameters(layout: &[(String, Vec<usize>)]) -> usize {
-    layout
-        .iter()
-        .filter(|(k, _)| {
-            !(k.ends_with("running_mean")
-                || k.ends_with("running_var")
-                || k.ends_with("num_batches_tracked"))
-        })
-        .map(|(_, d)| d.iter().product::<usize>())
-        .sum()
+    elements(layout.iter().filter(|(k, _)| {
+        !(k.ends_with("running_mean")
+            || k.ends_with("running_var")
+            || k.ends_with("num_batches_tracked"))
+    }))
 }
 
 #[test]
@@ -175,15 +152,7 @@ fn loads_as_stored<K: BlockKind>(file: &str, config: ResNetConfig) {
         "{file}: blocks and width from the file"
     );
     assert!(!net.is_training(), "a loaded network is in eval mode");
-    let ours = net.state_dict();
-    let tv = forma::nn::state::load_file(fixture(file)).unwrap().tensors;
-    let mut a: Vec<&str> = ours.keys().collect();
-    let b: Vec<&str> = tv.keys().collect();
-    a.sort_unstable();
-    assert_eq!(a, b, "{file}: the same keys");
-    for (k, d) in tv.iter() {
-        assert_eq!(ours.get(k), Some(d), "{file}: {k}");
-    }
+    assert_same_tensors(file, &net.state_dict(), &fixture_file(file));
 }
 
 #[test]
@@ -245,7 +214,7 @@ fn grads_of<M: Module>(m: &M) -> BTreeMap<String, TensorData> {
     g.0
 }
 
-fn train_matches<K: BlockKind, E: Float>(name: &str, grads: &[&str]) {
+fn train_matches<K: BlockKind, E: Float>(name: &str) {
     let io = io();
     let mut net: ResNet<K, CLASSES, E> = load(&format!("{name}.safetensors"));
     net.train();
@@ -285,9 +254,17 @@ fn train_matches<K: BlockKind, E: Float>(name: &str, grads: &[&str]) {
         net.named_parameters().len(),
         "every parameter got a gradient"
     );
+    // The parameters whose gradients the generator records (its `GRADS`).
+    let prefix = format!("{name}.grad.");
+    let grads: Vec<&str> = io
+        .keys()
+        .filter_map(|k| k.strip_prefix(&prefix))
+        .filter(|k| *k != "x")
+        .collect();
+    assert_eq!(grads.len(), 10, "{name}: {grads:?}");
     for key in grads {
         let got = ours
-            .get(*key)
+            .get(key)
             .unwrap_or_else(|| panic!("no gradient for {key}"));
         check::<E>(&io, name, &format!("grad.{key}"), got);
     }
@@ -295,48 +272,18 @@ fn train_matches<K: BlockKind, E: Float>(name: &str, grads: &[&str]) {
 
 #[test]
 fn resnet18_training_step_matches_torchvision() {
-    train_matches::<BasicBlock, f64>("resnet18_w8", RESNET18_GRADS);
-    train_matches::<BasicBlock, f32>("resnet18_w8", RESNET18_GRADS);
+    train_matches::<BasicBlock, f64>("resnet18_w8");
+    train_matches::<BasicBlock, f32>("resnet18_w8");
 }
-
-/// The parameters whose gradients the generator records (its `GRADS`).
-const RESNET18_GRADS: &[&str] = &[
-    "conv1.weight",
-    "bn1.weight",
-    "layer1.0.conv1.weight",
-    "layer1.0.bn1.weight",
-    "layer2.0.downsample.0.weight",
-    "layer2.0.downsample.1.weight",
-    "layer2.0.downsample.1.bias",
-    "layer4.1.bn2.bias",
-    "fc.weight",
-    "fc.bias",
-];
 
 #[test]
 fn resnet50_training_step_matches_torchvision() {
-    train_matches::<Bottleneck, f64>("resnet50_w4", RESNET50_GRADS);
-    train_matches::<Bottleneck, f32>("resnet50_w4", RESNET50_GRADS);
+    train_matches::<Bottleneck, f64>("resnet50_w4");
+    train_matches::<Bottleneck, f32>("resnet50_w4");
 }
 
-/// The parameters whose gradients the generator records (its `GRADS`).
-const RESNET50_GRADS: &[&str] = &[
-    "conv1.weight",
-    "bn1.weight",
-    "layer1.0.conv3.weight",
-    "layer1.0.bn1.weight",
-    "layer1.0.downsample.0.weight",
-    "layer3.0.downsample.1.weight",
-    "layer3.5.conv2.weight",
-    "layer4.2.bn3.bias",
-    "fc.weight",
-    "fc.bias",
-];
-
 fn twin18_file() -> StateDict {
-    forma::nn::state::load_file(fixture("resnet18_w8.safetensors"))
-        .unwrap()
-        .tensors
+    fixture_file("resnet18_w8.safetensors")
 }
 
 /// The load error's message, from a file holding `sd`.

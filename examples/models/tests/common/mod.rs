@@ -1,6 +1,8 @@
-//! What the model suites share: the fixture files `tools/gen_model_fixtures.py`
-//! writes to `tools/fixtures/models/`, the tiny models' types (the generator's
-//! `TINY_BERT` / `TINY_GPT2`), and a tolerance check.
+//! What the model suites share: the fixture files the generators
+//! (`tools/gen_model_fixtures.py`, `gen_llama_fixtures.py`,
+//! `gen_resnet_fixtures.py`) write to `tools/fixtures/models/` and the
+//! layouts they record there, the tiny models' types (the generator's
+//! `TINY_BERT` / `TINY_GPT2`), and the checks the suites make of them.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use forma::nn::StateDict;
@@ -21,11 +23,63 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The tensors of the fixture file `name`.
+pub fn fixture_file(name: &str) -> StateDict {
+    forma::nn::state::load_file(fixture(name))
+        .unwrap_or_else(|e| {
+            panic!("tools/fixtures/models/{name} (run its tools/gen_*_fixtures.py): {e}")
+        })
+        .tensors
+}
+
 /// The inputs and outputs of `io.safetensors`.
 pub fn io() -> StateDict {
-    forma::nn::state::load_file(fixture("io.safetensors"))
-        .expect("tools/fixtures/models/io.safetensors (run tools/gen_model_fixtures.py)")
-        .tensors
+    fixture_file("io.safetensors")
+}
+
+/// A model's entry in a layouts file (`layouts.json`,
+/// `llama_layouts.json`, `resnet_layouts.json`), and the keys and shapes of
+/// its `state_dict`, in order.
+pub fn layout(file: &str, model: &str) -> (Vec<(String, Vec<usize>)>, serde_json::Value) {
+    let text = std::fs::read_to_string(fixture(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let keys = doc[model]["state_dict"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{file} has no {model}"))
+        .iter()
+        .map(|e| {
+            let key = e[0].as_str().expect("a key").to_string();
+            let dims = e[1]
+                .as_array()
+                .expect("dims")
+                .iter()
+                .map(|d| d.as_u64().expect("a size") as usize)
+                .collect();
+            (key, dims)
+        })
+        .collect();
+    (keys, doc[model].clone())
+}
+
+/// The number of elements of a layout's tensors.
+pub fn elements<'a>(layout: impl IntoIterator<Item = &'a (String, Vec<usize>)>) -> usize {
+    layout
+        .into_iter()
+        .map(|(_, d)| d.iter().product::<usize>())
+        .sum()
+}
+
+/// Fails unless `ours` holds exactly `file`'s keys (in any order: a
+/// safetensors file stores them sorted) and its values bit for bit.
+pub fn assert_same_tensors(what: &str, ours: &StateDict, file: &StateDict) {
+    let mut a: Vec<&str> = ours.keys().collect();
+    let mut b: Vec<&str> = file.keys().collect();
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b, "{what}: the same keys");
+    for (k, d) in file.iter() {
+        assert_eq!(ours.get(k), Some(d), "{what}: {k} holds the file's values");
+    }
 }
 
 pub fn entry<'a>(sd: &'a StateDict, key: &str) -> &'a TensorData {
