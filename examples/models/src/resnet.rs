@@ -47,7 +47,6 @@
 use crate::util::{layout_of, load_strict, restore, Init};
 use crate::{LoadInfo, Loaded, ModelError};
 use forma::core::device::Device;
-use forma::core::shape::ExpandTo;
 use forma::nn::functional::batch_norm;
 use forma::nn::layers::{AdaptiveAvgPool2d, MaxPool2d, Relu};
 use forma::nn::module::py_float;
@@ -248,7 +247,11 @@ impl ConvSpec {
         let shape = (Dyn(self.output), Dyn(self.input), Dyn(k), Dyn(k));
         let std = (2.0 / (self.output * k * k) as f64).sqrt();
         DynConv2d {
-            weight: normal(init, shape, std, device),
+            // torchvision's scales differ per layer: `Init::Normal`'s own
+            // `std` is unused (this module sets it to 0).
+            weight: init.draw(shape, device, |s, rng| {
+                Tensor::normal_on(s, 0.0, std, rng, device)
+            }),
             stride: self.stride,
             padding: self.padding,
         }
@@ -385,8 +388,12 @@ impl<const N: usize, E: Float, D: Device<E>> Classifier<N, E, D> {
     fn build(features: usize, init: &mut Init<'_>, device: &D) -> Self {
         let bound = 1.0 / (features.max(1) as f64).sqrt();
         Classifier {
-            weight: uniform(init, (C, Dyn(features)), bound, device),
-            bias: uniform(init, (C,), bound, device),
+            weight: init.draw((C, Dyn(features)), device, |s, rng| {
+                Tensor::uniform_on(s, -bound, bound, rng, device)
+            }),
+            bias: init.draw((C,), device, |s, rng| {
+                Tensor::uniform_on(s, -bound, bound, rng, device)
+            }),
         }
     }
 
@@ -405,39 +412,6 @@ impl<B: Dim, const N: usize, E: Float, D: Device<E>>
         let y = x.into_dyn().try_linear(&self.weight, Some(&self.bias))?;
         Ok(restore(y))
     }
-}
-
-/// A tensor from `N(0, std^2)` (a parameter), or a view of one zero for
-/// `Init::Meta`. torchvision's scales differ per layer, so they are passed
-/// here and `Init::Normal`'s own `std` is unused (this module sets it to 0).
-fn normal<S: Shape, E: Float, D: Device<E>>(
-    init: &mut Init<'_>,
-    shape: S,
-    std: f64,
-    device: &D,
-) -> Tensor<S, E, D>
-where
-    (): ExpandTo<S>,
-{
-    init.draw(shape, device, |s, rng| {
-        Tensor::normal_on(s, 0.0, std, rng, device)
-    })
-}
-
-/// A tensor from `U(-bound, bound)` (a parameter), or a view of one zero
-/// for `Init::Meta`.
-fn uniform<S: Shape, E: Float, D: Device<E>>(
-    init: &mut Init<'_>,
-    shape: S,
-    bound: f64,
-    device: &D,
-) -> Tensor<S, E, D>
-where
-    (): ExpandTo<S>,
-{
-    init.draw(shape, device, |s, rng| {
-        Tensor::uniform_on(s, -bound, bound, rng, device)
-    })
 }
 
 // ------------------------------------------------------------------ blocks
