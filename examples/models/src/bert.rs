@@ -3,7 +3,7 @@
 //! (`embeddings.word_embeddings.weight`,
 //! `encoder.layer.0.attention.self.query.weight`, `pooler.dense.weight`, ...),
 //! so a Hugging Face `model.safetensors` loads with one call
-//! ([`Bert::from_safetensors`]), and [`Module::save_safetensors`](forma::nn::Module::save_safetensors) writes a file
+//! ([`Bert::from_safetensors`]), and [`Module::save_safetensors`] writes a file
 //! `BertModel.from_pretrained` reads.
 //!
 //! The sizes that decide parameter shapes are const generics: vocabulary
