@@ -65,7 +65,7 @@ pub enum ModelError {
     /// A model folder's `config.json` could not be read, or is not a JSON
     /// object with the fields this model needs (it names the file).
     #[error("{path}: {what}")]
-    Config {
+    ConfigFile {
         /// The `config.json` file.
         path: String,
         /// What is wrong.

@@ -44,7 +44,7 @@ struct HfConfig {
 impl HfConfig {
     fn read(path: &Path) -> Result<Self, ModelError> {
         let shown = path.display().to_string();
-        let config = |what: String| ModelError::Config {
+        let config = |what: String| ModelError::ConfigFile {
             path: shown.clone(),
             what,
         };
@@ -66,7 +66,7 @@ impl HfConfig {
     }
 
     fn wrong_type(&self, field: &str, want: &str) -> ModelError {
-        ModelError::Config {
+        ModelError::ConfigFile {
             path: self.path.clone(),
             what: format!("{field} is {}, not {want}", self.fields[field]),
         }
@@ -162,7 +162,7 @@ impl<
     /// `attention_probs_dropout_prob`, `initializer_range`.
     ///
     /// # Errors
-    /// [`ModelError::Config`] when the file cannot be read or a field has
+    /// [`ModelError::ConfigFile`] when the file cannot be read or a field has
     /// the wrong JSON type, [`ModelError::ConfigMismatch`] naming the first
     /// field that does not fit.
     pub fn read_hf_config(path: impl AsRef<Path>) -> Result<BertConfig, ModelError> {

@@ -265,7 +265,7 @@ impl<
     ///
     /// # Errors
     /// As [`Bert::from_pretrained_dir`] and [`SentenceEncoder::new`];
-    /// [`ModelError::Config`] for a `sentence_bert_config.json` without a
+    /// [`ModelError::ConfigFile`] for a `sentence_bert_config.json` without a
     /// numeric `max_seq_length`.
     pub fn from_pretrained_dir(
         dir: impl AsRef<Path>,
@@ -318,13 +318,14 @@ fn max_seq_length(path: &Path) -> Result<Option<usize>, ModelError> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(None);
     };
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Config {
-        path: path.display().to_string(),
-        what: format!("not JSON: {e}"),
-    })?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ModelError::ConfigFile {
+            path: path.display().to_string(),
+            what: format!("not JSON: {e}"),
+        })?;
     match value.get("max_seq_length").and_then(|v| v.as_u64()) {
         Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
-        None => Err(ModelError::Config {
+        None => Err(ModelError::ConfigFile {
             path: path.display().to_string(),
             what: "no numeric max_seq_length".into(),
         }),

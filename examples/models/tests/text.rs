@@ -359,7 +359,7 @@ fn a_missing_or_broken_file_is_named() {
     let folder = TempFolder::copy_of("bert_text", "broken");
     std::fs::write(folder.path().join("config.json"), "{ not json").unwrap();
     let e = TextBert::from_pretrained_dir(folder.path(), &Cpu).unwrap_err();
-    assert!(matches!(e, ModelError::Config { .. }), "{e:?}");
+    assert!(matches!(e, ModelError::ConfigFile { .. }), "{e:?}");
     assert!(e.to_string().contains("config.json: not JSON"), "{e}");
 
     std::fs::remove_file(folder.path().join("tokenizer.json")).unwrap();
