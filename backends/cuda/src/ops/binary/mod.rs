@@ -134,6 +134,7 @@ mod tests {
         }
         assert_eq!(b::Add.cuda().map(|r| r.symbol), Some("add"));
         assert_eq!(b::Minimum.cuda().map(|r| r.symbol), Some("minimum"));
-        assert_eq!(b::CUDA_ROWS.len(), 7);
+        assert_eq!(b::Fmin.cuda().map(|r| r.symbol), Some("fmin"));
+        assert_eq!(b::CUDA_ROWS.len(), 9);
     }
 }
