@@ -15,6 +15,8 @@
   read from the config rather than assumed;
 - `tools/fixtures/models/llama_io.safetensors`: fixed inputs and the models'
   outputs;
+- `tools/fixtures/models/llama_tiny.config.json`, `llama_mha.config.json`:
+  the two tiny models' `config.json` files;
 - `tools/fixtures/models/llama_layouts.json`: the `state_dict()` keys and
   shapes of full-size `LlamaForCausalLM`s built on the `meta` device (no
   weights allocated or shipped): TinyLlama-1.1B's config (untied head) and a
@@ -254,6 +256,14 @@ def layouts():
     (MODELS / "llama_layouts.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def configs():
+    """The two tiny models' `config.json`, as `save_pretrained` writes it
+    (`transformers` 5 puts `rope_theta` in `rope_parameters`), for
+    `read_hf_config`, `from_pretrained_dir` and `hf_config!`."""
+    for name, cfg in [("llama_tiny", TINY_LLAMA), ("llama_mha", MHA_LLAMA)]:
+        LlamaConfig(**cfg).to_json_file(str(MODELS / f"{name}.config.json"))
+
+
 def main():
     MODELS.mkdir(parents=True, exist_ok=True)
     io = Io()
@@ -261,6 +271,7 @@ def main():
     mha(io)
     io.save()
     layouts()
+    configs()
 
 
 if __name__ == "__main__":

@@ -38,5 +38,6 @@ fn ui() {
     t.compile_fail("tests/ui/dtype/*.rs");
     t.compile_fail("tests/ui/conv/*.rs");
     t.compile_fail("tests/ui/layers/*.rs");
+    t.compile_fail("tests/ui/hf/*.rs");
     t.compile_fail("tests/ui/loss/*.rs");
 }

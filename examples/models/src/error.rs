@@ -74,7 +74,10 @@ pub enum ModelError {
     /// A model folder's `config.json` describes a model that the Rust type
     /// cannot hold: a size that differs from the type's const generics, or
     /// a setting (activation, position embedding) it does not implement.
-    #[error("{path}: the file has {field} = {found}, the type has {expected}")]
+    #[error(
+        "{path}: the file has {field} = {found}, the type has {expected}{}",
+        describes.as_ref().map(|ty| format!(" (the file describes `{ty}`)")).unwrap_or_default()
+    )]
     ConfigMismatch {
         /// The `config.json` file.
         path: String,
@@ -84,6 +87,9 @@ pub enum ModelError {
         found: String,
         /// What the type needs.
         expected: String,
+        /// The type the file describes (`Bert<143, 32, 4, 37, 40, 2>`),
+        /// when only the sizes differ: what to write instead.
+        describes: Option<String>,
     },
     /// Hugging Face's `tokenizers` failed: a `tokenizer.json` that cannot be
     /// read, a text it cannot encode, ids it cannot decode.
@@ -131,5 +137,27 @@ impl ModelError {
 impl From<CheckpointError> for ModelError {
     fn from(e: CheckpointError) -> Self {
         ModelError::Checkpoint(Box::new(e))
+    }
+}
+
+impl From<forma_models_config::ConfigError> for ModelError {
+    fn from(e: forma_models_config::ConfigError) -> Self {
+        use forma_models_config::ConfigError;
+        match e {
+            ConfigError::File { path, what } => ModelError::ConfigFile { path, what },
+            ConfigError::Mismatch {
+                path,
+                field,
+                found,
+                expected,
+                describes,
+            } => ModelError::ConfigMismatch {
+                path,
+                field,
+                found,
+                expected,
+                describes,
+            },
+        }
     }
 }

@@ -61,6 +61,45 @@ mod util;
 pub use decoder::{CausalLmOutputs, KvCache, Sampling};
 pub use error::ModelError;
 
+/// A type alias for the model a Hugging Face `config.json` describes, read
+/// when the program is built.
+///
+/// ```text
+/// forma_models::hf_config!(
+///     /// all-MiniLM-L6-v2.
+///     pub type MiniLm = "all-MiniLM-L6-v2/config.json";
+/// );
+/// // expands to
+/// /// all-MiniLM-L6-v2.
+/// pub type MiniLm = forma_models::bert::Bert<30522, 384, 12, 1536, 512, 2>;
+///
+/// let minilm = MiniLm::from_pretrained_dir("all-MiniLM-L6-v2", &Cpu)?;
+/// ```
+///
+/// The alias is of `f32` on the CPU, as the model's own defaults are; one
+/// with type parameters (`type MiniLm<E, D> = "..."`) leaves the element
+/// type and device to its uses (`MiniLm<bf16, Cuda>`).
+///
+/// The path is relative to the source file the macro is written in, as
+/// `include_str!`'s is, and the program is rebuilt when the file changes.
+/// `model_type` picks the model ([`bert::Bert`], [`gpt2::Gpt2LMHeadModel`],
+/// [`llama::LlamaForCausalLM`]) and the sizes its const generics, derived
+/// sizes computed (GPT-2's `QKV = 3 × n_embd` and `n_inner` null as `4 ×
+/// n_embd`; Llama's `KV = num_key_value_heads × head_dim`), so none is
+/// written by hand. A file that asks for what the model does not implement
+/// (another activation, rope scaling, an unknown `model_type`) does not
+/// compile, and the error names the field:
+///
+/// ```text
+/// error: hf_config!: relu.json has hidden_act = "relu", which forma_models does not implement (it needs "gelu")
+/// ```
+///
+/// The layer count, eps and dropout rates are not part of the type: the
+/// alias's `from_pretrained_dir` (or `read_hf_config`) reads them from the
+/// same file when the program runs, and checks the sizes again there, so a
+/// file edited after the build is refused rather than misread.
+pub use forma_models_macros::hf_config;
+
 /// What loading a checkpoint set aside, beyond a strict load's checks
 /// ([`bert::Bert::load_hf_state_dict`],
 /// [`gpt2::Gpt2LMHeadModel::load_hf_state_dict`],

@@ -1,25 +1,31 @@
 //! Hugging Face model folders in one call: `config.json`,
 //! `model.safetensors` and `tokenizer.json`, as `from_pretrained(path)`
 //! reads them ([`Bert::from_pretrained_dir`],
-//! [`Gpt2LMHeadModel::from_pretrained_dir`]).
+//! [`Gpt2LMHeadModel::from_pretrained_dir`],
+//! [`LlamaForCausalLM::from_pretrained_dir`]).
 //!
 //! The sizes that shape the weights are the Rust type's const generics, so
 //! `config.json` is checked against the type rather than obeyed: a size
 //! that differs, or a setting the model does not implement (another
 //! activation, relative positions), is refused with
-//! [`ModelError::ConfigMismatch`] naming the field and both values. What
+//! [`ModelError::ConfigMismatch`] naming the field, both values and, when
+//! only sizes differ, the type to write for the file (`Bert<143, 32, 4, 37,
+//! 40, 2>`; derived sizes such as GPT-2's `3 × n_embd` computed). The
+//! [`hf_config!`](crate::hf_config) macro writes that type when the program
+//! is built, from the same reading of the file. What
 //! the type leaves open (the layer count, LayerNorm eps, dropout rates) is
 //! read from the file. A field the file leaves out takes `transformers`'
 //! default for that config class, as `from_pretrained` does.
 
 use crate::bert::{Bert, BertConfig};
 use crate::gpt2::{Gpt2Config, Gpt2LMHeadModel};
+use crate::llama::{LlamaConfig, LlamaForCausalLM};
 use crate::text::{load_tokenizer, Tokenizer};
 use crate::{HfLoadReport, ModelError};
 use forma::core::device::Device;
 use forma::prelude::*;
-use serde_json::{Map, Value};
-use std::path::Path;
+use forma_models_config::{Config, ModelType};
+use std::path::{Path, PathBuf};
 
 /// A model read from a Hugging Face model folder, with the folder's
 /// tokenizer and what the weight load set aside (the triple of
@@ -33,94 +39,6 @@ pub struct Pretrained<M> {
     pub tokenizer: Tokenizer,
     /// What was dropped or renamed on the way ([`HfLoadReport`]).
     pub report: HfLoadReport,
-}
-
-/// A parsed `config.json`, with the file's name for messages.
-struct HfConfig {
-    path: String,
-    fields: Map<String, Value>,
-}
-
-impl HfConfig {
-    fn read(path: &Path) -> Result<Self, ModelError> {
-        let shown = path.display().to_string();
-        let config = |what: String| ModelError::ConfigFile {
-            path: shown.clone(),
-            what,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| config(e.to_string()))?;
-        match serde_json::from_str(&text) {
-            Ok(Value::Object(fields)) => Ok(HfConfig {
-                path: shown,
-                fields,
-            }),
-            Ok(_) => Err(config("not a JSON object".into())),
-            Err(e) => Err(config(format!("not JSON: {e}"))),
-        }
-    }
-
-    /// The field, or `None` when the file leaves it out or sets it to null
-    /// (both mean the class default in `transformers`).
-    fn get(&self, field: &str) -> Option<&Value> {
-        self.fields.get(field).filter(|v| !v.is_null())
-    }
-
-    fn wrong_type(&self, field: &str, want: &str) -> ModelError {
-        ModelError::ConfigFile {
-            path: self.path.clone(),
-            what: format!("{field} is {}, not {want}", self.fields[field]),
-        }
-    }
-
-    fn usize(&self, field: &str, default: usize) -> Result<usize, ModelError> {
-        match self.get(field) {
-            None => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| self.wrong_type(field, "a count")),
-        }
-    }
-
-    fn f64(&self, field: &str, default: f64) -> Result<f64, ModelError> {
-        match self.get(field) {
-            None => Ok(default),
-            Some(v) => v.as_f64().ok_or_else(|| self.wrong_type(field, "a number")),
-        }
-    }
-
-    /// Checks a size the type fixes.
-    fn expect_size(&self, field: &str, default: usize, expected: usize) -> Result<(), ModelError> {
-        let found = self.usize(field, default)?;
-        if found == expected {
-            return Ok(());
-        }
-        Err(self.mismatch(field, found.to_string(), expected.to_string()))
-    }
-
-    /// Checks a setting the model implements in one of `allowed` ways (the
-    /// first is named in the message).
-    fn expect_value(
-        &self,
-        field: &str,
-        default: Value,
-        allowed: &[Value],
-    ) -> Result<(), ModelError> {
-        let found = self.get(field).cloned().unwrap_or(default);
-        if allowed.contains(&found) {
-            return Ok(());
-        }
-        Err(self.mismatch(field, found.to_string(), allowed[0].to_string()))
-    }
-
-    fn mismatch(&self, field: &str, found: String, expected: String) -> ModelError {
-        ModelError::ConfigMismatch {
-            path: self.path.clone(),
-            field: field.into(),
-            found,
-            expected,
-        }
-    }
 }
 
 /// Reads `model.safetensors` of `dir` into a state dict.
@@ -137,6 +55,28 @@ fn in_file(path: String) -> impl FnOnce(ModelError) -> ModelError {
         ModelError::Load { source, .. } => ModelError::Load { path, source },
         e => e,
     }
+}
+
+/// `from_pretrained_dir`'s steps for every model: the config read and
+/// checked, the tokenizer, the model built and its weights loaded strictly
+/// (errors name the weight file), then eval mode.
+fn load_folder<M: forma::nn::Module, C>(
+    dir: &Path,
+    read_config: impl FnOnce(PathBuf) -> Result<C, ModelError>,
+    build: impl FnOnce(&C) -> Result<M, ModelError>,
+    load: impl FnOnce(&mut M, forma::nn::StateDict) -> Result<HfLoadReport, ModelError>,
+) -> Result<Pretrained<M>, ModelError> {
+    let config = read_config(dir.join("config.json"))?;
+    let tokenizer = load_tokenizer(dir.join("tokenizer.json"))?;
+    let (sd, path) = read_weights(dir)?;
+    let mut model = build(&config)?;
+    let report = load(&mut model, sd).map_err(in_file(path))?;
+    model.eval();
+    Ok(Pretrained {
+        model,
+        tokenizer,
+        report,
+    })
 }
 
 impl<
@@ -166,20 +106,8 @@ impl<
     /// the wrong JSON type, [`ModelError::ConfigMismatch`] naming the first
     /// field that does not fit.
     pub fn read_hf_config(path: impl AsRef<Path>) -> Result<BertConfig, ModelError> {
-        let c = HfConfig::read(path.as_ref())?;
-        c.expect_value("model_type", "bert".into(), &["bert".into()])?;
-        c.expect_size("vocab_size", 30522, V)?;
-        c.expect_size("hidden_size", 768, H)?;
-        c.expect_size("num_attention_heads", 12, HEADS)?;
-        c.expect_size("intermediate_size", 3072, FFN)?;
-        c.expect_size("max_position_embeddings", 512, P)?;
-        c.expect_size("type_vocab_size", 2, TV)?;
-        c.expect_value("hidden_act", "gelu".into(), &["gelu".into()])?;
-        c.expect_value(
-            "position_embedding_type",
-            "absolute".into(),
-            &["absolute".into()],
-        )?;
+        let c = Config::read(path.as_ref())?;
+        ModelType::bert(&c)?.check(&c, &[V, H, HEADS, FFN, P, TV])?;
         let defaults = BertConfig::with_layers(12);
         Ok(BertConfig {
             num_hidden_layers: c.usize("num_hidden_layers", defaults.num_hidden_layers)?,
@@ -221,18 +149,12 @@ impl<
         dir: impl AsRef<Path>,
         device: &D,
     ) -> Result<Pretrained<Self>, ModelError> {
-        let dir = dir.as_ref();
-        let config = Self::read_hf_config(dir.join("config.json"))?;
-        let tokenizer = load_tokenizer(dir.join("tokenizer.json"))?;
-        let (sd, path) = read_weights(dir)?;
-        let mut model = Self::new(&config, device, &mut Rng::seed_from(0));
-        let report = model.load_hf_state_dict(sd).map_err(in_file(path))?;
-        model.eval();
-        Ok(Pretrained {
-            model,
-            tokenizer,
-            report,
-        })
+        load_folder(
+            dir.as_ref(),
+            Self::read_hf_config,
+            |c| Ok(Self::new(c, device, &mut Rng::seed_from(0))),
+            Self::load_hf_state_dict,
+        )
     }
 }
 
@@ -262,26 +184,8 @@ impl<
     /// # Errors
     /// As [`Bert::read_hf_config`].
     pub fn read_hf_config(path: impl AsRef<Path>) -> Result<Gpt2Config, ModelError> {
-        let c = HfConfig::read(path.as_ref())?;
-        c.expect_value("model_type", "gpt2".into(), &["gpt2".into()])?;
-        c.expect_size("vocab_size", 50257, V)?;
-        c.expect_size("n_positions", 1024, CTX)?;
-        c.expect_size("n_embd", 768, H)?;
-        c.expect_size("n_head", 12, HEADS)?;
-        let n_embd = c.usize("n_embd", 768)?;
-        c.expect_size("n_inner", 4 * n_embd, FF)?;
-        c.expect_value(
-            "activation_function",
-            "gelu_new".into(),
-            &["gelu_new".into(), "gelu_pytorch_tanh".into()],
-        )?;
-        c.expect_value("scale_attn_weights", true.into(), &[true.into()])?;
-        c.expect_value(
-            "scale_attn_by_inverse_layer_idx",
-            false.into(),
-            &[false.into()],
-        )?;
-        c.expect_value("add_cross_attention", false.into(), &[false.into()])?;
+        let c = Config::read(path.as_ref())?;
+        ModelType::gpt2(&c)?.check(&c, &[V, CTX, H, QKV, HEADS, FF])?;
         let defaults = Gpt2Config::gpt2_small();
         Ok(Gpt2Config {
             n_layer: c.usize("n_layer", defaults.n_layer)?,
@@ -316,17 +220,91 @@ impl<
         dir: impl AsRef<Path>,
         device: &D,
     ) -> Result<Pretrained<Self>, ModelError> {
-        let dir = dir.as_ref();
-        let config = Self::read_hf_config(dir.join("config.json"))?;
-        let tokenizer = load_tokenizer(dir.join("tokenizer.json"))?;
-        let (sd, path) = read_weights(dir)?;
-        let mut model = Self::new(&config, device, &mut Rng::seed_from(0));
-        let report = model.load_hf_state_dict(sd).map_err(in_file(path))?;
-        model.eval();
-        Ok(Pretrained {
-            model,
-            tokenizer,
-            report,
+        load_folder(
+            dir.as_ref(),
+            Self::read_hf_config,
+            |c| Ok(Self::new(c, device, &mut Rng::seed_from(0))),
+            Self::load_hf_state_dict,
+        )
+    }
+}
+
+impl<
+        const V: usize,
+        const H: usize,
+        const HEADS: usize,
+        const KV: usize,
+        const FF: usize,
+        E: Float,
+        D: Device<E>,
+    > LlamaForCausalLM<V, H, HEADS, KV, FF, E, D>
+{
+    /// Reads a `LlamaConfig` `config.json`, checks it against this type and
+    /// returns the settings the type leaves open.
+    ///
+    /// Checked: `vocab_size` = `V`, `hidden_size` = `H`,
+    /// `num_attention_heads` = `HEADS`, `num_key_value_heads × head_dim` =
+    /// `KV` (key/value heads default to the query heads), `intermediate_size`
+    /// = `FF`, `hidden_act` = `"silu"`, no attention or MLP bias, plain
+    /// rotary positions (no `rope_scaling`), `model_type` = `"llama"`. Read:
+    /// `num_hidden_layers`, `rms_norm_eps`, `rope_theta` (top level, or in
+    /// `rope_parameters` as `transformers` 5 writes it),
+    /// `max_position_embeddings`, `tie_word_embeddings`,
+    /// `attention_dropout`, `initializer_range`.
+    ///
+    /// # Errors
+    /// As [`Bert::read_hf_config`].
+    pub fn read_hf_config(path: impl AsRef<Path>) -> Result<LlamaConfig, ModelError> {
+        let c = Config::read(path.as_ref())?;
+        ModelType::llama(&c)?.check(&c, &[V, H, HEADS, KV, FF])?;
+        let d = Self::config(c.usize("num_hidden_layers", 32)?);
+        let rope_theta = match c.get("rope_parameters").and_then(|r| r.get("rope_theta")) {
+            Some(theta) => theta.as_f64().ok_or_else(|| ModelError::ConfigFile {
+                path: c.path().into(),
+                what: format!("rope_parameters.rope_theta is {theta}, not a number"),
+            })?,
+            None => c.f64("rope_theta", d.rope_theta)?,
+        };
+        Ok(LlamaConfig {
+            rms_norm_eps: c.f64("rms_norm_eps", d.rms_norm_eps)?,
+            rope_theta,
+            max_position_embeddings: c
+                .usize("max_position_embeddings", d.max_position_embeddings)?,
+            tie_word_embeddings: c.bool("tie_word_embeddings", d.tie_word_embeddings)?,
+            attention_dropout: c.f64("attention_dropout", d.attention_dropout)?,
+            initializer_range: c.f64("initializer_range", d.initializer_range)?,
+            ..d
         })
+    }
+
+    /// Loads a Hugging Face Llama folder (`config.json`, checked against the
+    /// type by [`LlamaForCausalLM::read_hf_config`]; `model.safetensors`,
+    /// loaded strictly as [`LlamaForCausalLM::load_hf_state_dict`] does;
+    /// `tokenizer.json`), in eval mode.
+    ///
+    /// ```no_run
+    /// use forma::prelude::*;
+    /// use forma_models::llama::TinyLlama;
+    ///
+    /// # fn main() -> Result<(), forma_models::ModelError> {
+    /// let llama = TinyLlama::from_pretrained_dir("TinyLlama-1.1B-Chat-v1.0", &Cpu)?;
+    /// println!("{:?}", llama.report.dropped);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LlamaForCausalLM::read_hf_config`],
+    /// [`LlamaForCausalLM::from_safetensors`] and [`load_tokenizer`].
+    pub fn from_pretrained_dir(
+        dir: impl AsRef<Path>,
+        device: &D,
+    ) -> Result<Pretrained<Self>, ModelError> {
+        load_folder(
+            dir.as_ref(),
+            Self::read_hf_config,
+            |c| Self::new(c, device, &mut Rng::seed_from(0)),
+            Self::load_hf_state_dict,
+        )
     }
 }

@@ -302,7 +302,10 @@ fn a_config_that_differs_from_the_type_names_the_field() {
         ("n_embd", "32", "64")
     );
     assert!(
-        message.ends_with("config.json: the file has n_embd = 32, the type has 64"),
+        message.ends_with(
+            "config.json: the file has n_embd = 32, the type has 64 \
+             (the file describes `Gpt2LMHeadModel<320, 64, 32, 96, 4, 128>`)"
+        ),
         "{message}"
     );
 
