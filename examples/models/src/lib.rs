@@ -16,6 +16,10 @@
 //! - [`resnet`]: torchvision's ResNet-18 and ResNet-50 ([`resnet::ResNet18`],
 //!   [`resnet::ResNet50`]) with torchvision's keys, and a fresh head for
 //!   transfer learning.
+//! - [`vit`]: a Vision Transformer classifier
+//!   (`ViTForImageClassification`: patch convolution, class token, pre-norm
+//!   layers) with the keys of Hugging Face's checkpoints
+//!   ([`vit::ViTBase16`], google/vit-base-patch16-224).
 //!
 //! ```no_run
 //! use forma::prelude::*;
@@ -57,6 +61,7 @@ pub mod pretrained;
 pub mod resnet;
 pub mod text;
 mod util;
+pub mod vit;
 
 pub use decoder::{CausalLmOutputs, KvCache, Sampling};
 pub use error::ModelError;
