@@ -88,9 +88,11 @@ pub struct LoadInfo {
     /// The prefix that was stripped (`bert.`) or added (`transformer.`,
     /// `model.`), if any.
     pub prefix: Option<String>,
-    /// Every key whose name that prefix changed, as (the file's name, the
-    /// name it was loaded or dropped under), sorted. The names in
-    /// [`LoadInfo::dropped`] are the second ones.
+    /// Every key whose name that prefix changed, or that was renamed from
+    /// a newer `transformers`' module names (ViT's, see
+    /// [`vit::ViTForImageClassification::load_hf_state_dict`]), as (the
+    /// file's name, the name it was loaded or dropped under), sorted. The
+    /// names in [`LoadInfo::dropped`] are the second ones.
     pub renamed: Vec<(String, String)>,
 }
 

@@ -12,7 +12,9 @@
 //! transformers 5 renamed ViT's modules in memory (`vit.layers.0.attention.q_proj`,
 //! `mlp.fc1`, ...) but still writes and reads the names above, which are
 //! the files'; the keys here follow the order of its modules (each layer's
-//! attention, its two norms, then its MLP).
+//! attention, its two norms, then its MLP). A state dict in those in-memory
+//! names loads too, renamed
+//! ([`ViTForImageClassification::load_hf_state_dict`]).
 //!
 //! **Sizes.** Const generics fix what shapes the weights and the inputs:
 //! image size `IMG` (square images), patch size `PATCH`, channels `CH`,
@@ -242,8 +244,8 @@ pub struct ViTModel<
 /// // Like `output_hidden_states=True, output_attentions=True`.
 /// let out = vit.run_with(&images, forma_models::Outputs::ALL).unwrap();
 /// assert_eq!(Tiny::POSITIONS, 17); // 4 x 4 patches and the class token
-/// assert_eq!(out.last_hidden_state.dims()[..], [2, 17, 8]);
-/// assert_eq!(out.attentions.unwrap()[0].dims()[..], [2, 2, 17, 17]);
+/// assert_eq!(out.vit.last_hidden_state.dims()[..], [2, 17, 8]);
+/// assert_eq!(out.vit.attentions.unwrap()[0].dims()[..], [2, 2, 17, 17]);
 /// assert_eq!(vit.state_dict().keys().nth(4), Some("vit.encoder.layer.0.attention.attention.query.weight"));
 /// ```
 #[derive(Module, Debug)]
@@ -463,7 +465,10 @@ impl<
     /// (`model.safetensors`) strictly, in eval mode, with the layer count
     /// read from the file and the other settings from
     /// [`ViTConfig::with_layers`] (`from_pretrained_dir` reads them from
-    /// `config.json`). Nothing is adjusted, so [`Loaded::report`] is empty.
+    /// `config.json`). Keys in transformers 5's module names are renamed
+    /// as [`ViTForImageClassification::load_hf_state_dict`] does; the
+    /// returned [`Loaded::report`] lists them (it is empty for the files
+    /// `save_pretrained` writes).
     ///
     /// ```no_run
     /// use forma::prelude::*;
@@ -490,7 +495,7 @@ impl<
     ) -> Result<Loaded<Self>, ModelError> {
         let path = path.as_ref();
         let sd = forma::nn::state::load_file(path)?.tensors;
-        let (sd, report) = HfKeys::new(sd).finish();
+        let (sd, report) = normalize_hf_vit(sd);
         let layers = count_layers(&sd, "vit.encoder.layer.");
         if layers == 0 {
             return Err(ModelError::NoLayers("encoder"));
@@ -505,12 +510,21 @@ impl<
     }
 
     /// Loads a Hugging Face `ViTForImageClassification` state dict
-    /// strictly: every key must match. On error the model is unchanged.
+    /// strictly. The files `save_pretrained` writes, and the hub's, load as
+    /// they are. The names transformers 5 gives ViT's modules in memory
+    /// (`vit.layers.N.attention.q_proj`, `k_proj`, `v_proj`, `o_proj`,
+    /// `mlp.fc1`, `mlp.fc2`: what `save_file(model.state_dict())` writes
+    /// there) are renamed to the file's
+    /// (`vit.encoder.layer.N.attention.attention.query`, ...,
+    /// `attention.output.dense`, `intermediate.dense`, `output.dense`), as
+    /// its `from_pretrained` converts between them, and listed in
+    /// [`HfLoadReport::renamed`]. Every other key must match. On error the
+    /// model is unchanged.
     ///
     /// # Errors
     /// [`ModelError::Load`] listing every missing, unexpected and mismatched key.
     pub fn load_hf_state_dict(&mut self, sd: StateDict) -> Result<HfLoadReport, ModelError> {
-        let (sd, report) = HfKeys::new(sd).finish();
+        let (sd, report) = normalize_hf_vit(sd);
         load_strict(self, &sd, None)?;
         Ok(report)
     }
@@ -548,6 +562,34 @@ impl<
         let logits = self.classifier.try_forward_as("classifier", first)?;
         Ok(ViTClassifierOutputs { logits, vit })
     }
+}
+
+/// transformers 5's in-memory names of a ViT layer's weights, after
+/// `vit.layers.N.`, and the file's, after `vit.encoder.layer.N.` (the
+/// norms keep theirs).
+const MODULE_NAMES: [(&str, &str); 6] = [
+    ("attention.q_proj.", "attention.attention.query."),
+    ("attention.k_proj.", "attention.attention.key."),
+    ("attention.v_proj.", "attention.attention.value."),
+    ("attention.o_proj.", "attention.output.dense."),
+    ("mlp.fc1.", "intermediate.dense."),
+    ("mlp.fc2.", "output.dense."),
+];
+
+/// The file's name of a key in transformers 5's module names, `None` for
+/// the others.
+fn file_name(key: &str) -> Option<String> {
+    let (n, rest) = key.strip_prefix("vit.layers.")?.split_once('.')?;
+    let rest = MODULE_NAMES
+        .iter()
+        .find_map(|(module, file)| Some(format!("{file}{}", rest.strip_prefix(module)?)))
+        .unwrap_or_else(|| rest.to_string());
+    Some(format!("vit.encoder.layer.{n}.{rest}"))
+}
+
+/// Renames transformers 5's module names to the file's.
+fn normalize_hf_vit(sd: StateDict) -> (StateDict, HfLoadReport) {
+    HfKeys::new(sd).rename_keys(file_name).finish()
 }
 
 impl<

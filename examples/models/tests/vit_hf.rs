@@ -388,3 +388,45 @@ fn a_model_folder_loads_in_one_call() {
     let logits = loaded.model.run(&pixels(&io)).unwrap().logits;
     assert_close("folder logits", &logits.to_vec(), &want(&io, "logits"), TOL);
 }
+
+/// A state dict in transformers 5's in-memory module names
+/// (`save_file(model.state_dict())` there), renamed key by key as
+/// transformers maps them (the layout file records its mapping).
+#[test]
+fn transformers_5_module_names_load_with_a_report() {
+    let (_, doc) = common::layout("vit_layouts.json", "vit_base_patch16_224");
+    let module_name = |k: &str| {
+        let name = doc["module_names"][k].as_str();
+        name.unwrap_or_else(|| panic!("no module name for {k}"))
+            .to_string()
+    };
+    let hf = fixture_file("vit_tiny.safetensors");
+    let sd = hf.clone().remap(|k| Some(module_name(k)));
+    for key in [
+        "vit.layers.0.attention.q_proj.weight",
+        "vit.layers.1.mlp.fc2.bias",
+    ] {
+        assert!(sd.contains_key(key), "{key}");
+    }
+    let mut vit = Tiny::new(&ViTConfig::with_layers(2), &Cpu, &mut Rng::seed_from(1));
+    let report = vit.load_hf_state_dict(sd.clone()).unwrap();
+    assert_eq!(vit.state_dict(), tiny().state_dict());
+    assert_eq!(report.prefix, None);
+    assert!(report.dropped.is_empty());
+    // Every layer's key, 16 per layer; the embeddings, the final norm and
+    // the classifier keep their names.
+    assert_eq!(report.renamed.len(), 2 * 16);
+    for (from, to) in &report.renamed {
+        assert_eq!(from, &module_name(to), "{to}");
+    }
+    let loaded = with_file("vit_module_names", &sd, |p| Tiny::from_safetensors(p, &Cpu)).unwrap();
+    assert_eq!(loaded.report, report);
+    let io = io();
+    let logits = loaded.model.run(&pixels(&io)).unwrap().logits;
+    assert_close(
+        "renamed file's logits",
+        &logits.to_vec(),
+        &want(&io, "logits"),
+        TOL,
+    );
+}
