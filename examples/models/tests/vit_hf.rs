@@ -430,3 +430,70 @@ fn transformers_5_module_names_load_with_a_report() {
         TOL,
     );
 }
+
+/// Held by the test that registers forward hooks and by those that run a
+/// model of other types: hooks are global, and one that meets another
+/// output type at its path fails that run.
+static HOOKED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Forward hooks see the modules under their `state_dict` names: the
+/// patches' convolution, each layer's MLP output and the classifier.
+#[test]
+fn forward_hooks_see_the_modules_under_their_keys() {
+    let _hooked = HOOKED.lock().unwrap_or_else(|e| e.into_inner());
+    use forma::nn::hooks::register_forward_hook;
+    use forma::nn::HookHandle;
+    use std::sync::{Arc, Mutex};
+    type Seen = Arc<Mutex<Vec<(String, Vec<usize>)>>>;
+    /// Records the path and sizes of each output at `path`, from this
+    /// thread only (hooks are global, and other tests run models too).
+    fn record<S: forma::core::Shape>(path: &str, seen: &Seen) -> HookHandle {
+        let (seen, me) = (Arc::clone(seen), std::thread::current().id());
+        register_forward_hook(path, move |at, y: &Tensor<S>| {
+            if std::thread::current().id() == me {
+                seen.lock()
+                    .unwrap()
+                    .push((at.to_string(), y.dims().to_vec()));
+            }
+            None
+        })
+    }
+    let vit = tiny();
+    let seen: Seen = Arc::default();
+    let handles = [
+        record::<(Dyn, C<32>, Dyn, Dyn)>("vit.embeddings.patch_embeddings.projection", &seen),
+        record::<(Dyn, Dyn, C<32>)>("vit.encoder.layer.*.output.dense", &seen),
+        record::<(Dyn, C<5>)>("classifier", &seen),
+    ];
+    vit.run(&pixels(&io())).unwrap();
+    for h in handles {
+        h.remove();
+    }
+    let want = [
+        (
+            "vit.embeddings.patch_embeddings.projection",
+            vec![2, 32, 5, 5],
+        ),
+        ("vit.encoder.layer.0.output.dense", vec![2, 26, 32]),
+        ("vit.encoder.layer.1.output.dense", vec![2, 26, 32]),
+        ("classifier", vec![2, 5]),
+    ];
+    let want: Vec<(String, Vec<usize>)> =
+        want.into_iter().map(|(p, d)| (p.to_string(), d)).collect();
+    assert_eq!(*seen.lock().unwrap(), want);
+}
+
+/// In f64 the model keeps its keys and still gives transformers' logits
+/// (whose own f32 error dominates the difference).
+#[test]
+fn an_f64_copy_gives_the_same_logits() {
+    let _hooked = HOOKED.lock().unwrap_or_else(|e| e.into_inner());
+    let vit = tiny();
+    let wide = vit.to_dtype::<f64>();
+    let keys = |sd: StateDict| sd.keys().map(String::from).collect::<Vec<_>>();
+    assert_eq!(keys(wide.state_dict()), keys(vit.state_dict()));
+    let io = io();
+    let x: Pixels<Dyn, f64> = pixels(&io).to_dtype::<f64>();
+    let logits: Vec<f32> = wide.run(&x).unwrap().logits.to_dtype::<f32>().to_vec();
+    assert_close("f64 logits", &logits, &want(&io, "logits"), TOL);
+}
