@@ -40,7 +40,14 @@
 //! states and attention probabilities on request ([`Outputs`]), like
 //! `output_hidden_states=True` and `output_attentions=True`; the layers'
 //! own forward passes ([`ViTEmbeddings::run`], [`ViTLayer::run`]) are
-//! public too.
+//! public too. The self-attention is BERT's module
+//! ([`ViTSelfAttention`] is [`BertSelfAttention`]), so it prints under that
+//! name.
+//!
+//! **Not here:** `interpolate_pos_encoding` (images of another size than
+//! `IMG`, which the types refuse), rectangular images or patches, the mask
+//! token of masked image modelling, and the pooler of a bare `ViTModel`
+//! checkpoint.
 
 use crate::bert::BertSelfAttention;
 use crate::util::{count_layers, layout_of, load_strict, restore, Dyn4, HfKeys, Init};

@@ -497,3 +497,34 @@ fn an_f64_copy_gives_the_same_logits() {
     let logits: Vec<f32> = wide.run(&x).unwrap().logits.to_dtype::<f32>().to_vec();
     assert_close("f64 logits", &logits, &want(&io, "logits"), TOL);
 }
+
+/// An image size that is not a multiple of the patch size: as PyTorch's
+/// convolution (and so `transformers`) does, the last pixels are dropped,
+/// (18 / 4)^2 = 16 patches and the class token.
+#[test]
+fn pixels_past_the_last_whole_patch_are_dropped() {
+    type Odd = ViTForImageClassification<18, 4, 3, 8, 2, 16, 3>;
+    let mut vit = Odd::new(&ViTConfig::with_layers(1), &Cpu, &mut Rng::seed_from(0));
+    vit.eval();
+    assert_eq!(Odd::POSITIONS, 17);
+    let mut rng = Rng::seed_from(1);
+    let x =
+        Tensor::<(Dyn, C<3>, C<18>, C<18>)>::normal_on((Dyn(1), C, C, C), 0.0, 1.0, &mut rng, &Cpu);
+    let out = vit.run(&x).unwrap();
+    assert_eq!(out.vit.last_hidden_state.dims()[..], [1, 17, 8]);
+    // Changing the last two rows and columns changes nothing.
+    let mut pixels = x.to_vec();
+    for (i, p) in pixels.iter_mut().enumerate() {
+        let (row, col) = ((i / 18) % 18, i % 18);
+        if row >= 16 || col >= 16 {
+            *p += 1.0;
+        }
+    }
+    let y = Tensor::from_vec(pixels.clone(), (Dyn(1), C, C, C)).unwrap();
+    assert_ne!(y.to_vec(), x.to_vec());
+    assert_eq!(vit.run(&y).unwrap().logits.to_vec(), out.logits.to_vec());
+    // While a pixel of the last whole patch counts.
+    pixels[15 * 18 + 15] += 1.0;
+    let z = Tensor::from_vec(pixels, (Dyn(1), C, C, C)).unwrap();
+    assert_ne!(vit.run(&z).unwrap().logits.to_vec(), out.logits.to_vec());
+}
