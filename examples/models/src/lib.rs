@@ -16,6 +16,10 @@
 //! - [`resnet`]: torchvision's ResNet-18 and ResNet-50 ([`resnet::ResNet18`],
 //!   [`resnet::ResNet50`]) with torchvision's keys, and a fresh head for
 //!   transfer learning.
+//! - [`vit`]: a Vision Transformer classifier
+//!   (`ViTForImageClassification`: patch convolution, class token, pre-norm
+//!   layers) with the keys of Hugging Face's checkpoints
+//!   ([`vit::ViTBase16`], google/vit-base-patch16-224).
 //!
 //! ```no_run
 //! use forma::prelude::*;
@@ -57,6 +61,7 @@ pub mod pretrained;
 pub mod resnet;
 pub mod text;
 mod util;
+pub mod vit;
 
 pub use decoder::{CausalLmOutputs, KvCache, Sampling};
 pub use error::ModelError;
@@ -83,9 +88,11 @@ pub use error::ModelError;
 /// The path is relative to the source file the macro is written in, as
 /// `include_str!`'s is, and the program is rebuilt when the file changes.
 /// `model_type` picks the model ([`bert::Bert`], [`gpt2::Gpt2LMHeadModel`],
-/// [`llama::LlamaForCausalLM`]) and the sizes its const generics, derived
-/// sizes computed (GPT-2's `QKV = 3 × n_embd` and `n_inner` null as `4 ×
-/// n_embd`; Llama's `KV = num_key_value_heads × head_dim`), so none is
+/// [`llama::LlamaForCausalLM`], [`vit::ViTForImageClassification`]) and
+/// the sizes its const generics, derived sizes computed (GPT-2's `QKV = 3 ×
+/// n_embd` and `n_inner` null as `4 × n_embd`; Llama's `KV =
+/// num_key_value_heads × head_dim`; ViT's classes the labels of
+/// `id2label`), so none is
 /// written by hand. A file that asks for what the model does not implement
 /// (another activation, rope scaling, an unknown `model_type`) does not
 /// compile, and the error names the field:
@@ -122,9 +129,11 @@ pub struct LoadInfo {
     /// The prefix that was stripped (`bert.`) or added (`transformer.`,
     /// `model.`), if any.
     pub prefix: Option<String>,
-    /// Every key whose name that prefix changed, as (the file's name, the
-    /// name it was loaded or dropped under), sorted. The names in
-    /// [`LoadInfo::dropped`] are the second ones.
+    /// Every key whose name that prefix changed, or that was renamed from
+    /// a newer `transformers`' module names (ViT's, see
+    /// [`vit::ViTForImageClassification::load_hf_state_dict`]), as (the
+    /// file's name, the name it was loaded or dropped under), sorted. The
+    /// names in [`LoadInfo::dropped`] are the second ones.
     pub renamed: Vec<(String, String)>,
 }
 

@@ -2,7 +2,9 @@
 //! `model.safetensors` and `tokenizer.json`, as `from_pretrained(path)`
 //! reads them ([`Bert::from_pretrained_dir`],
 //! [`Gpt2LMHeadModel::from_pretrained_dir`],
-//! [`LlamaForCausalLM::from_pretrained_dir`]).
+//! [`LlamaForCausalLM::from_pretrained_dir`],
+//! [`ViTForImageClassification::from_pretrained_dir`], which has no
+//! tokenizer).
 //!
 //! The sizes that shape the weights are the Rust type's const generics, so
 //! `config.json` is checked against the type rather than obeyed: a size
@@ -21,7 +23,8 @@ use crate::bert::{Bert, BertConfig};
 use crate::gpt2::{Gpt2Config, Gpt2LMHeadModel};
 use crate::llama::{LlamaConfig, LlamaForCausalLM};
 use crate::text::{load_tokenizer, Tokenizer};
-use crate::{HfLoadReport, ModelError};
+use crate::vit::{ViTConfig, ViTForImageClassification};
+use crate::{HfLoadReport, Loaded, ModelError};
 use forma::core::device::Device;
 use forma::prelude::*;
 use forma_models_config::{Config, ModelType};
@@ -306,5 +309,85 @@ impl<
             |c| Self::new(c, device, &mut Rng::seed_from(0)),
             Self::load_hf_state_dict,
         )
+    }
+}
+
+impl<
+        const IMG: usize,
+        const PATCH: usize,
+        const CH: usize,
+        const H: usize,
+        const HEADS: usize,
+        const MLP: usize,
+        const N: usize,
+        E: Float,
+        D: Device<E>,
+    > ViTForImageClassification<IMG, PATCH, CH, H, HEADS, MLP, N, E, D>
+{
+    /// Reads a `ViTConfig` `config.json`, checks it against this type and
+    /// returns the settings the type leaves open.
+    ///
+    /// Checked: `image_size` = `IMG`, `patch_size` = `PATCH`,
+    /// `num_channels` = `CH`, `hidden_size` = `H`, `num_attention_heads` =
+    /// `HEADS`, `intermediate_size` = `MLP`, the number of labels
+    /// (`num_labels`, or the size of `id2label`) = `N`, `hidden_act` =
+    /// `"gelu"` (the exact GELU), `qkv_bias` = true, `model_type` =
+    /// `"vit"`. Read: `num_hidden_layers`, `layer_norm_eps`,
+    /// `hidden_dropout_prob`, `attention_probs_dropout_prob`,
+    /// `initializer_range`.
+    ///
+    /// # Errors
+    /// As [`Bert::read_hf_config`] (an `image_size` or `patch_size` given
+    /// as a pair is refused as not a count: the model takes square images).
+    pub fn read_hf_config(path: impl AsRef<Path>) -> Result<ViTConfig, ModelError> {
+        let c = Config::read(path.as_ref())?;
+        ModelType::vit(&c)?.check(&c, &[IMG, PATCH, CH, H, HEADS, MLP, N])?;
+        let defaults = ViTConfig::vit_base();
+        Ok(ViTConfig {
+            num_hidden_layers: c.usize("num_hidden_layers", defaults.num_hidden_layers)?,
+            layer_norm_eps: c.f64("layer_norm_eps", defaults.layer_norm_eps)?,
+            hidden_dropout_prob: c.f64("hidden_dropout_prob", defaults.hidden_dropout_prob)?,
+            attention_probs_dropout_prob: c.f64(
+                "attention_probs_dropout_prob",
+                defaults.attention_probs_dropout_prob,
+            )?,
+            initializer_range: c.f64("initializer_range", defaults.initializer_range)?,
+        })
+    }
+
+    /// Loads a Hugging Face ViT folder: `config.json`, checked against the
+    /// type ([`ViTForImageClassification::read_hf_config`]), and
+    /// `model.safetensors`, loaded strictly as
+    /// [`ViTForImageClassification::load_hf_state_dict`] does. The model is
+    /// in eval mode. (The folder's `preprocessor_config.json`, the image
+    /// resizing and normalisation, is not read: the model takes the
+    /// processed `pixel_values`.)
+    ///
+    /// ```no_run
+    /// use forma::prelude::*;
+    /// use forma_models::vit::ViTBase16;
+    ///
+    /// # fn main() -> Result<(), forma_models::ModelError> {
+    /// let vit: ViTBase16 = ViTBase16::from_pretrained_dir("vit-base-patch16-224", &Cpu)?.model;
+    /// # let _ = vit;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`ViTForImageClassification::read_hf_config`] and
+    /// [`ViTForImageClassification::from_safetensors`]; a layer count in
+    /// `config.json` that differs from the file's shows as
+    /// [`ModelError::Load`] listing the missing or unexpected layers' keys.
+    pub fn from_pretrained_dir(
+        dir: impl AsRef<Path>,
+        device: &D,
+    ) -> Result<Loaded<Self>, ModelError> {
+        let dir = dir.as_ref();
+        let config = Self::read_hf_config(dir.join("config.json"))?;
+        let (sd, path) = read_weights(dir)?;
+        let mut model = Self::new(&config, device, &mut Rng::seed_from(0));
+        let report = model.load_hf_state_dict(sd).map_err(in_file(path))?;
+        Ok(Loaded::eval(model, report))
     }
 }

@@ -276,6 +276,12 @@ impl HfKeys {
     /// theirs), recording `prefix` as the one changed.
     pub(crate) fn rename(mut self, prefix: &str, to: impl Fn(&str) -> Option<String>) -> Self {
         self.report.prefix = Some(prefix.into());
+        self.rename_keys(to)
+    }
+
+    /// Renames each key that `to` gives a new name (the others keep
+    /// theirs), with no prefix changed.
+    pub(crate) fn rename_keys(mut self, to: impl Fn(&str) -> Option<String>) -> Self {
         let renamed = &mut self.report.renamed;
         self.sd = self.sd.remap(|k| {
             Some(match to(k) {

@@ -9,6 +9,7 @@ use forma::prelude::*;
 use forma_models::bert::Bert;
 use forma_models::gpt2::Gpt2LMHeadModel;
 use forma_models::llama::LlamaForCausalLM;
+use forma_models::vit::ViTForImageClassification;
 use forma_models::{hf_config, ModelError};
 use std::marker::PhantomData;
 
@@ -20,6 +21,7 @@ hf_config!(
 hf_config!(type TextGpt2 = "../../../tools/fixtures/models/gpt2_text/config.json";);
 hf_config!(pub(crate) type TinyLlama = "../../../tools/fixtures/models/llama_tiny.config.json";);
 hf_config!(type MhaLlama = "../../../tools/fixtures/models/llama_mha.config.json";);
+hf_config!(type TinyVit = "../../../tools/fixtures/models/vit_tiny_config.json";);
 hf_config!(type TextBertOf<E, D> = "../../../tools/fixtures/models/bert_text/config.json";);
 
 /// Compiles only when `A` and `B` are the same type.
@@ -45,6 +47,11 @@ fn the_macro_writes_the_type_with_derived_sizes_computed() {
     same_type(
         PhantomData::<MhaLlama>,
         PhantomData::<LlamaForCausalLM<128, 32, 4, 32, 48>>,
+    );
+    // ViTConfig: the classes are the labels of `id2label`.
+    same_type(
+        PhantomData::<TinyVit>,
+        PhantomData::<ViTForImageClassification<20, 4, 3, 32, 4, 64, 5>>,
     );
     // With parameters, the element type and device are left open.
     same_type(

@@ -237,10 +237,11 @@ impl ModelType {
             Some("bert") => Self::bert(config),
             Some("gpt2") => Self::gpt2(config),
             Some("llama") => Self::llama(config),
+            Some("vit") => Self::vit(config),
             _ => Err(config.mismatch(
                 "model_type",
                 kind.to_string(),
-                "one of \"bert\", \"gpt2\", \"llama\"".into(),
+                "one of \"bert\", \"gpt2\", \"llama\", \"vit\"".into(),
                 None,
             )),
         }
@@ -375,6 +376,39 @@ impl ModelType {
         })
     }
 
+    /// `vit::ViTForImageClassification<IMG, PATCH, CH, H, HEADS, MLP, N>`
+    /// from a `ViTConfig`: `N` is `num_labels`, or the size of `id2label`
+    /// (what `save_pretrained` writes), or `transformers`' default 2.
+    /// Checks `hidden_act` = `"gelu"` (the exact GELU) and `qkv_bias` =
+    /// true; an `image_size` or `patch_size` given as a pair is refused as
+    /// not a count (the model takes square images).
+    ///
+    /// # Errors
+    /// As [`ModelType::of`].
+    pub fn vit(c: &Config) -> Result<Self, ConfigError> {
+        c.expect_value("model_type", "vit".into(), &["vit".into()])?;
+        c.expect_value("hidden_act", "gelu".into(), &["gelu".into()])?;
+        c.expect_value("qkv_bias", true.into(), &[true.into()])?;
+        let labels = match (c.get("num_labels"), c.get("id2label")) {
+            (Some(_), _) => field(c, "N", "num_labels", 2)?,
+            (None, Some(Value::Object(labels))) => derived("N", "len(id2label)", labels.len()),
+            (None, Some(_)) => return Err(c.wrong_type("id2label", "an object")),
+            (None, None) => derived("N", "num_labels", 2),
+        };
+        Ok(ModelType {
+            path: "vit::ViTForImageClassification",
+            args: vec![
+                field(c, "IMG", "image_size", 224)?,
+                field(c, "PATCH", "patch_size", 16)?,
+                field(c, "CH", "num_channels", 3)?,
+                field(c, "H", "hidden_size", 768)?,
+                field(c, "HEADS", "num_attention_heads", 12)?,
+                field(c, "MLP", "intermediate_size", 3072)?,
+                labels,
+            ],
+        })
+    }
+
     /// The type's name without its module (`Bert`).
     pub fn name(&self) -> &'static str {
         self.path.rsplit("::").next().unwrap_or(self.path)
@@ -470,6 +504,24 @@ mod tests {
     }
 
     #[test]
+    fn vit_counts_its_labels() {
+        let c = parse(
+            r#"{"model_type": "vit", "image_size": 20, "patch_size": 4, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "id2label": {"0": "a", "1": "b", "2": "c"}}"#,
+        );
+        let ty = ModelType::of(&c).unwrap();
+        assert_eq!(
+            ty.written(),
+            "ViTForImageClassification<20, 4, 3, 32, 4, 64, 3>"
+        );
+        assert_eq!(ty.args[6].field, "len(id2label)");
+        let c = parse(r#"{"model_type": "vit", "image_size": [20, 20]}"#);
+        assert_eq!(
+            ModelType::of(&c).unwrap_err().to_string(),
+            "config.json: image_size is [20,20], not a count"
+        );
+    }
+
+    #[test]
     fn settings_without_a_model_are_refused_by_name() {
         let err = |text: &str| ModelType::of(&parse(text)).unwrap_err().to_string();
         assert_eq!(
@@ -482,7 +534,7 @@ mod tests {
         );
         assert_eq!(
             err(r#"{"model_type": "t5"}"#),
-            "config.json: the file has model_type = \"t5\", the type has one of \"bert\", \"gpt2\", \"llama\""
+            "config.json: the file has model_type = \"t5\", the type has one of \"bert\", \"gpt2\", \"llama\", \"vit\""
         );
         assert_eq!(
             err(r#"{"model_type": "bert", "hidden_size": "big"}"#),
