@@ -55,6 +55,7 @@ pub type Tensor<S, E = f32, D = Cpu> = forma_core::Tensor<S, E, D>;
 pub use forma_core::ops::cat::{cat, stack, try_cat, try_stack};
 pub use forma_core::ops::cmp::{try_where_cond, where_cond};
 pub use forma_core::ops::conv::Conv2dParams;
+pub use forma_core::ops::einsum::{einsum, try_einsum, EinsumOperands};
 pub use forma_core::ops::fused::{fused, try_composed, try_fused};
 pub use forma_core::ops::pad::PadMode;
 pub use forma_core::ops::pool::Pool2dParams;

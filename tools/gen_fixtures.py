@@ -876,6 +876,35 @@ def gen_sort():
     return f
 
 
+def gen_einsum():
+    """einsum of one and two operands: `<case>.out`, and the gradients of
+    `sum(out * w)` (`<case>.w`) as `<case>.grad0` / `<case>.grad1`."""
+    f = Family("einsum", 16)
+    cases = [
+        ("matmul", "ij,jk->ik", [(3, 4), (4, 5)]),
+        ("bmm", "bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+        ("scores", "bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+        ("rowdot", "ij,ij->i", [(3, 4), (3, 4)]),
+        ("outer", "i,j->ij", [(3,), (4,)]),
+        ("summed_first", "bij,jk->bk", [(2, 3, 4), (4, 5)]),
+        ("implicit", "ij,jk", [(3, 4), (4, 5)]),
+        ("reorder", "ijk,kj->kij", [(2, 3, 4), (4, 3)]),
+        ("transpose", "ij->ji", [(3, 4)]),
+        ("reduce", "ijk->j", [(2, 3, 4)]),
+        ("total", "ij->", [(3, 4)]),
+        ("permute", "abc->cab", [(2, 3, 4)]),
+    ]
+    for name, eq, shapes in cases:
+        xs = [f.put(f"{name}.in{i}", f.normal(sh)).clone().requires_grad_() for i, sh in enumerate(shapes)]
+        out = torch.einsum(eq, *xs)
+        f.put(f"{name}.out", out.detach())
+        w = f.put(f"{name}.w", f.normal(tuple(out.shape)))
+        (out * w).sum().backward()
+        for i, x in enumerate(xs):
+            f.put(f"{name}.grad{i}", x.grad)
+    return f
+
+
 def main():
     families = [
         gen_unary,
@@ -886,6 +915,7 @@ def main():
         gen_cumsum,
         gen_rearrange,
         gen_sort,
+        gen_einsum,
         gen_attention,
         gen_matmul,
         gen_index,

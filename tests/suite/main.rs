@@ -36,6 +36,7 @@ mod ops_cmp;
 mod ops_conv_pool;
 mod ops_create;
 mod ops_cumsum;
+mod ops_einsum;
 mod ops_fused;
 mod ops_index;
 mod ops_linear;

@@ -49,6 +49,7 @@ pub mod cat;
 pub mod cmp;
 pub mod conv;
 pub mod cumsum;
+pub mod einsum;
 pub mod fused;
 pub mod index;
 pub mod linear;
