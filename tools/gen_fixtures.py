@@ -905,6 +905,24 @@ def gen_einsum():
     return f
 
 
+def gen_int_reduce():
+    """int64 sum, prod, amax and amin along each axis, keepdim and over
+    everything, with values near the int64 limits (exact, and the sum and
+    product wrap as PyTorch's do)."""
+    f = Family("int_reduce", 17)
+    x = f.put("x.in0", torch.randint(-50, 50, (3, 4, 5), generator=f.g, dtype=torch.int64))
+    big = f.put("big.in0", torch.tensor([[2**62, 2**62, 3], [-(2**63), -1, 2**53 + 1]], dtype=torch.int64))
+    small = f.put("small.in0", torch.randint(-3, 4, (2, 3, 4), generator=f.g, dtype=torch.int64))
+    for name, v in (("x", x), ("big", big), ("small", small)):
+        for op in ("sum", "prod", "amax", "amin"):
+            fn = getattr(torch, op)
+            for d in range(v.dim()):
+                f.put(f"{name}.{op}.ax{d}", fn(v, dim=d))
+                f.put(f"{name}.{op}.ax{d}.keep", fn(v, dim=d, keepdim=True))
+            f.put(f"{name}.{op}.all", fn(v) if op in ("sum", "prod") else fn(v, dim=tuple(range(v.dim()))))
+    return f
+
+
 def main():
     families = [
         gen_unary,
@@ -916,6 +934,7 @@ def main():
         gen_rearrange,
         gen_sort,
         gen_einsum,
+        gen_int_reduce,
         gen_attention,
         gen_matmul,
         gen_index,

@@ -39,6 +39,7 @@ mod ops_cumsum;
 mod ops_einsum;
 mod ops_fused;
 mod ops_index;
+mod ops_int_reduce;
 mod ops_linear;
 mod ops_matmul;
 mod ops_norm;

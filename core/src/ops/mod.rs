@@ -52,6 +52,7 @@ pub mod cumsum;
 pub mod einsum;
 pub mod fused;
 pub mod index;
+pub mod int_reduce;
 pub mod linear;
 pub mod matmul;
 pub mod norm;
