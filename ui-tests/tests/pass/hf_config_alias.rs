@@ -10,5 +10,5 @@ fn main() {
     let ids = Tensor::<(Dyn, Dyn), i64>::from_vec(vec![1, 2, 3], (Dyn(1), Dyn(3))).unwrap();
     // The vocabulary (320) is the logits' static width.
     let logits: Tensor<(Dyn, Dyn, C<320>)> = model.logits(&ids).unwrap();
-    assert_eq!(logits.dims(), [1, 3, 320]);
+    assert_eq!(logits.dims()[..], [1, 3, 320]);
 }
