@@ -206,6 +206,13 @@ def main():
     f.case("avgpool2d_ceil_nopad", nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
            {"x": n(1, 2, 6, 7)})
 
+    # Embedding max_norm (drawn last): the rows read are rescaled in place
+    # before the lookup; `after.weight` is the table the forward left.
+    for name, emb in (("embedding_maxnorm", nn.Embedding(10, 4, max_norm=1.5)),
+                      ("embedding_maxnorm_l1", nn.Embedding(10, 4, max_norm=2.0, norm_type=1.0))):
+        f.case(name, f.randomize(emb), {}, idx=idx)
+        f.put(f"{name}.after.weight", emb.weight.detach().clone())
+
     path = f.save()
     print(f"{path}: {path.stat().st_size} bytes, {len(f.tensors)} tensors")
 

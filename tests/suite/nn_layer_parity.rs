@@ -431,6 +431,24 @@ device_tests! {
         ck.finish();
     }
 
+    /// Embedding with `max_norm`: the rows read are rescaled in place before
+    /// the lookup (the table after the forward is PyTorch's), in the 2-norm
+    /// and the 1-norm; the gradient is the plain lookup's.
+    fn embedding_max_norm<D>(dev) {
+        let mut ck = Checks::new(fixture());
+        let fx = fixture();
+        for (case, max_norm, p) in [("embedding_maxnorm", 1.5, 2.0), ("embedding_maxnorm_l1", 2.0, 1.0)] {
+            let mut m = Embedding::<10, 4, f64, D>::new(dev, &mut rng()).max_norm(max_norm, p);
+            load(case, &mut m, &mut ck);
+            let idx = fx.tensor::<Shape![Dyn, 5], i64, D>(&format!("{case}.idx"), dev);
+            let y: T<Shape![Dyn, 5, 4], D> = m.forward(idx);
+            ck.close(&m.weight, &format!("{case}.after.weight"), TOL);
+            backward(case, &y, dev, &mut ck);
+            param_grads::<_, D>(case, &m, &[], &mut ck);
+        }
+        ck.finish();
+    }
+
     /// Every activation, softmax and log-softmax along a positive and a
     /// negative dim.
     fn activations<D>(dev) {

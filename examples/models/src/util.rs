@@ -110,6 +110,8 @@ impl Init<'_> {
         Embedding {
             weight: self.weight((C, C), device),
             padding_idx: None,
+            max_norm: None,
+            norm_type: 2.0,
         }
     }
 
