@@ -213,6 +213,32 @@ def main():
         f.case(name, f.randomize(emb), {}, idx=idx)
         f.put(f"{name}.after.weight", emb.weight.detach().clone())
 
+    # Norm options (drawn last): BatchNorm without affine parameters, without
+    # a bias, with a cumulative average (momentum=None, three batches already
+    # counted, so the new one weighs 1/4) and without running statistics (the
+    # batch's are used in eval mode too); LayerNorm without affine parameters
+    # and without a bias.
+    bn = f.randomize(nn.BatchNorm2d(3, affine=False), var)
+    f.case("bn2d_noaffine_train", bn, {"x": n(4, 3, 3, 3, scale=2.0) + 1.0})
+    bn = f.randomize(nn.BatchNorm2d(3, bias=False), var).eval()
+    f.case("bn2d_nobias_eval", bn, {"x": n(2, 3, 3, 3)})
+    bn = f.randomize(nn.BatchNorm1d(4, momentum=None), var)
+    bn.num_batches_tracked.fill_(3)
+    f.case("bn1d_cma_train", bn, {"x": n(6, 4, scale=3.0) - 1.0})
+    bn = f.randomize(nn.BatchNorm2d(3, track_running_stats=False)).eval()
+    f.case("bn2d_nostats_eval", bn, {"x": n(2, 3, 3, 3)})
+    bn = nn.BatchNorm1d(4, momentum=None, affine=False, track_running_stats=False)
+    f.case("bn1d_plain_train", bn, {"x": n(3, 4, 5)})
+    f.case("layernorm_plain", nn.LayerNorm(6, elementwise_affine=False), {"x": n(2, 3, 6)})
+    f.case("layernorm_nobias", f.randomize(nn.LayerNorm(6, bias=False)), {"x": n(4, 6)})
+
+    # Convolution padding modes (drawn last)
+    for mode in ("reflect", "replicate", "circular"):
+        conv = nn.Conv2d(3, 4, 3, stride=2, padding=1, padding_mode=mode)
+        f.case(f"conv2d_{mode}", conv, {"x": n(2, 3, 7, 6)})
+    conv = nn.Conv1d(2, 3, 5, padding=2, dilation=2, bias=False, padding_mode="reflect")
+    f.case("conv1d_reflect", conv, {"x": n(2, 2, 9)})
+
     path = f.save()
     print(f"{path}: {path.stat().st_size} bytes, {len(f.tensors)} tensors")
 

@@ -295,6 +295,34 @@ def stack_cases(f):
     f.finish(c, m, xs, [y])
 
 
+def nobias_cases(f):
+    """Encoder and decoder layers with `bias=False`: no projection biases
+    and layer norms with a weight alone (drawn last, so the cases above keep
+    their values)."""
+    T, S = 5, 4
+    c = "enc_nobias"
+    layer = nn.TransformerEncoderLayer(
+        E, HEADS, FF, activation="gelu", norm_first=True, batch_first=True, bias=False
+    )
+    m = f.module(c, layer)
+    xs = f.inputs(c, src=f.normal(B, T, E), kpm=pad_mask([5, 3], T))
+    y = m(xs["src"], src_key_padding_mask=xs["kpm"])
+    f.finish(c, m, xs, [y])
+
+    c = "dec_nobias"
+    layer = nn.TransformerDecoderLayer(E, HEADS, FF, batch_first=True, bias=False)
+    m = f.module(c, layer)
+    xs = f.inputs(c, tgt=f.normal(B, T, E), memory=f.normal(B, S, E), mem_kpm=pad_mask([4, 2], S))
+    y = m(
+        xs["tgt"],
+        xs["memory"],
+        tgt_mask=causal_mask(T),
+        tgt_is_causal=True,
+        memory_key_padding_mask=xs["mem_kpm"],
+    )
+    f.finish(c, m, xs, [y])
+
+
 def main():
     f = SeqFixtures()
     mha_cases(f)
@@ -302,6 +330,7 @@ def main():
     decoder_cases(f)
     rnn_cases(f)
     stack_cases(f)
+    nobias_cases(f)
     path = f.save()
     print(f"{path.relative_to(path.parent.parent.parent)}: {path.stat().st_size} bytes")
 

@@ -63,11 +63,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     net.load_safetensors(&weights)?;
     net.eval(); // BatchNorm uses its running statistics, as after `model.eval()`
     println!("loaded {}\n{}\n", weights.display(), net.repr());
-    let running_mean = net.bn.running_mean.to_vec();
-    println!(
-        "bn.running_mean {running_mean:.4?} after {} batches in PyTorch",
-        net.bn.num_batches_tracked.item()
-    );
+    // Running statistics are optional, as in PyTorch (`track_running_stats`).
+    if let (Some(mean), Some(seen)) = (&net.bn.running_mean, &net.bn.num_batches_tracked) {
+        println!(
+            "bn.running_mean {:.4?} after {} batches in PyTorch",
+            mean.to_vec(),
+            seen.item()
+        );
+    }
 
     // The input PyTorch ran and what it got.
     let io = load_file(dir.join("small_cnn_io.safetensors"))?;

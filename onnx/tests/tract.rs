@@ -177,11 +177,15 @@ fn cnn_with_batch_norm_runs_in_tract_at_two_batch_sizes() {
     model
         .bn
         .running_mean
+        .as_ref()
+        .unwrap()
         .try_assign_data(&TensorData::from_vec(&[0.1f32, -0.2, 0.3, 0.0], vec![4]).unwrap())
         .unwrap();
     model
         .bn
         .running_var
+        .as_ref()
+        .unwrap()
         .try_assign_data(&TensorData::from_vec(&[1.5f32, 0.5, 2.0, 1.0], vec![4]).unwrap())
         .unwrap();
     model.eval();
@@ -479,11 +483,15 @@ fn stats<const CH: usize>(bn: BatchNorm2d<CH>, rng: &mut Rng) -> BatchNorm2d<CH>
         let v: Vec<f32> = (0..CH)
             .map(|i| lo + (i as f32 * 0.37).sin().abs())
             .collect();
-        t.try_assign_data(&TensorData::from_vec(&v, vec![CH]).unwrap())
+        t.as_ref()
+            .unwrap()
+            .try_assign_data(&TensorData::from_vec(&v, vec![CH]).unwrap())
             .unwrap();
     }
     let w = Tensor::<(Dyn,)>::randn((Dyn(CH),), rng).to_vec();
     bn.weight
+        .as_ref()
+        .unwrap()
         .try_assign_data(&TensorData::from_vec(&w, vec![CH]).unwrap())
         .unwrap();
     bn

@@ -30,10 +30,10 @@ use forma::core::ops::conv::ConvTranspose2dParams;
 use forma::core::tape::{gradcheck, no_grad, GradcheckOptions};
 use forma::core::Backend;
 use forma::nn::layers::{
-    AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, BatchNorm1d, BatchNorm2d, Bilinear, Conv1d, Conv2d,
-    ConvTranspose2d, Dropout, Embedding, Flatten, Gelu, GeluTanh, GroupNorm, Identity, LayerNorm,
-    LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d, RMSNorm, Relu, Sigmoid, Silu, Softmax,
-    Tanh,
+    AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormOptions, Bilinear,
+    Conv1d, Conv2d, ConvTranspose2d, Dropout, Embedding, Flatten, Gelu, GeluTanh, GroupNorm,
+    Identity, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d, PaddingMode, RMSNorm,
+    Relu, Sigmoid, Silu, Softmax, Tanh,
 };
 use forma::nn::module::{downcast_ref, Cx, Visitor};
 use forma::nn::{Role, StateDict};
@@ -308,6 +308,24 @@ device_tests! {
         ck.finish();
     }
 
+    /// Conv2d and Conv1d with the padding filled by reflection, replication
+    /// or wrapping (`padding_mode`): outputs, gradients and reprs.
+    fn conv_padding_modes<D>(dev) {
+        let mut ck = Checks::new(fixture());
+        for (case, mode) in [
+            ("conv2d_reflect", PaddingMode::Reflect),
+            ("conv2d_replicate", PaddingMode::Replicate),
+            ("conv2d_circular", PaddingMode::Circular),
+        ] {
+            let m = Conv2d::<3, 4, 3, 2, 1, 1, f64, D>::new(dev, &mut rng()).padding_mode(mode);
+            one_input::<_, Shape![Dyn, 3, 7, 6], Shape![Dyn, 4, 4, 3], _>(case, m, dev, &mut ck);
+        }
+        let m = Conv1d::<2, 3, 5, 1, 2, 2, f64, D>::with_options(1, false, dev, &mut rng())
+            .padding_mode(PaddingMode::Reflect);
+        check!(ck, dev, "conv1d_reflect", m, [Dyn, 2, 9] => [Dyn, 3, 5]);
+        ck.finish();
+    }
+
     /// ConvTranspose2d with stride, padding, output padding and groups; with
     /// dilation and an output padding that reaches the stride; and plain.
     fn conv_transpose2d<D>(dev) {
@@ -363,7 +381,7 @@ device_tests! {
         let mut m = BatchNorm2d::<3, f64, D>::new(dev);
         m.eval();
         let m = check!(ck, dev, "bn2d_eval", m, [Dyn, 3, 3, 3] => [Dyn, 3, 3, 3]);
-        if m.num_batches_tracked.item() != 0 {
+        if m.num_batches_tracked.as_ref().map(Tensor::item) != Some(0) {
             ck.fail("bn2d_eval: eval mode counted a batch");
         }
         ck.finish();
@@ -384,6 +402,40 @@ device_tests! {
         let mut m = BatchNorm1d::<4, f64, D>::new(dev);
         m.eval();
         check!(ck, dev, "bn1d_eval_3d", m, [Dyn, 4, 5] => [Dyn, 4, 5]);
+        ck.finish();
+    }
+
+    /// The norms' options: BatchNorm without affine parameters (training),
+    /// without a bias (eval), with a cumulative average (`momentum=None`,
+    /// three batches already counted), without running statistics (the
+    /// batch's used in eval mode too; none kept in training); LayerNorm
+    /// without affine parameters and without a bias.
+    fn norm_options<D>(dev) {
+        let mut ck = Checks::new(fixture());
+        let opts = BatchNormOptions::default();
+        let m = BatchNorm2d::<3, f64, D>::with_options(BatchNormOptions { affine: false, ..opts }, dev);
+        let m = check!(ck, dev, "bn2d_noaffine_train", m, [Dyn, 3, 3, 3] => [Dyn, 3, 3, 3]);
+        check_after("bn2d_noaffine_train", &m, &mut ck);
+        let mut m = BatchNorm2d::<3, f64, D>::with_options(BatchNormOptions { bias: false, ..opts }, dev);
+        m.eval();
+        check!(ck, dev, "bn2d_nobias_eval", m, [Dyn, 3, 3, 3] => [Dyn, 3, 3, 3]);
+        let m = BatchNorm1d::<4, f64, D>::with_options(BatchNormOptions { momentum: None, ..opts }, dev);
+        let m = check!(ck, dev, "bn1d_cma_train", m, [Dyn, 4] => [Dyn, 4]);
+        check_after("bn1d_cma_train", &m, &mut ck);
+        let stateless = BatchNormOptions { track_running_stats: false, ..opts };
+        let mut m = BatchNorm2d::<3, f64, D>::with_options(stateless, dev);
+        m.eval();
+        check!(ck, dev, "bn2d_nostats_eval", m, [Dyn, 3, 3, 3] => [Dyn, 3, 3, 3]);
+        let plain = BatchNormOptions { momentum: None, affine: false, ..stateless };
+        let m = BatchNorm1d::<4, f64, D>::with_options(plain, dev);
+        let m = check!(ck, dev, "bn1d_plain_train", m, [Dyn, 4, 5] => [Dyn, 4, 5]);
+        if !m.state_dict().is_empty() {
+            ck.fail("bn1d_plain_train: a layer without running statistics kept some");
+        }
+        let m = LayerNorm::<6, f64, D>::with_options(1e-5, false, true, dev);
+        check!(ck, dev, "layernorm_plain", m, [Dyn, 3, 6] => [Dyn, 3, 6]);
+        let m = LayerNorm::<6, f64, D>::with_options(1e-5, true, false, dev);
+        check!(ck, dev, "layernorm_nobias", m, [Dyn, 6] => [Dyn, 6]);
         ck.finish();
     }
 
@@ -641,9 +693,9 @@ fn default_inits_follow_pytorch() {
     assert_eq!(g.bias.as_ref().unwrap().to_vec(), vec![0.0; 8]);
     assert_eq!(RMSNorm::<3>::new(&Cpu).weight.to_vec(), vec![1.0; 3]);
     let bn = BatchNorm1d::<2>::new(&Cpu);
-    assert_eq!(bn.running_var.to_vec(), vec![1.0; 2]);
-    assert_eq!(bn.running_mean.to_vec(), vec![0.0; 2]);
-    assert_eq!(bn.num_batches_tracked.item(), 0);
+    assert_eq!(bn.running_var.unwrap().to_vec(), vec![1.0; 2]);
+    assert_eq!(bn.running_mean.unwrap().to_vec(), vec![0.0; 2]);
+    assert_eq!(bn.num_batches_tracked.unwrap().item(), 0);
 }
 
 /// RMSNorm's `eps: None` is the element type's epsilon, as

@@ -42,13 +42,17 @@ fn batch_norm_uses_batch_stats_in_training_and_running_stats_in_eval() {
         1e-5,
     );
     // Running stats move 10% toward the batch's (unbiased variance).
-    close(&bn.running_mean.to_vec(), &[0.25, 1.5], 1e-6);
     close(
-        &bn.running_var.to_vec(),
+        &bn.running_mean.as_ref().unwrap().to_vec(),
+        &[0.25, 1.5],
+        1e-6,
+    );
+    close(
+        &bn.running_var.as_ref().unwrap().to_vec(),
         &[0.9 + 0.1 * 5.0 / 3.0, 0.9 + 0.1 * 100.0 / 3.0],
         1e-5,
     );
-    assert_eq!(bn.num_batches_tracked.item(), 1);
+    assert_eq!(bn.num_batches_tracked.as_ref().unwrap().item(), 1);
     bn.eval();
     let y = bn.forward(x);
     let rv0 = 0.9f32 + 0.1 * 5.0 / 3.0;
@@ -58,7 +62,7 @@ fn batch_norm_uses_batch_stats_in_training_and_running_stats_in_eval() {
         1e-5,
     );
     assert_eq!(
-        bn.num_batches_tracked.item(),
+        bn.num_batches_tracked.as_ref().unwrap().item(),
         1,
         "eval leaves the statistics alone"
     );

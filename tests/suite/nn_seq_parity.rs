@@ -315,9 +315,31 @@ fn encoder_pre_norm_relu_without_masks() {
     encoder_case("enc_pre_relu_plain", Activation::Relu, true, None);
 }
 
-fn decoder_case(case: &str, activation: Activation, norm_first: bool, tgt_padding: bool) {
+/// `bias=False`: no projection biases, layer norms with a weight alone.
+#[test]
+fn encoder_without_biases() {
     let fx = fixture();
-    let opts = options(activation, norm_first);
+    let case = "enc_nobias";
+    let opts = TransformerOptions {
+        bias: false,
+        ..options(Activation::Gelu, true)
+    };
+    let mut m =
+        TransformerEncoderLayer::<8, 2, 16, f64>::with_options(opts, &Cpu, &mut Rng::seed_from(1));
+    m.eval();
+    load(&fx, case, &mut m);
+    let src: Seq = input(&fx, case, "src");
+    let kpm: Bool2 = constant(&fx, case, "kpm");
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&kpm)),
+        ..AttnMasks::default()
+    };
+    let y = m.forward_with(src.clone(), masks);
+    finish(&fx, case, &m, &[any3(&y)], &[("src", &any3(&src))]);
+}
+
+fn decoder_case(case: &str, opts: TransformerOptions, tgt_padding: bool) {
+    let fx = fixture();
     let mut m =
         TransformerDecoderLayer::<8, 2, 16, f64>::with_options(opts, &Cpu, &mut Rng::seed_from(2));
     m.eval();
@@ -341,12 +363,21 @@ fn decoder_case(case: &str, activation: Activation, norm_first: bool, tgt_paddin
 
 #[test]
 fn decoder_post_norm_relu_causal_with_memory_padding() {
-    decoder_case("dec_post_relu", Activation::Relu, false, false);
+    decoder_case("dec_post_relu", options(Activation::Relu, false), false);
 }
 
 #[test]
 fn decoder_pre_norm_gelu_causal_with_both_paddings() {
-    decoder_case("dec_pre_gelu", Activation::Gelu, true, true);
+    decoder_case("dec_pre_gelu", options(Activation::Gelu, true), true);
+}
+
+#[test]
+fn decoder_without_biases() {
+    let opts = TransformerOptions {
+        bias: false,
+        ..options(Activation::Relu, false)
+    };
+    decoder_case("dec_nobias", opts, false);
 }
 
 #[test]

@@ -344,8 +344,8 @@ impl<E: Float, D: Device<E>> Forward<Map<E, D>, Map<E, D>> for DynBatchNorm2d<E,
         let training = self.training.is_on();
         let y = batch_norm(
             x,
-            &self.running_mean,
-            &self.running_var,
+            Some(&self.running_mean),
+            Some(&self.running_var),
             Some(&self.weight),
             Some(&self.bias),
             training,

@@ -121,8 +121,8 @@ impl Init<'_> {
         device: &D,
     ) -> LayerNorm<N, E, D> {
         LayerNorm {
-            weight: self.constant((C,), 1.0, device),
-            bias: self.constant((C,), 0.0, device),
+            weight: Some(self.constant((C,), 1.0, device)),
+            bias: Some(self.constant((C,), 0.0, device)),
             eps,
         }
     }

@@ -53,7 +53,7 @@ use crate::bert::BertSelfAttention;
 use crate::util::{count_layers, layout_of, load_strict, restore, Dyn4, HfKeys, Init};
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
-use forma::nn::layers::{Conv2d, Dropout, LayerNorm, Linear};
+use forma::nn::layers::{Conv2d, Dropout, LayerNorm, Linear, PaddingMode};
 use forma::nn::{scope, StateDict};
 use forma::prelude::*;
 use std::path::Path;
@@ -339,6 +339,7 @@ impl<
                     weight: init.weight((C, Dyn(CH), C, C), device),
                     bias: Some(init.constant((C,), 0.0, device)),
                     groups: 1,
+                    padding_mode: PaddingMode::Zeros,
                 },
             },
             dropout: init.dropout(p),

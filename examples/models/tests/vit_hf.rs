@@ -185,15 +185,21 @@ fn grad_of(vit: &Tiny, key: &str) -> TensorData {
             let bias = l0.attention.attention.value.bias.as_ref();
             bias.and_then(|b| b.grad()).map(|g| g.to_data())
         }
-        "vit.encoder.layer.0.layernorm_before.weight" => {
-            l0.layernorm_before.weight.grad().map(|g| g.to_data())
-        }
+        "vit.encoder.layer.0.layernorm_before.weight" => l0
+            .layernorm_before
+            .weight
+            .as_ref()
+            .and_then(Tensor::grad)
+            .map(|g| g.to_data()),
         "vit.encoder.layer.1.attention.output.dense.weight" => {
             l1.attention.output.dense.weight.grad().map(|g| g.to_data())
         }
-        "vit.encoder.layer.1.layernorm_after.bias" => {
-            l1.layernorm_after.bias.grad().map(|g| g.to_data())
-        }
+        "vit.encoder.layer.1.layernorm_after.bias" => l1
+            .layernorm_after
+            .bias
+            .as_ref()
+            .and_then(Tensor::grad)
+            .map(|g| g.to_data()),
         "vit.encoder.layer.1.intermediate.dense.weight" => {
             l1.intermediate.dense.weight.grad().map(|g| g.to_data())
         }
@@ -201,7 +207,13 @@ fn grad_of(vit: &Tiny, key: &str) -> TensorData {
             let bias = l1.output.dense.bias.as_ref();
             bias.and_then(|b| b.grad()).map(|g| g.to_data())
         }
-        "vit.layernorm.weight" => vit.vit.layernorm.weight.grad().map(|g| g.to_data()),
+        "vit.layernorm.weight" => vit
+            .vit
+            .layernorm
+            .weight
+            .as_ref()
+            .and_then(Tensor::grad)
+            .map(|g| g.to_data()),
         "classifier.weight" => vit.classifier.weight.grad().map(|g| g.to_data()),
         "classifier.bias" => {
             let bias = vit.classifier.bias.as_ref();

@@ -1,4 +1,5 @@
-//! Convolutions: `Conv1d`, `Conv2d` and `ConvTranspose2d`, like PyTorch's.
+//! Convolutions: `Conv1d`, `Conv2d` (with PyTorch's padding modes) and
+//! `ConvTranspose2d`, like PyTorch's.
 
 use super::check::{assert_transposed_window, assert_window};
 use super::fan_in_uniform;
@@ -6,6 +7,7 @@ use super::pool::stated_output;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::conv::{add_channel_bias, Conv2dParams, ConvTranspose2dParams};
+use forma_core::ops::pad::PadMode;
 use forma_core::shape::Shape;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
@@ -36,6 +38,60 @@ fn weight_and_bias<S: Shape, const O: usize, E: Float, D: Device<E>>(
     )
 }
 
+/// How a convolution fills its padding, like the layers' `padding_mode`:
+/// zeros (PyTorch's default), or the input's own elements mirrored
+/// (`"reflect"`), repeated from the edge (`"replicate"`) or wrapped around
+/// (`"circular"`), with `F.pad`'s rules (a reflected pad must be smaller
+/// than the axis).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::layers::{Conv1d, PaddingMode};
+/// use forma::nn::{Forward, Module};
+/// let mut conv = Conv1d::<1, 1, 3, 1, 1, 1, f64>::with_options(1, false, &Cpu, &mut Rng::seed_from(0))
+///     .padding_mode(PaddingMode::Replicate);
+/// conv.weight = Tensor::from_vec(vec![1.0, 0.0, 0.0], (C, Dyn(1), C)).unwrap();
+/// let x = Tensor::<(C<1>, C<1>, C<3>), f64>::from_vec(vec![5.0, 6.0, 7.0], (C, C, C)).unwrap();
+/// let y: Tensor<(C<1>, C<1>, C<3>), f64> = conv.forward(x);
+/// assert_eq!(y.to_vec(), [5.0, 5.0, 6.0]); // the left tap sees the edge repeated
+/// assert!(conv.repr().ends_with("bias=False, padding_mode=replicate)"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PaddingMode {
+    /// Zeros (`"zeros"`).
+    #[default]
+    Zeros,
+    /// The mirror image without the edge (`"reflect"`).
+    Reflect,
+    /// The edge repeated (`"replicate"`).
+    Replicate,
+    /// The axis wrapped around (`"circular"`).
+    Circular,
+}
+
+impl PaddingMode {
+    /// The `F.pad` mode that pads ahead of the convolution; `None` for
+    /// zeros, which the convolution pads itself.
+    fn pad_mode(self) -> Option<PadMode> {
+        match self {
+            PaddingMode::Zeros => None,
+            PaddingMode::Reflect => Some(PadMode::Reflect),
+            PaddingMode::Replicate => Some(PadMode::Replicate),
+            PaddingMode::Circular => Some(PadMode::Circular),
+        }
+    }
+
+    /// PyTorch's name, as its repr writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PaddingMode::Zeros => "zeros",
+            PaddingMode::Reflect => "reflect",
+            PaddingMode::Replicate => "replicate",
+            PaddingMode::Circular => "circular",
+        }
+    }
+}
+
 /// PyTorch's `_ConvNd.extra_repr` for a `rank`-d convolution whose sizes
 /// are the same along every axis: `[kernel, stride, padding, dilation,
 /// output_padding]`, each written as a tuple, left out at its default.
@@ -45,6 +101,7 @@ fn conv_repr(
     [k, s, p, l, op]: [usize; 5],
     groups: usize,
     bias: bool,
+    padding_mode: PaddingMode,
 ) -> String {
     // Python writes a 1-tuple with a trailing comma.
     let tuple = |v: usize| match rank {
@@ -66,6 +123,9 @@ fn conv_repr(
     }
     if !bias {
         r += ", bias=False";
+    }
+    if padding_mode != PaddingMode::Zeros {
+        r += &format!(", padding_mode={}", padding_mode.name());
     }
     r
 }
@@ -117,6 +177,9 @@ pub struct Conv2d<
     pub bias: Option<Tensor<(C<O>,), E, D>>,
     /// Channel groups (`groups=`), dividing both `I` and `O`.
     pub groups: usize,
+    /// How the `P` padding is filled (`padding_mode=`).
+    #[module(skip)]
+    pub padding_mode: PaddingMode,
 }
 
 impl<
@@ -147,11 +210,26 @@ impl<
             weight,
             bias,
             groups,
+            padding_mode: PaddingMode::Zeros,
         }
     }
 
+    /// The layer with its padding filled by `mode` (PyTorch's
+    /// `padding_mode=`).
+    pub fn padding_mode(mut self, mode: PaddingMode) -> Self {
+        self.padding_mode = mode;
+        self
+    }
+
     fn extra_repr(&self) -> String {
-        conv_repr(2, (I, O), [K, S, P, L, 0], self.groups, self.bias.is_some())
+        conv_repr(
+            2,
+            (I, O),
+            [K, S, P, L, 0],
+            self.groups,
+            self.bias.is_some(),
+            self.padding_mode,
+        )
     }
 }
 
@@ -186,7 +264,17 @@ impl<
             dilation: [L, L],
             groups: self.groups,
         };
-        let y = x.try_conv2d(&self.weight, p)?;
+        let y = match self.padding_mode.pad_mode() {
+            Some(mode) if P > 0 => {
+                let x = x.try_pad::<3>(P, P, mode)?.try_pad::<2>(P, P, mode)?;
+                let p = Conv2dParams {
+                    padding: [0, 0],
+                    ..p
+                };
+                x.try_conv2d(&self.weight, p)?
+            }
+            _ => x.try_conv2d(&self.weight, p)?,
+        };
         stated_output("Conv2d", with_bias(y, self.bias.as_ref()))
     }
 }
@@ -226,6 +314,9 @@ pub struct Conv1d<
     pub bias: Option<Tensor<(C<O>,), E, D>>,
     /// Channel groups (`groups=`), dividing both `I` and `O`.
     pub groups: usize,
+    /// How the `P` padding is filled (`padding_mode=`).
+    #[module(skip)]
+    pub padding_mode: PaddingMode,
 }
 
 impl<
@@ -256,11 +347,26 @@ impl<
             weight,
             bias,
             groups,
+            padding_mode: PaddingMode::Zeros,
         }
     }
 
+    /// The layer with its padding filled by `mode` (PyTorch's
+    /// `padding_mode=`).
+    pub fn padding_mode(mut self, mode: PaddingMode) -> Self {
+        self.padding_mode = mode;
+        self
+    }
+
     fn extra_repr(&self) -> String {
-        conv_repr(1, (I, O), [K, S, P, L, 0], self.groups, self.bias.is_some())
+        conv_repr(
+            1,
+            (I, O),
+            [K, S, P, L, 0],
+            self.groups,
+            self.bias.is_some(),
+            self.padding_mode,
+        )
     }
 }
 
@@ -286,7 +392,13 @@ impl<
         const {
             assert_window("Conv1d", "length", Len::STATIC, K, S, P, L, Len2::STATIC);
         };
-        let y = x.try_conv1d(&self.weight, S, P, L, self.groups)?;
+        let y = match self.padding_mode.pad_mode() {
+            Some(mode) if P > 0 => {
+                let x = x.try_pad::<2>(P, P, mode)?;
+                x.try_conv1d(&self.weight, S, 0, L, self.groups)?
+            }
+            _ => x.try_conv1d(&self.weight, S, P, L, self.groups)?,
+        };
         with_bias(y, self.bias.as_ref())
             .try_into_shape()
             .map_err(|e| {
@@ -385,6 +497,7 @@ impl<
             [K, S, P, L, OP],
             self.groups,
             self.bias.is_some(),
+            PaddingMode::Zeros,
         )
     }
 }

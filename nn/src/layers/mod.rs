@@ -26,12 +26,12 @@ pub use activation::{
 pub use attention::{
     AttnMasks, AttnOutput, Mask, MultiheadAttention, NonDynamicallyQuantizableLinear,
 };
-pub use conv::{Conv1d, Conv2d, ConvTranspose2d};
+pub use conv::{Conv1d, Conv2d, ConvTranspose2d, PaddingMode};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use flatten::Flatten;
 pub use linear::{Bilinear, Linear};
-pub use norm::{BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm};
+pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm, RMSNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d};
 pub use recurrent::{Gru, Lstm, LstmState, RnnOptions, RnnParams, RnnWeights};
 pub use transformer::{

@@ -11,6 +11,48 @@ use forma_core::{Dim, Dtype, Dyn, Float, One, Result, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
+/// The constructor arguments of a batch-norm layer besides its channels,
+/// with PyTorch's defaults: `eps=1e-5`, `momentum=0.1` (`None`: a
+/// cumulative average, `1 / num_batches_tracked`), `affine=True`,
+/// `bias=True`, `track_running_stats=True`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::layers::{BatchNorm2d, BatchNormOptions};
+/// use forma::nn::Module;
+/// let options = BatchNormOptions { affine: false, track_running_stats: false, ..BatchNormOptions::default() };
+/// let bn = BatchNorm2d::<3>::with_options(options, &Cpu);
+/// assert!(bn.state_dict().is_empty());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormOptions {
+    /// Added to the variance for stability.
+    pub eps: f64,
+    /// Weight of the newest batch in the running statistics; `None` for
+    /// their cumulative average.
+    pub momentum: Option<f64>,
+    /// Whether the layer has a per-channel `weight` (and `bias`).
+    pub affine: bool,
+    /// Whether an affine layer has a `bias`.
+    pub bias: bool,
+    /// Whether the layer keeps running statistics (and uses them in eval
+    /// mode); without them it normalises with the batch's statistics in
+    /// both modes.
+    pub track_running_stats: bool,
+}
+
+impl Default for BatchNormOptions {
+    fn default() -> Self {
+        BatchNormOptions {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: true,
+            bias: true,
+            track_running_stats: true,
+        }
+    }
+}
+
 /// Defines a batch-norm layer: `BatchNorm1d` and `BatchNorm2d` hold the same
 /// parameters, buffers and settings and differ only in the inputs they take
 /// (their `Forward` impls).
@@ -20,21 +62,26 @@ macro_rules! batch_norm_layer {
         #[derive(Module, Clone, Debug)]
         #[module(crate = "crate", extra_repr = "Self::extra_repr")]
         pub struct $name<const CH: usize, E: Float = f32, D: Device<E> = Cpu> {
-            /// The scale `gamma`, `[CH]`.
-            pub weight: Tensor<(C<CH>,), E, D>,
-            /// The shift `beta`, `[CH]`.
-            pub bias: Tensor<(C<CH>,), E, D>,
-            /// Running mean per channel.
+            /// The scale `gamma`, `[CH]`; absent for `affine=False`.
+            pub weight: Option<Tensor<(C<CH>,), E, D>>,
+            /// The shift `beta`, `[CH]`; absent for `affine=False` or
+            /// `bias=False`.
+            pub bias: Option<Tensor<(C<CH>,), E, D>>,
+            /// Running mean per channel; absent for
+            /// `track_running_stats=False`.
             #[module(buffer)]
-            pub running_mean: Tensor<(C<CH>,), E, D>,
-            /// Running (unbiased) variance per channel.
+            pub running_mean: Option<Tensor<(C<CH>,), E, D>>,
+            /// Running (unbiased) variance per channel; absent for
+            /// `track_running_stats=False`.
             #[module(buffer)]
-            pub running_var: Tensor<(C<CH>,), E, D>,
-            /// Number of training batches seen.
+            pub running_var: Option<Tensor<(C<CH>,), E, D>>,
+            /// Number of training batches seen; absent for
+            /// `track_running_stats=False`.
             #[module(buffer)]
-            pub num_batches_tracked: Tensor<(), i64, D>,
-            /// Weight of the newest batch in the running statistics.
-            pub momentum: f64,
+            pub num_batches_tracked: Option<Tensor<(), i64, D>>,
+            /// Weight of the newest batch in the running statistics; `None`
+            /// for their cumulative average.
+            pub momentum: Option<f64>,
             /// Added to the variance for stability.
             pub eps: f64,
             /// Train/eval mode.
@@ -44,23 +91,35 @@ macro_rules! batch_norm_layer {
         impl<const CH: usize, E: Float, D: Device<E>> $name<CH, E, D> {
             /// A layer with PyTorch's defaults (eps 1e-5, momentum 0.1).
             pub fn new(device: &D) -> Self {
+                Self::with_options(BatchNormOptions::default(), device)
+            }
+
+            /// A layer with the given options (see [`BatchNormOptions`]).
+            pub fn with_options(options: BatchNormOptions, device: &D) -> Self {
+                let affine = options.affine;
+                let stats = options.track_running_stats;
                 $name {
-                    weight: filled((C,), 1.0, device).requires_grad(),
-                    bias: filled((C,), 0.0, device).requires_grad(),
-                    running_mean: filled((C,), 0.0, device),
-                    running_var: filled((C,), 1.0, device),
-                    num_batches_tracked: Tensor::full_on((), 0, device),
-                    momentum: 0.1,
-                    eps: 1e-5,
+                    weight: affine.then(|| filled((C,), 1.0, device).requires_grad()),
+                    bias: (affine && options.bias)
+                        .then(|| filled((C,), 0.0, device).requires_grad()),
+                    running_mean: stats.then(|| filled((C,), 0.0, device)),
+                    running_var: stats.then(|| filled((C,), 1.0, device)),
+                    num_batches_tracked: stats.then(|| Tensor::full_on((), 0, device)),
+                    momentum: options.momentum,
+                    eps: options.eps,
                     training: Training::default(),
                 }
             }
 
             fn extra_repr(&self) -> String {
+                let py_bool = |b: bool| if b { "True" } else { "False" };
+                let momentum = self.momentum.map_or_else(|| "None".to_string(), py_float);
                 format!(
-                    "{CH}, eps={}, momentum={}, affine=True, bias=True, track_running_stats=True",
+                    "{CH}, eps={}, momentum={momentum}, affine={}, bias={}, track_running_stats={}",
                     py_float(self.eps),
-                    py_float(self.momentum)
+                    py_bool(self.weight.is_some()),
+                    py_bool(self.bias.is_some()),
+                    py_bool(self.running_mean.is_some()),
                 )
             }
 
@@ -72,18 +131,30 @@ macro_rules! batch_norm_layer {
                 x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
             ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
                 let training = self.training.is_on();
+                // PyTorch counts the batch first: a cumulative average
+                // (`momentum=None`) weighs it by one over the new count.
+                let seen = match (&self.num_batches_tracked, training) {
+                    (Some(n), true) => Some(n.try_to_vec()?[0] + 1),
+                    _ => None,
+                };
+                let momentum = match (self.momentum, seen) {
+                    (Some(m), _) => m,
+                    (None, Some(seen)) => 1.0 / seen as f64,
+                    (None, None) => 0.0,
+                };
+                // Without running statistics the batch's are used in both modes.
                 let y = batch_norm(
                     x,
-                    &self.running_mean,
-                    &self.running_var,
-                    Some(&self.weight),
-                    Some(&self.bias),
-                    training,
-                    self.momentum,
+                    self.running_mean.as_ref(),
+                    self.running_var.as_ref(),
+                    self.weight.as_ref(),
+                    self.bias.as_ref(),
+                    training || self.running_mean.is_none(),
+                    momentum,
                     self.eps,
                 )?;
-                if training {
-                    count_batch(&self.num_batches_tracked)?;
+                if let (Some(n), Some(seen)) = (&self.num_batches_tracked, seen) {
+                    n.try_assign(&Tensor::full_on((), seen, n.device()))?;
                 }
                 Ok(y)
             }
@@ -126,31 +197,34 @@ impl<B: Dim, H: Dim, W: Dim, const CH: usize, E: Float, D: Device<E>>
 /// `torch.nn.functional.batch_norm(x, running_mean, running_var, weight,
 /// bias, training, momentum, eps)`: in training mode with the batch's
 /// statistics over every axis but the channels (the biased variance),
-/// folded into `running_mean` and `running_var` in place (`running =
-/// (1 - momentum) running + momentum batch`, the variance unbiased, outside
-/// the graph); in eval mode with the running statistics. Then scaled by
-/// `weight` and shifted by `bias` (per channel) where given. The layers
-/// ([`BatchNorm1d`], [`BatchNorm2d`]) call it and count the batch in
-/// `num_batches_tracked` themselves, as PyTorch's do.
+/// folded into `running_mean` and `running_var` in place where given
+/// (`running = (1 - momentum) running + momentum batch`, the variance
+/// unbiased, outside the graph); in eval mode with the running statistics.
+/// Then scaled by `weight` and shifted by `bias` (per channel) where given.
+/// The layers ([`BatchNorm1d`], [`BatchNorm2d`]) call it and count the batch
+/// in `num_batches_tracked` themselves, as PyTorch's do.
 ///
 /// ```
 /// use forma::prelude::*;
 /// use forma::nn::functional::batch_norm;
 /// let x = Tensor::<(Dyn, Dyn, Dyn, Dyn), f64>::from_vec(vec![1., 10., 3., 30.], (Dyn(2), Dyn(2), Dyn(1), Dyn(1))).unwrap();
 /// let (mean, var) = (Tensor::<(C<2>,), f64>::zeros_with((C,)), Tensor::<(C<2>,), f64>::ones_with((C,)));
-/// let y = batch_norm(x, &mean, &var, None, None, true, 0.1, 1e-5).unwrap();
+/// let y = batch_norm(x.clone(), Some(&mean), Some(&var), None, None, true, 0.1, 1e-5).unwrap();
 /// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4); // (1 - 2) / sqrt(1 + eps)
 /// assert_eq!(mean.to_vec(), [0.2, 2.0]);
+/// // Without running statistics (nothing to infer the channel type from).
+/// let y = batch_norm::<Dyn, _, _>(x, None, None, None, None, true, 0.1, 1e-5).unwrap();
+/// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4);
 /// ```
 ///
 /// # Errors
 /// When the statistics, `weight` or `bias` do not have one value per
-/// channel of `x`.
+/// channel of `x`, or in eval mode without running statistics.
 #[allow(clippy::too_many_arguments)] // PyTorch's signature
 pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
     x: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
-    running_mean: &Tensor<(Ch,), E, D>,
-    running_var: &Tensor<(Ch,), E, D>,
+    running_mean: Option<&Tensor<(Ch,), E, D>>,
+    running_var: Option<&Tensor<(Ch,), E, D>>,
     weight: Option<&Tensor<(Ch,), E, D>>,
     bias: Option<&Tensor<(Ch,), E, D>>,
     training: bool,
@@ -169,13 +243,23 @@ pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
             .mean_keepdim::<2>()
             .mean_keepdim::<3>();
         let n = x.numel() / x.size(1).max(1);
-        update_running_stats(running_mean, running_var, &mean, &var, momentum, n)?;
+        if let (Some(rm), Some(rv)) = (running_mean, running_var) {
+            update_running_stats(rm, rv, &mean, &var, momentum, n)?;
+        }
         (mean, var)
     } else {
-        (
-            per_channel(running_mean).unsqueeze::<0>(),
-            per_channel(running_var).unsqueeze::<0>(),
-        )
+        match (running_mean, running_var) {
+            (Some(rm), Some(rv)) => (
+                per_channel(rm).unsqueeze::<0>(),
+                per_channel(rv).unsqueeze::<0>(),
+            ),
+            _ => {
+                return Err(forma_core::Error::invalid(
+                    "batch_norm",
+                    "eval mode (training = false) needs running_mean and running_var",
+                ))
+            }
+        }
     };
     let inv_std = var.add_scalar(eps).rsqrt();
     let y = match weight {
@@ -210,13 +294,6 @@ fn update_running_stats<Ch: Dim, E: Float, D: Device<E>>(
     running_var.try_assign(&rv)
 }
 
-/// One more batch in a layer's `num_batches_tracked`.
-fn count_batch<D: forma_core::Backend>(num_batches_tracked: &Tensor<(), i64, D>) -> Result<()> {
-    let seen = num_batches_tracked.try_to_vec()?[0] + 1;
-    let seen = Tensor::full_on((), seen, num_batches_tracked.device());
-    num_batches_tracked.try_assign(&seen)
-}
-
 batch_norm_layer!(
     /// Batch normalisation over the channels of `[n, CH]` or `[n, CH, l]`, like
     /// `nn.BatchNorm1d(CH)`: the same parameters (`weight` ones, `bias` zeros),
@@ -230,7 +307,7 @@ batch_norm_layer!(
     /// let x = Tensor::<(Dyn, C<2>), f64>::from_vec(vec![1., 10., 3., 30.], (Dyn(2), C)).unwrap();
     /// let y = bn.forward(x);
     /// assert!((y.to_vec()[0] + 1.0).abs() < 1e-4); // (1 - 2) / sqrt(1 + eps)
-    /// assert_eq!(bn.running_mean.to_vec(), [0.2, 2.0]);
+    /// assert_eq!(bn.running_mean.as_ref().unwrap().to_vec(), [0.2, 2.0]);
     /// bn.eval();
     /// ```
     BatchNorm1d
@@ -257,14 +334,27 @@ impl<B: Dim, L: Dim, const CH: usize, E: Float, D: Device<E>>
 }
 
 /// Layer normalisation over the last axis (of size `N`), like
-/// `nn.LayerNorm(N)`: `weight` (ones) and `bias` (zeros), eps 1e-5.
+/// `nn.LayerNorm(N)`: `weight` (ones) and `bias` (zeros), eps 1e-5;
+/// [`LayerNorm::with_options`] gives `elementwise_affine=False` (neither)
+/// and `bias=False` (the weight alone).
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::LayerNorm, Forward, Module};
+/// let norm = LayerNorm::<2, f64>::with_options(1e-5, true, false, &Cpu);
+/// assert_eq!(norm.repr(), "LayerNorm((2,), eps=1e-05, elementwise_affine=True, bias=False)");
+/// assert_eq!(norm.state_dict().keys().collect::<Vec<_>>(), ["weight"]);
+/// let y = norm.forward(Tensor::<(C<2>,), f64>::from_vec(vec![1.0, 3.0], (C,)).unwrap());
+/// assert!((y.to_vec()[1] - 1.0).abs() < 1e-4);
+/// ```
 #[derive(Module, Clone, Debug)]
 #[module(crate = "crate", extra_repr = "Self::extra_repr")]
 pub struct LayerNorm<const N: usize, E: Float = f32, D: Device<E> = Cpu> {
-    /// The scale, `[N]`.
-    pub weight: Tensor<(C<N>,), E, D>,
-    /// The shift, `[N]`.
-    pub bias: Tensor<(C<N>,), E, D>,
+    /// The scale, `[N]`; absent for `elementwise_affine=False`.
+    pub weight: Option<Tensor<(C<N>,), E, D>>,
+    /// The shift, `[N]`; absent for `elementwise_affine=False` or
+    /// `bias=False`.
+    pub bias: Option<Tensor<(C<N>,), E, D>>,
     /// Added to the variance for stability.
     pub eps: f64,
 }
@@ -272,17 +362,26 @@ pub struct LayerNorm<const N: usize, E: Float = f32, D: Device<E> = Cpu> {
 impl<const N: usize, E: Float, D: Device<E>> LayerNorm<N, E, D> {
     /// A layer with PyTorch's defaults.
     pub fn new(device: &D) -> Self {
+        Self::with_options(1e-5, true, true, device)
+    }
+
+    /// A layer with the given `eps`, with or without the affine parameters
+    /// (`elementwise_affine`) and, when affine, with or without the bias.
+    pub fn with_options(eps: f64, elementwise_affine: bool, bias: bool, device: &D) -> Self {
         LayerNorm {
-            weight: filled((C,), 1.0, device).requires_grad(),
-            bias: filled((C,), 0.0, device).requires_grad(),
-            eps: 1e-5,
+            weight: elementwise_affine.then(|| filled((C,), 1.0, device).requires_grad()),
+            bias: (elementwise_affine && bias).then(|| filled((C,), 0.0, device).requires_grad()),
+            eps,
         }
     }
 
     fn extra_repr(&self) -> String {
+        let py_bool = |b: bool| if b { "True" } else { "False" };
         format!(
-            "({N},), eps={}, elementwise_affine=True, bias=True",
-            py_float(self.eps)
+            "({N},), eps={}, elementwise_affine={}, bias={}",
+            py_float(self.eps),
+            py_bool(self.weight.is_some()),
+            py_bool(self.bias.is_some()),
         )
     }
 }
@@ -293,7 +392,9 @@ macro_rules! layer_norm_forward {
             Forward<Tensor<($($d,)* C<N>,), E, D>, Tensor<($($d,)* C<N>,), E, D>> for LayerNorm<N, E, D>
         {
             fn try_forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Result<Tensor<($($d,)* C<N>,), E, D>> {
-                x.try_layer_norm(Some(&self.weight.into_dyn()), Some(&self.bias.into_dyn()), self.eps)
+                let weight = self.weight.as_ref().map(Tensor::into_dyn);
+                let bias = self.bias.as_ref().map(Tensor::into_dyn);
+                x.try_layer_norm(weight.as_ref(), bias.as_ref(), self.eps)
             }
         }
     };

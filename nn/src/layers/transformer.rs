@@ -90,8 +90,8 @@ impl Activation {
 
 /// The constructor arguments of a transformer layer besides its sizes, with
 /// PyTorch's defaults: `dropout=0.1`, `activation="relu"`,
-/// `layer_norm_eps=1e-5`, `norm_first=False`. (`batch_first` is always
-/// `True` in Forma, and `bias=False` is not offered.)
+/// `layer_norm_eps=1e-5`, `norm_first=False`, `bias=True`. (`batch_first`
+/// is always `True` in Forma.)
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TransformerOptions {
     /// Dropout probability after attention, inside and after the
@@ -104,6 +104,9 @@ pub struct TransformerOptions {
     /// Pre-norm (`true`): normalise before each block; post-norm (`false`):
     /// after each residual sum.
     pub norm_first: bool,
+    /// Whether the projections (attention and feed-forward) and the layer
+    /// norms have biases.
+    pub bias: bool,
 }
 
 impl Default for TransformerOptions {
@@ -113,14 +116,9 @@ impl Default for TransformerOptions {
             activation: Activation::Relu,
             layer_norm_eps: 1e-5,
             norm_first: false,
+            bias: true,
         }
     }
-}
-
-fn layer_norm<const N: usize, E: Float, D: Device<E>>(eps: f64, device: &D) -> LayerNorm<N, E, D> {
-    let mut norm = LayerNorm::new(device);
-    norm.eps = eps;
-    norm
 }
 
 /// One transformer encoder layer, like
@@ -196,13 +194,13 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         check_dropout("TransformerEncoderLayer", options.dropout);
         let p = options.dropout;
         TransformerEncoderLayer {
-            self_attn: MultiheadAttention::with_options(p, true, device, rng),
-            linear1: Linear::new(device, rng),
+            self_attn: MultiheadAttention::with_options(p, options.bias, device, rng),
+            linear1: Linear::with_bias(options.bias, device, rng),
             dropout: Dropout::new(p, rng),
-            linear2: Linear::new(device, rng),
+            linear2: Linear::with_bias(options.bias, device, rng),
             norm_first: options.norm_first,
-            norm1: layer_norm(options.layer_norm_eps, device),
-            norm2: layer_norm(options.layer_norm_eps, device),
+            norm1: LayerNorm::with_options(options.layer_norm_eps, true, options.bias, device),
+            norm2: LayerNorm::with_options(options.layer_norm_eps, true, options.bias, device),
             dropout1: Dropout::new(p, rng),
             dropout2: Dropout::new(p, rng),
             activation: options.activation,
@@ -368,15 +366,15 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         let p = options.dropout;
         let eps = options.layer_norm_eps;
         TransformerDecoderLayer {
-            self_attn: MultiheadAttention::with_options(p, true, device, rng),
-            multihead_attn: MultiheadAttention::with_options(p, true, device, rng),
-            linear1: Linear::new(device, rng),
+            self_attn: MultiheadAttention::with_options(p, options.bias, device, rng),
+            multihead_attn: MultiheadAttention::with_options(p, options.bias, device, rng),
+            linear1: Linear::with_bias(options.bias, device, rng),
             dropout: Dropout::new(p, rng),
-            linear2: Linear::new(device, rng),
+            linear2: Linear::with_bias(options.bias, device, rng),
             norm_first: options.norm_first,
-            norm1: layer_norm(eps, device),
-            norm2: layer_norm(eps, device),
-            norm3: layer_norm(eps, device),
+            norm1: LayerNorm::with_options(eps, true, options.bias, device),
+            norm2: LayerNorm::with_options(eps, true, options.bias, device),
+            norm3: LayerNorm::with_options(eps, true, options.bias, device),
             dropout1: Dropout::new(p, rng),
             dropout2: Dropout::new(p, rng),
             dropout3: Dropout::new(p, rng),

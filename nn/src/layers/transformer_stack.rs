@@ -12,7 +12,7 @@ use forma_cpu::Cpu;
 use forma_macros::Module;
 
 /// `num_layers` layers made by `layer`, and the final norm when
-/// `final_norm` (with `options.layer_norm_eps`): what both stacks' `with_options` build.
+/// `final_norm` (with `options.layer_norm_eps` and `options.bias`): what both stacks' `with_options` build.
 fn build<L, const D_MODEL: usize, E: Float, D: Device<E>>(
     num_layers: usize,
     options: TransformerOptions,
@@ -22,11 +22,8 @@ fn build<L, const D_MODEL: usize, E: Float, D: Device<E>>(
     mut layer: impl FnMut(&mut Rng) -> L,
 ) -> (Vec<L>, Option<LayerNorm<D_MODEL, E, D>>) {
     let layers = (0..num_layers).map(|_| layer(rng)).collect();
-    let norm = final_norm.then(|| {
-        let mut norm = LayerNorm::new(device);
-        norm.eps = options.layer_norm_eps;
-        norm
-    });
+    let norm = final_norm
+        .then(|| LayerNorm::with_options(options.layer_norm_eps, true, options.bias, device));
     (layers, norm)
 }
 
