@@ -239,6 +239,29 @@ def main():
     conv = nn.Conv1d(2, 3, 5, padding=2, dilation=2, bias=False, padding_mode="reflect")
     f.case("conv1d_reflect", conv, {"x": n(2, 2, 9)})
 
+    # Max pooling with indices, and MaxUnpool2d on them (drawn last): the
+    # indices, the unpooled map and the input's gradient through both. The
+    # overlapping windows (3, stride 2) share maxima, so some indices repeat.
+    for name, k, s_, p_, shape, size in (
+        ("unpool", 2, 2, 0, (2, 3, 6, 6), None),
+        ("unpool_overlap", 3, 2, 1, (1, 2, 5, 5), [5, 5]),
+        ("unpool_size", 2, 2, 0, (1, 2, 5, 5), [5, 5]),
+    ):
+        pool = nn.MaxPool2d(k, s_, p_, return_indices=True)
+        unpool = nn.MaxUnpool2d(k, s_, p_)
+        x = n(*shape).requires_grad_(True)
+        y, idx = pool(x)
+        # PyTorch calls max_unpool2d nondeterministic (repeated indices); its
+        # CPU kernel writes in order, so the last value wins.
+        torch.use_deterministic_algorithms(False)
+        u = unpool(y, idx, output_size=size)
+        torch.use_deterministic_algorithms(True)
+        gu = n(*u.shape)
+        (gx,) = torch.autograd.grad((u * gu).sum(), [x])
+        f.meta[f"{name}.repr"] = str(unpool)
+        for key, v in (("x", x), ("y", y), ("idx", idx), ("u", u), ("gu", gu), ("grad.x", gx)):
+            f.put(f"{name}.{key}", v.detach())
+
     path = f.save()
     print(f"{path}: {path.stat().st_size} bytes, {len(f.tensors)} tensors")
 

@@ -32,8 +32,8 @@ use forma::core::Backend;
 use forma::nn::layers::{
     AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormOptions, Bilinear,
     Conv1d, Conv2d, ConvTranspose2d, Dropout, Embedding, Flatten, Gelu, GeluTanh, GroupNorm,
-    Identity, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d, PaddingMode, RMSNorm,
-    Relu, Sigmoid, Silu, Softmax, Tanh,
+    Identity, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d, MaxUnpool2d,
+    PaddingMode, RMSNorm, Relu, Sigmoid, Silu, Softmax, Tanh,
 };
 use forma::nn::module::{downcast_ref, Cx, Visitor};
 use forma::nn::{Role, StateDict};
@@ -231,6 +231,42 @@ where
 
 type T<S, D> = Tensor<S, f64, D>;
 
+/// Every size `Dyn`: the unpooling cases' maps.
+type Map<D> = T<Shape![Dyn, Dyn, Dyn, Dyn], D>;
+
+/// Pools `case.x` with indices, unpools, backpropagates `case.gu`, and
+/// compares the values, the indices, the map, the input's gradient and the
+/// unpooling layer's repr with PyTorch's.
+#[allow(clippy::type_complexity)]
+fn unpool_case<D: TestDevice>(
+    case: &str,
+    dev: &D,
+    ck: &mut Checks,
+    pool: impl Fn(Map<D>) -> (Map<D>, Tensor<Shape![Dyn, Dyn, Dyn, Dyn], i64, D>),
+    unpool: impl Fn((Map<D>, Tensor<Shape![Dyn, Dyn, Dyn, Dyn], i64, D>)) -> (Map<D>, String),
+) {
+    let fx = fixture();
+    let x = fx
+        .tensor::<Shape![Dyn, Dyn, Dyn, Dyn], f64, D>(&format!("{case}.x"), dev)
+        .requires_grad();
+    let (y, idx) = pool(x.clone());
+    ck.close(&y, &format!("{case}.y"), TOL);
+    if let Err(msg) = close(&idx.to_vec(), &fx.i64(&format!("{case}.idx")).0, EXACT) {
+        ck.fail(format!("{case}.idx: {msg}"));
+    }
+    let (u, repr) = unpool((y, idx));
+    ck.close(&u, &format!("{case}.u"), TOL);
+    let gu = fx.tensor::<Shape![Dyn, Dyn, Dyn, Dyn], f64, D>(&format!("{case}.gu"), dev);
+    if let Err(e) = u.try_backward_with(&gu) {
+        ck.fail(format!("{case}: backward failed: {e}"));
+    }
+    input_grad(case, "x", &x, ck);
+    match fx.metadata().get(&format!("{case}.repr")) {
+        Some(want) if *want == repr => {}
+        want => ck.fail(format!("{case}: repr {repr:?}, PyTorch's {want:?}")),
+    }
+}
+
 /// [`one_input`] for one case, the shapes written as in `Shape!`:
 /// `check!(ck, dev, "case", layer, [Dyn, 3, 6, 6] => [Dyn, 3, 3, 3])`.
 macro_rules! check {
@@ -305,6 +341,32 @@ device_tests! {
         check!(ck, dev, "conv2d", m, [Dyn, 3, 7, 7] => [Dyn, 4, 4, 4]);
         let m = Conv2d::<4, 6, 3, 1, 0, 2, f64, D>::with_options(2, false, dev, &mut rng());
         check!(ck, dev, "conv2d_groups", m, [Dyn, 4, 8, 8] => [Dyn, 6, 4, 4]);
+        ck.finish();
+    }
+
+    /// MaxPool2d with indices and MaxUnpool2d on them: the indices exactly,
+    /// the unpooled map and the input's gradient through both, for windows
+    /// that do not overlap, for overlapping ones whose maxima repeat (the
+    /// last value kept, every copy given the gradient) and with PyTorch's
+    /// `output_size`.
+    fn max_unpool<D>(dev) {
+        let mut ck = Checks::new(fixture());
+        unpool_case::<D>("unpool", dev, &mut ck, |x| MaxPool2d::<2>.forward_with_indices(x), |yi| {
+            (MaxUnpool2d::<2>.forward(yi), MaxUnpool2d::<2>.repr())
+        });
+        unpool_case::<D>("unpool_overlap", dev, &mut ck, |x| {
+            MaxPool2d::<3, 2, 1>.forward_with_indices(x)
+        }, |yi| (MaxUnpool2d::<3, 2, 1>.forward(yi), MaxUnpool2d::<3, 2, 1>.repr()));
+        unpool_case::<D>("unpool_size", dev, &mut ck, |x| MaxPool2d::<2>.forward_with_indices(x), |yi| {
+            let u = MaxUnpool2d::<2>.try_forward_with_size(yi, [5, 5]).unwrap();
+            (u, MaxUnpool2d::<2>.repr())
+        });
+        let (y, idx): (Map<D>, _) = MaxPool2d::<2>.forward_with_indices(
+            fixture().tensor::<Shape![Dyn, Dyn, Dyn, Dyn], f64, D>("unpool_size.x", dev),
+        );
+        if MaxUnpool2d::<2>.try_forward_with_size((y, idx), [6, 5]).is_ok() {
+            ck.fail("unpool_size: an output size a stride past the default was accepted");
+        }
         ck.finish();
     }
 

@@ -1,5 +1,6 @@
-//! Max and average pooling (1-d and 2-d) with PyTorch's options; outputs have
-//! `Dyn` spatial sizes (typed layers pin them).
+//! Max and average pooling (1-d and 2-d) with PyTorch's options, max pooling
+//! with its indices and its inverse (max unpooling); outputs have `Dyn`
+//! spatial sizes (typed layers pin them).
 
 use crate::device::Backend;
 use crate::dtype::Float;
@@ -213,6 +214,159 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     /// [`Tensor::try_avg_pool2d`] that panics when the window does not fit.
     pub fn avg_pool2d(&self, p: Pool2dParams) -> Tensor<(N, Ch, Dyn, Dyn), E, D> {
         ok(self.try_avg_pool2d(p))
+    }
+
+    /// Max pooling that also returns where each maximum came from, like
+    /// `F.max_pool2d(x, ..., return_indices=True)`: each index is the flat
+    /// position `row * w + col` of its window's maximum within its input
+    /// plane (`[h, w]`), the first maximum of the window, a NaN winning as in
+    /// PyTorch's CPU kernel. The values are [`Tensor::try_max_pool2d`]'s,
+    /// with its gradient; the indices are found on the host (from a copy of
+    /// the input when it lives on a device). [`Tensor::try_max_unpool2d`]
+    /// puts the values back.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::core::ops::pool::Pool2dParams;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<4>)>::from_vec(vec![1., 5., 2., 0., 3., 4., 7., 6.], (C, C, C, C)).unwrap();
+    /// let (y, idx) = x.try_max_pool2d_with_indices(Pool2dParams::new([2, 2])).unwrap();
+    /// assert_eq!(y.to_vec(), [5., 7.]);
+    /// assert_eq!(idx.to_vec(), [1, 6]);
+    /// ```
+    ///
+    /// # Errors
+    /// When the window does not fit the padded input.
+    #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
+    pub fn try_max_pool2d_with_indices(
+        &self,
+        p: Pool2dParams,
+    ) -> Result<(
+        Tensor<(N, Ch, Dyn, Dyn), E, D>,
+        Tensor<(N, Ch, Dyn, Dyn), i64, D>,
+    )> {
+        crate::graph::refuse(
+            "max_pool2d_with_indices",
+            "finds its indices on the host and has no graph form yet",
+        );
+        let y = self.try_max_pool2d(p)?;
+        let [n, c, h, w] = <[usize; 4]>::try_from(&self.layout.dims[..]).expect("4-d");
+        let (oh, ow) = (y.layout.dims[2], y.layout.dims[3]);
+        let x = self.try_to_vec()?;
+        // The taps of one window along one axis, inside the input.
+        let taps = |o: usize, axis: usize, len: usize| {
+            (0..p.kernel[axis]).filter_map(move |k| {
+                (o * p.stride[axis] + k * p.dilation[axis])
+                    .checked_sub(p.padding[axis])
+                    .filter(|&i| i < len)
+            })
+        };
+        let mut idx = Vec::with_capacity(n * c * oh * ow);
+        for plane in 0..n * c {
+            let values = &x[plane * h * w..(plane + 1) * h * w];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut best: Option<(usize, f64)> = None;
+                    for iy in taps(oy, 0, h) {
+                        for ix in taps(ox, 1, w) {
+                            let at = iy * w + ix;
+                            let v = crate::dtype::Dtype::to_f64(values[at]);
+                            if best.is_none_or(|(_, b)| v > b || v.is_nan()) {
+                                best = Some((at, v));
+                            }
+                        }
+                    }
+                    idx.push(best.map_or(0, |(at, _)| at as i64));
+                }
+            }
+        }
+        let idx = Tensor::from_vec_on(idx, y.shape(), &self.device)?;
+        Ok((y, idx))
+    }
+
+    /// Places each value at its index in a zero `[n, c, oh, ow]` map, like
+    /// `F.max_unpool2d(y, idx, kernel, stride, padding, output_size)` given
+    /// the output size: the inverse of [`Tensor::try_max_pool2d_with_indices`]
+    /// (`idx` holds flat positions `row * ow + col` within each plane). Where
+    /// several values name one position (overlapping windows sharing a
+    /// maximum) the last one is kept, as in PyTorch's CPU kernel, and each
+    /// still receives that position's gradient.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let y = Tensor::<(C<1>, C<1>, C<1>, C<2>)>::from_vec(vec![5., 7.], (C, C, C, C)).unwrap();
+    /// let idx = Tensor::<(C<1>, C<1>, C<1>, C<2>), i64>::from_vec(vec![1, 6], (C, C, C, C)).unwrap();
+    /// let u = y.try_max_unpool2d(&idx, [2, 4]).unwrap();
+    /// assert_eq!(u.to_vec(), [0., 5., 0., 0., 0., 0., 7., 0.]);
+    /// ```
+    ///
+    /// # Errors
+    /// When `idx` does not have this tensor's sizes, or an index falls
+    /// outside the output plane.
+    pub fn try_max_unpool2d(
+        &self,
+        idx: &Tensor<(N, Ch, H, W), i64, D>,
+        output_size: [usize; 2],
+    ) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+        self.same_device("max_unpool2d", idx)?;
+        if idx.layout.dims != self.layout.dims {
+            return Err(Error::shape(
+                "max_unpool2d",
+                format!(
+                    "indices of the input's sizes {}",
+                    fmt_dims(&self.layout.dims)
+                ),
+                &idx.layout.dims,
+            ));
+        }
+        let [n, c, h, w] = <[usize; 4]>::try_from(&self.layout.dims[..]).expect("4-d");
+        let [oh, ow] = output_size;
+        let (plane_in, plane_out) = (h * w, oh * ow);
+        let positions = idx.try_to_vec()?;
+        if let Some(&bad) = positions
+            .iter()
+            .find(|&&i| i < 0 || i as usize >= plane_out)
+        {
+            return Err(Error::IndexOutOfRange {
+                op: "max_unpool2d",
+                index: bad,
+                size: plane_out,
+            });
+        }
+        // Which values a later one of the same plane overwrites.
+        let mut last = vec![usize::MAX; plane_out];
+        let mut keep = vec![true; positions.len()];
+        for plane in 0..n * c {
+            let span = plane * plane_in..(plane + 1) * plane_in;
+            for i in span.clone() {
+                last[positions[i] as usize] = i;
+            }
+            for i in span {
+                keep[i] = last[positions[i] as usize] == i;
+            }
+        }
+        // Fully dynamic shapes inside: the generic `N` and `Ch` do not
+        // broadcast with themselves without extra bounds.
+        let flat_in = (Dyn(n), Dyn(c), Dyn(plane_in));
+        let flat_out = (Dyn(n), Dyn(c), Dyn(plane_out));
+        let y = self.try_reshape_to(flat_in)?;
+        let src = if keep.iter().all(|&k| k) {
+            y
+        } else {
+            // The overwritten values add zero to the output but keep their
+            // gradient: `y - detach(y)` is zero with the gradient of `y`
+            // (NaN for an overwritten infinite value, the one difference
+            // from PyTorch).
+            let keep: Vec<E> = keep
+                .iter()
+                .map(|&k| E::from_f64(f64::from(u8::from(k))))
+                .collect();
+            let keep = Tensor::from_vec_on(keep, flat_in, &self.device)?;
+            let ghost = &(&y - &y.detach()) * &keep.mul_scalar(-1.0).add_scalar(1.0);
+            &(&y * &keep) + &ghost
+        };
+        let idx = Tensor::from_vec_on(positions, flat_in, &self.device)?;
+        let out = Tensor::zeros_on(flat_out, &self.device).try_scatter_add::<2, _>(&idx, &src)?;
+        out.try_reshape_to((self.shape().0, self.shape().1, Dyn(oh), Dyn(ow)))
     }
 }
 

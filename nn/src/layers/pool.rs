@@ -4,7 +4,8 @@
 //! parameters after the window's (defaults PyTorch's); the 1-d layers keep
 //! PyTorch's defaults for those.
 
-use super::check::{assert_pool_window, assert_window};
+use super::check::{assert_pool_window, assert_transposed_window, assert_window};
+use crate::module::ok;
 use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::pool::Pool2dParams;
@@ -62,26 +63,9 @@ impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL:
         let ceil = if CEIL { "True" } else { "False" };
         format!("kernel_size={K}, stride={S}, padding={P}, dilation={L}, ceil_mode={ceil}")
     }
-}
 
-impl<
-        B: Dim,
-        Ch: Dim,
-        H: Dim,
-        W: Dim,
-        H2: Dim,
-        W2: Dim,
-        const K: usize,
-        const S: usize,
-        const P: usize,
-        const L: usize,
-        const CEIL: bool,
-        E: Float,
-        D: Device<E>,
-    > Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H2, W2), E, D>>
-    for MaxPool2d<K, S, P, L, CEIL>
-{
-    fn try_forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
+    /// Fails the build when a static output size is not the window's.
+    fn check_window<H: Dim, W: Dim, H2: Dim, W2: Dim>() {
         const {
             assert_pool_window(
                 "MaxPool2d",
@@ -106,12 +90,215 @@ impl<
                 W2::STATIC,
             );
         };
-        let p = Pool2dParams {
+    }
+
+    fn pool_params() -> Pool2dParams {
+        Pool2dParams {
             dilation: [L, L],
             ceil_mode: CEIL,
             ..params::<K, S, P>()
+        }
+    }
+
+    /// The pooled values and where each came from, like the layer built
+    /// with `return_indices=True`: each index is the flat position
+    /// `row * w + col` of the maximum in its input plane (`int64`), what
+    /// [`MaxUnpool2d`] takes back.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::layers::{MaxPool2d, MaxUnpool2d};
+    /// use forma::nn::Forward;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<4>)>::from_vec(vec![1., 5., 2., 0., 3., 4., 7., 6.], (C, C, C, C)).unwrap();
+    /// let (y, idx): (Tensor<(C<1>, C<1>, C<1>, C<2>)>, _) = MaxPool2d::<2>.forward_with_indices(x);
+    /// assert_eq!((y.to_vec(), idx.to_vec()), (vec![5., 7.], vec![1, 6]));
+    /// let back: Tensor<(C<1>, C<1>, C<2>, C<4>)> = MaxUnpool2d::<2>.forward((y, idx));
+    /// assert_eq!(back.to_vec(), [0., 5., 0., 0., 0., 0., 7., 0.]);
+    /// ```
+    ///
+    /// # Panics
+    /// When a `Dyn` input is too small for the window.
+    #[track_caller]
+    #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
+    pub fn forward_with_indices<
+        B: Dim,
+        Ch: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        E: Float,
+        D: Device<E>,
+    >(
+        &self,
+        x: Tensor<(B, Ch, H, W), E, D>,
+    ) -> (
+        Tensor<(B, Ch, H2, W2), E, D>,
+        Tensor<(B, Ch, H2, W2), i64, D>,
+    ) {
+        ok(self.try_forward_with_indices(x))
+    }
+
+    /// Fallible [`MaxPool2d::forward_with_indices`].
+    ///
+    /// # Errors
+    /// When the window does not fit the padded input, or a `Dyn` input
+    /// gives another output size than the one stated.
+    #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
+    pub fn try_forward_with_indices<
+        B: Dim,
+        Ch: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        E: Float,
+        D: Device<E>,
+    >(
+        &self,
+        x: Tensor<(B, Ch, H, W), E, D>,
+    ) -> Result<(
+        Tensor<(B, Ch, H2, W2), E, D>,
+        Tensor<(B, Ch, H2, W2), i64, D>,
+    )> {
+        Self::check_window::<H, W, H2, W2>();
+        let (y, idx) = x.try_max_pool2d_with_indices(Self::pool_params())?;
+        let idx = idx.try_into_shape().map_err(|e| {
+            Error::invalid(
+                "MaxPool2d",
+                format!("the stated output size does not fit: {e}"),
+            )
+        })?;
+        Ok((stated_output("MaxPool2d", y)?, idx))
+    }
+}
+
+impl<
+        B: Dim,
+        Ch: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        const CEIL: bool,
+        E: Float,
+        D: Device<E>,
+    > Forward<Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H2, W2), E, D>>
+    for MaxPool2d<K, S, P, L, CEIL>
+{
+    fn try_forward(&self, x: Tensor<(B, Ch, H, W), E, D>) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
+        Self::check_window::<H, W, H2, W2>();
+        stated_output("MaxPool2d", x.try_max_pool2d(Self::pool_params())?)
+    }
+}
+
+/// The inverse of max pooling, like `nn.MaxUnpool2d(K, S, P)`: each value
+/// of `(values, indices)` (from [`MaxPool2d::forward_with_indices`]) put
+/// back at its index in a zero map, every other position zero. The output
+/// size is PyTorch's default, `(h - 1) S - 2P + K` per axis (a static size
+/// that disagrees fails the build); [`MaxUnpool2d::try_forward_with_size`]
+/// takes PyTorch's `output_size` instead (an input whose pooling rounded
+/// down). Where several values name one position (overlapping windows
+/// sharing a maximum) the last is kept, as PyTorch's CPU kernel does.
+/// See [`forma_core::Tensor::try_max_unpool2d`].
+#[derive(Module, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[module(crate = "crate", extra_repr = "Self::extra_repr")]
+pub struct MaxUnpool2d<const K: usize, const S: usize = K, const P: usize = 0>;
+
+impl<const K: usize, const S: usize, const P: usize> MaxUnpool2d<K, S, P> {
+    fn extra_repr(&self) -> String {
+        format!("kernel_size=({K}, {K}), stride=({S}, {S}), padding=({P}, {P})")
+    }
+
+    /// The default output size along an axis of `n` pooled values.
+    fn default_size(n: usize) -> Option<usize> {
+        (n.checked_sub(1)? * S + K).checked_sub(2 * P)
+    }
+
+    /// Unpooling into `output_size` (`[h, w]`), like `unpool(y, idx,
+    /// output_size)`: as PyTorch, it must lie between the default size and
+    /// one stride less than the next.
+    ///
+    /// # Errors
+    /// An output size outside that range, indices of other sizes than the
+    /// values, or an index outside the output.
+    #[allow(clippy::type_complexity)]
+    pub fn try_forward_with_size<B: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: Device<E>>(
+        &self,
+        (y, idx): (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>),
+        output_size: [usize; 2],
+    ) -> Result<Tensor<(B, Ch, Dyn, Dyn), E, D>> {
+        let d = y.dims();
+        for (axis, (&n, &size)) in d[2..].iter().zip(&output_size).enumerate() {
+            let fits = Self::default_size(n).is_some_and(|lo| (lo..lo + S).contains(&size));
+            if !fits {
+                return Err(Error::invalid(
+                    "MaxUnpool2d",
+                    format!(
+                        "output_size {output_size:?}: axis {} must be between {:?} and one stride ({S}) more, for {n} pooled values",
+                        axis + 2,
+                        Self::default_size(n)
+                    ),
+                ));
+            }
+        }
+        y.try_max_unpool2d(&idx, output_size)
+    }
+}
+
+impl<
+        B: Dim,
+        Ch: Dim,
+        H: Dim,
+        W: Dim,
+        H2: Dim,
+        W2: Dim,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        E: Float,
+        D: Device<E>,
+    >
+    Forward<
+        (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>),
+        Tensor<(B, Ch, H2, W2), E, D>,
+    > for MaxUnpool2d<K, S, P>
+{
+    fn try_forward(
+        &self,
+        (y, idx): (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>),
+    ) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
+        const {
+            assert_transposed_window(
+                "MaxUnpool2d",
+                "height",
+                H::STATIC,
+                K,
+                S,
+                P,
+                0,
+                1,
+                H2::STATIC,
+            );
+            assert_transposed_window("MaxUnpool2d", "width", W::STATIC, K, S, P, 0, 1, W2::STATIC);
         };
-        stated_output("MaxPool2d", x.try_max_pool2d(p)?)
+        let d = y.dims();
+        let size = |n: usize| {
+            Self::default_size(n).ok_or_else(|| {
+                Error::invalid(
+                    "MaxUnpool2d",
+                    format!(
+                        "{n} pooled values give no output with kernel {K}, stride {S}, padding {P}"
+                    ),
+                )
+            })
+        };
+        let out = [size(d[2])?, size(d[3])?];
+        stated_output("MaxUnpool2d", y.try_max_unpool2d(&idx, out)?)
     }
 }
 
