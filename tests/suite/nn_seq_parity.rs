@@ -261,19 +261,17 @@ fn options(activation: Activation, norm_first: bool) -> TransformerOptions {
 fn encoder(
     fx: &Fixture,
     case: &str,
-    activation: Activation,
-    norm_first: bool,
+    opts: TransformerOptions,
 ) -> TransformerEncoderLayer<8, 2, 16, f64> {
-    let opts = options(activation, norm_first);
     let mut m = TransformerEncoderLayer::with_options(opts, &Cpu, &mut Rng::seed_from(1));
     m.eval();
     load(fx, case, &mut m);
     m
 }
 
-fn encoder_case(case: &str, activation: Activation, norm_first: bool, masking: Option<&str>) {
+fn encoder_case(case: &str, opts: TransformerOptions, masking: Option<&str>) {
     let fx = fixture();
-    let m = encoder(&fx, case, activation, norm_first);
+    let m = encoder(&fx, case, opts);
     let src: Seq = input(&fx, case, "src");
     let y = match masking {
         Some("kpm") => {
@@ -292,50 +290,41 @@ fn encoder_case(case: &str, activation: Activation, norm_first: bool, masking: O
 
 #[test]
 fn encoder_post_norm_relu_with_padding() {
-    encoder_case("enc_post_relu_kpm", Activation::Relu, false, Some("kpm"));
-}
-
-#[test]
-fn encoder_pre_norm_gelu_with_padding() {
-    encoder_case("enc_pre_gelu_kpm", Activation::Gelu, true, Some("kpm"));
-}
-
-#[test]
-fn encoder_post_norm_gelu_causal() {
     encoder_case(
-        "enc_post_gelu_causal",
-        Activation::Gelu,
-        false,
-        Some("causal"),
+        "enc_post_relu_kpm",
+        options(Activation::Relu, false),
+        Some("kpm"),
     );
 }
 
 #[test]
+fn encoder_pre_norm_gelu_with_padding() {
+    encoder_case(
+        "enc_pre_gelu_kpm",
+        options(Activation::Gelu, true),
+        Some("kpm"),
+    );
+}
+
+#[test]
+fn encoder_post_norm_gelu_causal() {
+    let opts = options(Activation::Gelu, false);
+    encoder_case("enc_post_gelu_causal", opts, Some("causal"));
+}
+
+#[test]
 fn encoder_pre_norm_relu_without_masks() {
-    encoder_case("enc_pre_relu_plain", Activation::Relu, true, None);
+    encoder_case("enc_pre_relu_plain", options(Activation::Relu, true), None);
 }
 
 /// `bias=False`: no projection biases, layer norms with a weight alone.
 #[test]
 fn encoder_without_biases() {
-    let fx = fixture();
-    let case = "enc_nobias";
     let opts = TransformerOptions {
         bias: false,
         ..options(Activation::Gelu, true)
     };
-    let mut m =
-        TransformerEncoderLayer::<8, 2, 16, f64>::with_options(opts, &Cpu, &mut Rng::seed_from(1));
-    m.eval();
-    load(&fx, case, &mut m);
-    let src: Seq = input(&fx, case, "src");
-    let kpm: Bool2 = constant(&fx, case, "kpm");
-    let masks = AttnMasks {
-        key_padding_mask: Some(Mask::Hide(&kpm)),
-        ..AttnMasks::default()
-    };
-    let y = m.forward_with(src.clone(), masks);
-    finish(&fx, case, &m, &[any3(&y)], &[("src", &any3(&src))]);
+    encoder_case("enc_nobias", opts, Some("kpm"));
 }
 
 fn decoder_case(case: &str, opts: TransformerOptions, tgt_padding: bool) {

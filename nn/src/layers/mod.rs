@@ -32,7 +32,9 @@ pub use embedding::Embedding;
 pub use flatten::Flatten;
 pub use linear::{Bilinear, Linear};
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm, RMSNorm};
-pub use pool::{AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, MaxUnpool2d};
+pub use pool::{
+    AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, MaxUnpool2d, Pooled,
+};
 pub use recurrent::{Gru, Lstm, LstmState, RnnOptions, RnnParams, RnnWeights};
 pub use transformer::{
     Activation, TransformerDecoderLayer, TransformerEncoderLayer, TransformerOptions,

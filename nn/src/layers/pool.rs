@@ -10,6 +10,7 @@ use crate::Forward;
 use forma_core::device::Device;
 use forma_core::ops::pool::Pool2dParams;
 use forma_core::{Dim, Dyn, Error, Float, Result, Tensor, C};
+use forma_cpu::Cpu;
 use forma_macros::Module;
 
 /// Claims the stated output shape of a sliding-window layer; the static sizes
@@ -21,6 +22,12 @@ pub(crate) fn stated_output<B: Dim, Ch: Dim, H2: Dim, W2: Dim, E: Float, D: Devi
     y.try_into_shape()
         .map_err(|e| Error::invalid(layer, format!("the stated output size does not fit: {e}")))
 }
+
+/// Pooled values and the indices of their maxima, `[batch, channels, h, w]`
+/// each: what [`MaxPool2d::forward_with_indices`] returns and
+/// [`MaxUnpool2d`] takes, like PyTorch's `(output, indices)`.
+pub type Pooled<B, Ch, H, W, E = f32, D = Cpu> =
+    (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>);
 
 fn params<const K: usize, const S: usize, const P: usize>() -> Pool2dParams {
     Pool2dParams {
@@ -119,7 +126,6 @@ impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL:
     /// # Panics
     /// When a `Dyn` input is too small for the window.
     #[track_caller]
-    #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
     pub fn forward_with_indices<
         B: Dim,
         Ch: Dim,
@@ -132,10 +138,7 @@ impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL:
     >(
         &self,
         x: Tensor<(B, Ch, H, W), E, D>,
-    ) -> (
-        Tensor<(B, Ch, H2, W2), E, D>,
-        Tensor<(B, Ch, H2, W2), i64, D>,
-    ) {
+    ) -> Pooled<B, Ch, H2, W2, E, D> {
         ok(self.try_forward_with_indices(x))
     }
 
@@ -144,7 +147,6 @@ impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL:
     /// # Errors
     /// When the window does not fit the padded input, or a `Dyn` input
     /// gives another output size than the one stated.
-    #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
     pub fn try_forward_with_indices<
         B: Dim,
         Ch: Dim,
@@ -157,10 +159,7 @@ impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL:
     >(
         &self,
         x: Tensor<(B, Ch, H, W), E, D>,
-    ) -> Result<(
-        Tensor<(B, Ch, H2, W2), E, D>,
-        Tensor<(B, Ch, H2, W2), i64, D>,
-    )> {
+    ) -> Result<Pooled<B, Ch, H2, W2, E, D>> {
         Self::check_window::<H, W, H2, W2>();
         let (y, idx) = x.try_max_pool2d_with_indices(Self::pool_params())?;
         let idx = idx.try_into_shape().map_err(|e| {
@@ -226,10 +225,9 @@ impl<const K: usize, const S: usize, const P: usize> MaxUnpool2d<K, S, P> {
     /// # Errors
     /// An output size outside that range, indices of other sizes than the
     /// values, or an index outside the output.
-    #[allow(clippy::type_complexity)]
     pub fn try_forward_with_size<B: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: Device<E>>(
         &self,
-        (y, idx): (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>),
+        (y, idx): Pooled<B, Ch, H, W, E, D>,
         output_size: [usize; 2],
     ) -> Result<Tensor<(B, Ch, Dyn, Dyn), E, D>> {
         let d = y.dims();
@@ -262,15 +260,11 @@ impl<
         const P: usize,
         E: Float,
         D: Device<E>,
-    >
-    Forward<
-        (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>),
-        Tensor<(B, Ch, H2, W2), E, D>,
-    > for MaxUnpool2d<K, S, P>
+    > Forward<Pooled<B, Ch, H, W, E, D>, Tensor<(B, Ch, H2, W2), E, D>> for MaxUnpool2d<K, S, P>
 {
     fn try_forward(
         &self,
-        (y, idx): (Tensor<(B, Ch, H, W), E, D>, Tensor<(B, Ch, H, W), i64, D>),
+        (y, idx): Pooled<B, Ch, H, W, E, D>,
     ) -> Result<Tensor<(B, Ch, H2, W2), E, D>> {
         const {
             assert_transposed_window(
