@@ -323,6 +323,47 @@ def nobias_cases(f):
     f.finish(c, m, xs, [y])
 
 
+def extra_kv_cases(f):
+    """MultiheadAttention with add_bias_kv and add_zero_attn: a learned and
+    a zero key/value appended to every sequence, the masks widened to match
+    (drawn last, so the cases above keep their values)."""
+    T, S = 4, 5
+    c = "mha_bias_kv"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, add_bias_kv=True, batch_first=True))
+    xs = f.inputs(
+        c, q=f.normal(B, T, E), k=f.normal(B, S, E), v=f.normal(B, S, E), kpm=pad_mask([5, 3], S)
+    )
+    y, w = m(xs["q"], xs["k"], xs["v"], key_padding_mask=xs["kpm"], need_weights=True)
+    f.finish(c, m, xs, [y, w])
+
+    c = "mha_zero_attn_causal"
+    layer = nn.MultiheadAttention(E, HEADS, add_bias_kv=True, add_zero_attn=True, batch_first=True)
+    m = f.module(c, layer)
+    xs = f.inputs(c, x=f.normal(B, T, E))
+    x = xs["x"]
+    y, _ = m(x, x, x, attn_mask=causal_mask(T), is_causal=True, need_weights=False)
+    f.finish(c, m, xs, [y])
+
+    # With the weights returned, PyTorch widens the causal mask itself: the
+    # appended keys are visible to every query (without, they are hidden).
+    c = "mha_bias_kv_causal_weights"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, add_bias_kv=True, batch_first=True))
+    xs = f.inputs(c, x=f.normal(B, T, E))
+    x = xs["x"]
+    y, w = m(x, x, x, attn_mask=causal_mask(T), is_causal=True, need_weights=True)
+    f.finish(c, m, xs, [y, w])
+
+    c = "mha_zero_attn_float"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, add_zero_attn=True, batch_first=True))
+    kpm = torch.zeros(B, S, dtype=F64).masked_fill(pad_mask([4, 5], S), float("-inf"))
+    xs = f.inputs(c, q=f.normal(B, T, E), k=f.normal(B, S, E), v=f.normal(B, S, E))
+    am = f.uniform((T, S), -1.0, 1.0)
+    f.put(f"{c}.x.attn_mask", am)
+    f.put(f"{c}.x.kpm", kpm)
+    y, _ = m(xs["q"], xs["k"], xs["v"], key_padding_mask=kpm, attn_mask=am, need_weights=False)
+    f.finish(c, m, xs, [y])
+
+
 def main():
     f = SeqFixtures()
     mha_cases(f)
@@ -331,6 +372,7 @@ def main():
     rnn_cases(f)
     stack_cases(f)
     nobias_cases(f)
+    extra_kv_cases(f)
     path = f.save()
     print(f"{path.relative_to(path.parent.parent.parent)}: {path.stat().st_size} bytes")
 

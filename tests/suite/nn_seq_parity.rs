@@ -238,6 +238,98 @@ fn mha_bool_masks_hide_positions() {
     finish(&fx, case, &m, &[any3(&y)], &ins);
 }
 
+/// `add_bias_kv` (and `add_zero_attn`): the layer built with them loads
+/// PyTorch's `bias_k`/`bias_v` strictly.
+fn mha_extra_kv(
+    fx: &Fixture,
+    case: &str,
+    bias_kv: bool,
+    zero_attn: bool,
+) -> MultiheadAttention<8, 2, f64> {
+    let mut rng = Rng::seed_from(0);
+    let mut m =
+        MultiheadAttention::with_options(0.0, true, &Cpu, &mut rng).add_zero_attn(zero_attn);
+    if bias_kv {
+        m = m.add_bias_kv(&mut rng);
+    }
+    m.eval();
+    load(fx, case, &mut m);
+    m
+}
+
+/// `add_bias_kv`: keys and values gain a learned row, the key padding mask
+/// a visible column; the head-averaged weights have `S + 1` columns.
+#[test]
+fn mha_bias_kv_with_padding_and_weights() {
+    let fx = fixture();
+    let case = "mha_bias_kv";
+    let m = mha_extra_kv(&fx, case, true, false);
+    let (q, k, v) = qkv(&fx, case);
+    let kpm: Bool2 = constant(&fx, case, "kpm");
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&kpm)),
+        ..AttnMasks::default()
+    };
+    let out = m.attend_with_weights(&q, &k, &v, masks);
+    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
+    finish(
+        &fx,
+        case,
+        &m,
+        &[any3(&out.output), any3(&out.weights)],
+        &ins,
+    );
+}
+
+/// `add_bias_kv` and `add_zero_attn` under a causal mask: the appended keys
+/// stay visible to every query.
+#[test]
+fn mha_zero_attn_causal() {
+    let fx = fixture();
+    let case = "mha_zero_attn_causal";
+    let m = mha_extra_kv(&fx, case, true, true);
+    let x: Seq = input(&fx, case, "x");
+    let y = m.attend_with(&x, &x, &x, AttnMasks::causal());
+    finish(&fx, case, &m, &[any3(&y)], &[("x", &any3(&x))]);
+}
+
+/// `add_bias_kv` under a causal mask with the weights returned: PyTorch
+/// then widens the causal mask, the appended key visible to every query.
+#[test]
+fn mha_bias_kv_causal_with_weights() {
+    let fx = fixture();
+    let case = "mha_bias_kv_causal_weights";
+    let m = mha_extra_kv(&fx, case, true, false);
+    let x: Seq = input(&fx, case, "x");
+    let out = m.attend_with_weights(&x, &x, &x, AttnMasks::causal());
+    finish(
+        &fx,
+        case,
+        &m,
+        &[any3(&out.output), any3(&out.weights)],
+        &[("x", &any3(&x))],
+    );
+}
+
+/// `add_zero_attn` alone, with additive attention and key padding masks.
+#[test]
+fn mha_zero_attn_float_masks() {
+    let fx = fixture();
+    let case = "mha_zero_attn_float";
+    let m = mha_extra_kv(&fx, case, false, true);
+    let (q, k, v) = qkv(&fx, case);
+    let am: Tensor<(Dyn, Dyn), f64> = constant(&fx, case, "attn_mask");
+    let kpm: Tensor<(Dyn, Dyn), f64> = constant(&fx, case, "kpm");
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Add(&kpm)),
+        attn_mask: Some(Mask::Add(&am)),
+        is_causal: false,
+    };
+    let y = m.attend_with(&q, &k, &v, masks);
+    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
+    finish(&fx, case, &m, &[any3(&y)], &ins);
+}
+
 #[test]
 fn mha_without_bias() {
     let fx = fixture();

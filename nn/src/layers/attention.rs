@@ -9,6 +9,8 @@ use crate::module::ok;
 use crate::{Forward, Training};
 use forma_core::device::Device;
 use forma_core::ops::attention::causal_mask;
+use forma_core::ops::cat::try_cat;
+use forma_core::ops::pad::PadMode;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Shape, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
@@ -281,8 +283,10 @@ where
 /// program is built. Dropout on the attention weights (`dropout`, 0 by
 /// default) applies in training mode only.
 ///
-/// Not supported: `kdim`/`vdim` different from `EMBED`, `add_bias_kv`,
-/// `add_zero_attn`, and 3-D (per-head) `attn_mask`s.
+/// [`MultiheadAttention::add_bias_kv`] and
+/// [`MultiheadAttention::add_zero_attn`] give PyTorch's options of those
+/// names. Not supported: `kdim`/`vdim` different from `EMBED`, and 3-D
+/// (per-head) `attn_mask`s.
 ///
 /// ```
 /// use forma::prelude::*;
@@ -311,6 +315,13 @@ pub struct MultiheadAttention<
     pub in_proj_bias: Option<Tensor<(Dyn,), E, D>>,
     /// The output projection.
     pub out_proj: NonDynamicallyQuantizableLinear<EMBED, E, D>,
+    /// `add_bias_kv`: a learned key row, `[1, 1, EMBED]`, appended to every
+    /// sequence of projected keys (absent by default).
+    pub bias_k: Option<Tensor<(C<1>, C<1>, C<EMBED>), E, D>>,
+    /// `add_bias_kv`: the learned value row appended to the values.
+    pub bias_v: Option<Tensor<(C<1>, C<1>, C<EMBED>), E, D>>,
+    /// `add_zero_attn`: a zero key and value appended after them.
+    pub add_zero_attn: bool,
     /// Dropout probability on the attention weights (training mode only).
     pub dropout: f64,
     /// Train/eval mode.
@@ -372,10 +383,132 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
             in_proj_weight,
             in_proj_bias,
             out_proj: NonDynamicallyQuantizableLinear { linear },
+            bias_k: None,
+            bias_v: None,
+            add_zero_attn: false,
             dropout,
             training: Training::default(),
             drop: DropoutRng::new(rng),
         }
+    }
+
+    /// The layer with PyTorch's `add_bias_kv=True`: learned `bias_k` and
+    /// `bias_v` (`[1, 1, EMBED]`, Xavier-normal as PyTorch draws them)
+    /// appended to the projected keys and values of every sequence, so each
+    /// query also attends to them; the masks gain a visible column.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::{layers::MultiheadAttention, Forward, Module};
+    /// let mut rng = Rng::seed_from(0);
+    /// let mha = MultiheadAttention::<8, 2>::new(&Cpu, &mut rng).add_bias_kv(&mut rng).add_zero_attn(true);
+    /// let keys: Vec<String> = mha.state_dict().keys().map(String::from).collect();
+    /// assert_eq!(keys, ["in_proj_weight", "in_proj_bias", "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"]);
+    /// let x = Tensor::<(Dyn, Dyn, C<8>)>::randn((Dyn(2), Dyn(3), C), &mut rng);
+    /// let out = mha.attend_with_weights(&x, &x, &x, Default::default());
+    /// assert_eq!(out.weights.dims()[..], [2, 3, 5]); // 3 keys, bias_k, the zero key
+    /// ```
+    pub fn add_bias_kv(mut self, rng: &mut Rng) -> Self {
+        // xavier_normal_ on [1, 1, EMBED]: fan_in = fan_out = EMBED.
+        let std = (1.0 / EMBED as f64).sqrt();
+        let device = self.in_proj_weight.device().clone();
+        let mut row = || Tensor::normal_on((C, C, C), 0.0, std, rng, &device).requires_grad();
+        self.bias_k = Some(row());
+        self.bias_v = Some(row());
+        self
+    }
+
+    /// The layer with PyTorch's `add_zero_attn`: a zero key and value
+    /// appended to every sequence (after `bias_k`/`bias_v`), the masks
+    /// gaining a visible column.
+    pub fn add_zero_attn(mut self, on: bool) -> Self {
+        self.add_zero_attn = on;
+        self
+    }
+
+    /// Appends `bias_k`/`bias_v` and the zero key/value to the key and value
+    /// heads (`[batch, HEADS, S, EMBED / HEADS]`) and widens the masks with
+    /// visible columns, as PyTorch does. A causal mask is PyTorch's too: with
+    /// a key padding mask or when the weights are returned it is the
+    /// explicit mask over the original keys, widened (the appended keys
+    /// visible); otherwise the causal flag applies to the widened keys,
+    /// which hides the appended ones from every query of a square
+    /// self-attention. `None` for the masks when nothing was appended.
+    #[allow(clippy::type_complexity)] // the widened heads and masks
+    fn extend_keys(
+        &self,
+        k: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+        v: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+        t: usize,
+        masks: &Masks<E, D>,
+        need_weights: bool,
+    ) -> Result<(
+        Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+        Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
+        Option<Masks<E, D>>,
+    )> {
+        let (b, s) = (k.size(0), k.size(2));
+        let row_heads = |row: &Tensor<(C<1>, C<1>, C<EMBED>), E, D>| {
+            let heads = Self::heads(&row.into_dyn().try_reshape_to((
+                Dyn(1),
+                Dyn(1),
+                C::<EMBED>,
+            ))?)?;
+            Ok::<_, Error>(heads.expand((Dyn(b), Dyn(HEADS), Dyn(1), Dyn(EMBED / HEADS))))
+        };
+        let mut parts = (vec![k], vec![v]);
+        if let (Some(bk), Some(bv)) = (&self.bias_k, &self.bias_v) {
+            parts.0.push(row_heads(bk)?);
+            parts.1.push(row_heads(bv)?);
+        }
+        if self.add_zero_attn {
+            let zero = Tensor::zeros_on(
+                (Dyn(b), Dyn(HEADS), Dyn(1), Dyn(EMBED / HEADS)),
+                parts.0[0].device(),
+            );
+            parts.0.push(zero.clone());
+            parts.1.push(zero);
+        }
+        let extra = parts.0.len() - 1;
+        if extra == 0 {
+            let [k, v] = [parts.0.remove(0), parts.1.remove(0)];
+            return Ok((k, v, None));
+        }
+        let widen = |m: Tensor<(Dyn, Dyn), E, D>| {
+            Ok::<_, Error>(ErasedMask::Add(m.try_pad::<1>(
+                0,
+                extra,
+                PadMode::Constant(0.0),
+            )?))
+        };
+        let keep_causal = !need_weights && masks.key_padding.is_none();
+        let causal = (masks.causal && !keep_causal).then(|| {
+            let hide = causal_mask(t, s, parts.0[0].device())?;
+            let zeros = Tensor::<(Dyn, Dyn), E, D>::zeros_on((Dyn(t), Dyn(s)), parts.0[0].device());
+            zeros.try_masked_fill(&hide, f64::NEG_INFINITY)
+        });
+        let attn = match (
+            masks.attn.as_ref().map(ErasedMask::additive),
+            causal.transpose()?,
+        ) {
+            (Some(a), Some(c)) => Some(widen(&a + &c)?),
+            (a, c) => a.or(c).map(widen).transpose()?,
+        };
+        let key_padding = masks
+            .key_padding
+            .as_ref()
+            .map(|m| widen(m.additive()))
+            .transpose()?;
+        let masks = Masks {
+            key_padding,
+            attn,
+            causal: masks.causal && keep_causal,
+        };
+        Ok((
+            try_cat::<2, _, _, _>(&parts.0)?,
+            try_cat::<2, _, _, _>(&parts.1)?,
+            Some(masks),
+        ))
     }
 
     /// One of the query/key/value projections, split into heads:
@@ -469,10 +602,18 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         masks: &Masks<E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<EMBED>), E, D>> {
         let dropout = self.training.is_on() && self.dropout > 0.0;
-        if dropout || (masks.attn.is_some() && masks.key_padding.is_some()) {
-            return Ok(self.attend_erased_weights(query, key, value, masks)?.0);
+        // With a key padding mask, appended keys turn a causal mask into an
+        // explicit one (see `extend_keys`).
+        let extends = self.bias_k.is_some() || self.add_zero_attn;
+        let attn_mask = masks.attn.is_some() || (masks.causal && extends);
+        if dropout || (attn_mask && masks.key_padding.is_some()) {
+            return Ok(self
+                .attend_erased_weights(query, key, value, masks, false)?
+                .0);
         }
         let [q, k, v] = self.project_all(query, key, value)?;
+        let (k, v, widened) = self.extend_keys(k, v, q.size(2), masks, false)?;
+        let masks = widened.as_ref().unwrap_or(masks);
         let (b, t, s) = (q.size(0), q.size(2), k.size(2));
         let scores = (Dyn(b), Dyn(HEADS), Dyn(t), Dyn(s));
         let mask = match (&masks.attn, &masks.key_padding) {
@@ -491,18 +632,22 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
 
     /// The computation on erased sizes, as composed ops: the output
     /// `[batch, T, EMBED]` and the attention weights `[batch, HEADS, T, S]`
-    /// (after dropout).
+    /// (after dropout). `need_weights`: the caller returns the weights
+    /// (PyTorch then widens a causal mask; see `extend_keys`).
     pub(crate) fn attend_erased_weights(
         &self,
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         masks: &Masks<E, D>,
+        need_weights: bool,
     ) -> Result<(
         Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
         Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>,
     )> {
         let [q, k, v] = self.project_all(query, key, value)?;
+        let (k, v, widened) = self.extend_keys(k, v, q.size(2), masks, need_weights)?;
+        let masks = widened.as_ref().unwrap_or(masks);
         // PyTorch scales the queries before the product.
         let scale = 1.0 / ((EMBED / HEADS) as f64).sqrt();
         let scores = masks.apply(q.mul_scalar(scale).try_matmul(&k.transpose::<2, 3>())?)?;
@@ -607,7 +752,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Result<AttnOutput<B, T, S, EMBED, E, D>> {
         let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
-        let (y, w) = self.attend_erased_weights(&q, &k, &v, &masks)?;
+        let (y, w) = self.attend_erased_weights(&q, &k, &v, &masks, true)?;
         Ok(AttnOutput {
             output: restore(y),
             weights: restore(w.mean::<1>()),
