@@ -60,9 +60,29 @@ fn in_file(path: String) -> impl FnOnce(ModelError) -> ModelError {
     }
 }
 
-/// `from_pretrained_dir`'s steps for every model: the config read and
-/// checked, the tokenizer, the model built and its weights loaded strictly
-/// (errors name the weight file), then eval mode.
+/// The settings BERT's and ViT's configs share beside their sizes, read
+/// into `$config` (a struct with these fields), an absent field keeping
+/// `$defaults`' value: `num_hidden_layers`, `layer_norm_eps`,
+/// `hidden_dropout_prob`, `attention_probs_dropout_prob`,
+/// `initializer_range`.
+macro_rules! encoder_settings {
+    ($c:expr, $config:ident, $defaults:expr) => {{
+        let (c, d): (&Config, $config) = ($c, $defaults);
+        $config {
+            num_hidden_layers: c.usize("num_hidden_layers", d.num_hidden_layers)?,
+            layer_norm_eps: c.f64("layer_norm_eps", d.layer_norm_eps)?,
+            hidden_dropout_prob: c.f64("hidden_dropout_prob", d.hidden_dropout_prob)?,
+            attention_probs_dropout_prob: c.f64(
+                "attention_probs_dropout_prob",
+                d.attention_probs_dropout_prob,
+            )?,
+            initializer_range: c.f64("initializer_range", d.initializer_range)?,
+        }
+    }};
+}
+
+/// `from_pretrained_dir`'s steps for every model with a tokenizer: the
+/// config read and checked, the tokenizer, then [`load_model`].
 fn load_folder<M: forma::nn::Module, C>(
     dir: &Path,
     read_config: impl FnOnce(PathBuf) -> Result<C, ModelError>,
@@ -71,15 +91,27 @@ fn load_folder<M: forma::nn::Module, C>(
 ) -> Result<Pretrained<M>, ModelError> {
     let config = read_config(dir.join("config.json"))?;
     let tokenizer = load_tokenizer(dir.join("tokenizer.json"))?;
-    let (sd, path) = read_weights(dir)?;
-    let mut model = build(&config)?;
-    let report = load(&mut model, sd).map_err(in_file(path))?;
-    model.eval();
+    let Loaded { model, report } = load_model(dir, &config, build, load)?;
     Ok(Pretrained {
         model,
         tokenizer,
         report,
     })
+}
+
+/// The model of a folder whose config was read: built, its
+/// `model.safetensors` loaded strictly (errors name the file), then eval
+/// mode.
+fn load_model<M: forma::nn::Module, C>(
+    dir: &Path,
+    config: &C,
+    build: impl FnOnce(&C) -> Result<M, ModelError>,
+    load: impl FnOnce(&mut M, forma::nn::StateDict) -> Result<HfLoadReport, ModelError>,
+) -> Result<Loaded<M>, ModelError> {
+    let (sd, path) = read_weights(dir)?;
+    let mut model = build(config)?;
+    let report = load(&mut model, sd).map_err(in_file(path))?;
+    Ok(Loaded::eval(model, report))
 }
 
 impl<
@@ -111,17 +143,11 @@ impl<
     pub fn read_hf_config(path: impl AsRef<Path>) -> Result<BertConfig, ModelError> {
         let c = Config::read(path.as_ref())?;
         ModelType::bert(&c)?.check(&c, &[V, H, HEADS, FFN, P, TV])?;
-        let defaults = BertConfig::with_layers(12);
-        Ok(BertConfig {
-            num_hidden_layers: c.usize("num_hidden_layers", defaults.num_hidden_layers)?,
-            layer_norm_eps: c.f64("layer_norm_eps", defaults.layer_norm_eps)?,
-            hidden_dropout_prob: c.f64("hidden_dropout_prob", defaults.hidden_dropout_prob)?,
-            attention_probs_dropout_prob: c.f64(
-                "attention_probs_dropout_prob",
-                defaults.attention_probs_dropout_prob,
-            )?,
-            initializer_range: c.f64("initializer_range", defaults.initializer_range)?,
-        })
+        Ok(encoder_settings!(
+            &c,
+            BertConfig,
+            BertConfig::with_layers(12)
+        ))
     }
 
     /// Loads a Hugging Face BERT folder (a sentence-transformers model such
@@ -342,17 +368,7 @@ impl<
     pub fn read_hf_config(path: impl AsRef<Path>) -> Result<ViTConfig, ModelError> {
         let c = Config::read(path.as_ref())?;
         ModelType::vit(&c)?.check(&c, &[IMG, PATCH, CH, H, HEADS, MLP, N])?;
-        let defaults = ViTConfig::vit_base();
-        Ok(ViTConfig {
-            num_hidden_layers: c.usize("num_hidden_layers", defaults.num_hidden_layers)?,
-            layer_norm_eps: c.f64("layer_norm_eps", defaults.layer_norm_eps)?,
-            hidden_dropout_prob: c.f64("hidden_dropout_prob", defaults.hidden_dropout_prob)?,
-            attention_probs_dropout_prob: c.f64(
-                "attention_probs_dropout_prob",
-                defaults.attention_probs_dropout_prob,
-            )?,
-            initializer_range: c.f64("initializer_range", defaults.initializer_range)?,
-        })
+        Ok(encoder_settings!(&c, ViTConfig, ViTConfig::vit_base()))
     }
 
     /// Loads a Hugging Face ViT folder: `config.json`, checked against the
@@ -385,9 +401,11 @@ impl<
     ) -> Result<Loaded<Self>, ModelError> {
         let dir = dir.as_ref();
         let config = Self::read_hf_config(dir.join("config.json"))?;
-        let (sd, path) = read_weights(dir)?;
-        let mut model = Self::new(&config, device, &mut Rng::seed_from(0));
-        let report = model.load_hf_state_dict(sd).map_err(in_file(path))?;
-        Ok(Loaded::eval(model, report))
+        load_model(
+            dir,
+            &config,
+            |c| Ok(Self::new(c, device, &mut Rng::seed_from(0))),
+            Self::load_hf_state_dict,
+        )
     }
 }
