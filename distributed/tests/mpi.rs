@@ -370,15 +370,18 @@ fn ddp_options() -> R {
     .unwrap();
     let _ = ddp.forward(x.clone());
     let _ = ddp.forward(x); // broadcasts the running stats updated by rank 0's first forward
-    let rm = ddp.module().running_mean.to_vec();
-    let all = g.all_gather(&ddp.module().running_mean).map_err(err)?;
+    let stats = |t: &Option<Tensor<(C<3>,)>>| t.clone().ok_or("BatchNorm1d::new tracks statistics");
+    let all = g
+        .all_gather(&stats(&ddp.module().running_mean)?)
+        .map_err(err)?;
     ensure!(
         all[0].to_vec() != all[1].to_vec(),
         "after a local update the ranks' statistics differ until the next forward"
     );
-    let _ = rm;
     let _ = ddp.forward(Tensor::<(Dyn, C<3>)>::zeros_on((Dyn(2), C), &Cpu));
-    let all = g.all_gather(&ddp.module().running_var).map_err(err)?;
+    let all = g
+        .all_gather(&stats(&ddp.module().running_var)?)
+        .map_err(err)?;
     ensure!(all.len() == 2, "gathered {}", all.len());
     Ok(())
 }
