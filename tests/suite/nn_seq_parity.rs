@@ -206,10 +206,15 @@ fn mha_causal_self_attention() {
 fn mha_float_masks_add_to_the_scores() {
     let fx = fixture();
     let case = "mha_float_masks";
-    let m = mha(&fx, case, true);
-    let (q, k, v) = qkv(&fx, case);
-    let am: Tensor<(Dyn, Dyn), f64> = constant(&fx, case, "attn_mask");
-    let kpm: Tensor<(Dyn, Dyn), f64> = constant(&fx, case, "kpm");
+    float_masks_case(&fx, case, mha(&fx, case, true));
+}
+
+/// Cross-attention under the case's additive `attn_mask` and key padding
+/// mask, checked against PyTorch.
+fn float_masks_case(fx: &Fixture, case: &str, m: MultiheadAttention<8, 2, f64>) {
+    let (q, k, v) = qkv(fx, case);
+    let am: Tensor<(Dyn, Dyn), f64> = constant(fx, case, "attn_mask");
+    let kpm: Tensor<(Dyn, Dyn), f64> = constant(fx, case, "kpm");
     let masks = AttnMasks {
         key_padding_mask: Some(Mask::Add(&kpm)),
         attn_mask: Some(Mask::Add(&am)),
@@ -217,7 +222,7 @@ fn mha_float_masks_add_to_the_scores() {
     };
     let y = m.attend_with(&q, &k, &v, masks);
     let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(&fx, case, &m, &[any3(&y)], &ins);
+    finish(fx, case, &m, &[any3(&y)], &ins);
 }
 
 #[test]
@@ -281,8 +286,9 @@ fn mha_bias_kv_with_padding_and_weights() {
     );
 }
 
-/// `add_bias_kv` and `add_zero_attn` under a causal mask: the appended keys
-/// stay visible to every query.
+/// `add_bias_kv` and `add_zero_attn` under the causal flag alone (no key
+/// padding, no weights returned): as in PyTorch the flag then covers the
+/// widened keys, so the appended ones are hidden from every query.
 #[test]
 fn mha_zero_attn_causal() {
     let fx = fixture();
@@ -316,18 +322,7 @@ fn mha_bias_kv_causal_with_weights() {
 fn mha_zero_attn_float_masks() {
     let fx = fixture();
     let case = "mha_zero_attn_float";
-    let m = mha_extra_kv(&fx, case, false, true);
-    let (q, k, v) = qkv(&fx, case);
-    let am: Tensor<(Dyn, Dyn), f64> = constant(&fx, case, "attn_mask");
-    let kpm: Tensor<(Dyn, Dyn), f64> = constant(&fx, case, "kpm");
-    let masks = AttnMasks {
-        key_padding_mask: Some(Mask::Add(&kpm)),
-        attn_mask: Some(Mask::Add(&am)),
-        is_causal: false,
-    };
-    let y = m.attend_with(&q, &k, &v, masks);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(&fx, case, &m, &[any3(&y)], &ins);
+    float_masks_case(&fx, case, mha_extra_kv(&fx, case, false, true));
 }
 
 #[test]
