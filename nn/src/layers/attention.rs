@@ -483,9 +483,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         };
         let keep_causal = !need_weights && masks.key_padding.is_none();
         let causal = (masks.causal && !keep_causal).then(|| {
-            let hide = causal_mask(t, s, parts.0[0].device())?;
-            let zeros = Tensor::<(Dyn, Dyn), E, D>::zeros_on((Dyn(t), Dyn(s)), parts.0[0].device());
-            zeros.try_masked_fill(&hide, f64::NEG_INFINITY)
+            causal_mask(t, s, parts.0[0].device()).map(|hide| ErasedMask::Hide(hide).additive())
         });
         let attn = match (
             masks.attn.as_ref().map(ErasedMask::additive),
