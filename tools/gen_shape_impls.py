@@ -54,9 +54,11 @@ pub trait ExpandTo<Target: Shape>: Shape {}
 #[diagnostic::on_unimplemented(
     message = "axis {AX} does not exist in a tensor of shape `{Self}`",
     label = "this tensor has no axis {AX}",
-    note = "axes count from 0, so a tensor of rank r has axes 0 to r - 1"
+    note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
 )]
-pub trait HasAxis<const AX: usize>: Shape {
+pub trait HasAxis<const AX: isize>: Shape {
+    /// The axis counted from the front: `AX`, or `AX + rank` for a negative `AX`.
+    const INDEX: usize;
     /// The dim at the axis.
     type At: Dim;
     /// The shape without the axis (a reduction that drops the dim).
@@ -69,9 +71,12 @@ pub trait HasAxis<const AX: usize>: Shape {
 #[diagnostic::on_unimplemented(
     message = "cannot insert axis {AX} into a tensor of shape `{Self}`",
     label = "no position {AX} here",
-    note = "a tensor of rank r takes new axes at positions 0 to r, up to rank 6"
+    note = "a tensor of rank r takes new axes at positions 0 to r (or -r - 1 to -1, counting from the end), up to rank 6"
 )]
-pub trait InsertAxis<const AX: usize>: Shape {
+pub trait InsertAxis<const AX: isize>: Shape {
+    /// The new axis's position counted from the front: `AX`, or `AX + rank + 1`
+    /// for a negative `AX` (`-1` appends, as in PyTorch).
+    const INDEX: usize;
     /// The shape with `D` inserted at `AX`.
     type Inserted<D: Dim>: Shape;
 }
@@ -87,9 +92,11 @@ pub trait AppendDim: Shape {
 #[diagnostic::on_unimplemented(
     message = "transpose: axes {A} and {B} do not both exist in shape `{Self}`",
     label = "axis out of range",
-    note = "axes count from 0, so a tensor of rank r has axes 0 to r - 1"
+    note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
 )]
-pub trait SwapAxes<const A: usize, const B: usize>: Shape {
+pub trait SwapAxes<const A: isize, const B: isize>: Shape {
+    /// The two axes counted from the front (negative ones plus the rank).
+    const INDICES: (usize, usize);
     /// The shape with the two axes swapped.
     type Swapped: Shape;
 }
@@ -177,19 +184,21 @@ for l in range(MAXR + 1):
         w(f"impl<{g}> ExpandTo<{tup(b) if r else '()'}> for {tup(a) if l else '()'}{where} {{}}")
 w("")
 
-# HasAxis, InsertAxis, SwapAxes
+# HasAxis, InsertAxis, SwapAxes: every axis twice, from the front and (negative) from the end
 for r in range(1, MAXR + 1):
     names = [f"D{i}" for i in range(r)]
     for ax in range(r):
         rem = [x for i, x in enumerate(names) if i != ax]
         rep = ["D" if i == ax else x for i, x in enumerate(names)]
-        w(f"impl<{gens(names)}> HasAxis<{ax}> for {tup(names)} {{ type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
+        for spelled in (ax, ax - r):
+            w(f"impl<{gens(names)}> HasAxis<{spelled}> for {tup(names)} {{ const INDEX: usize = {ax}; type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     for ax in range(r + 1):
         ins = names[:ax] + ["D"] + names[ax:]
         g = f"<{gens(names)}>" if r else ""
-        w(f"impl{g} InsertAxis<{ax}> for {tup(names) if r else '()'} {{ type Inserted<D: Dim> = {tup(ins)}; }}")
+        for spelled in (ax, ax - r - 1):
+            w(f"impl{g} InsertAxis<{spelled}> for {tup(names) if r else '()'} {{ const INDEX: usize = {ax}; type Inserted<D: Dim> = {tup(ins)}; }}")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     g = f"<{gens(names)}>" if r else ""
@@ -200,7 +209,9 @@ for r in range(1, MAXR + 1):
         for b in range(r):
             s = list(names)
             s[a], s[b] = s[b], s[a]
-            w(f"impl<{gens(names)}> SwapAxes<{a}, {b}> for {tup(names)} {{ type Swapped = {tup(s)}; }}")
+            for sa in (a, a - r):
+                for sb in (b, b - r):
+                    w(f"impl<{gens(names)}> SwapAxes<{sa}, {sb}> for {tup(names)} {{ const INDICES: (usize, usize) = ({a}, {b}); type Swapped = {tup(s)}; }}")
 w("")
 
 # PermuteShape

@@ -15,7 +15,7 @@ use forma::{Ax, Dyn, C};
 
 /// Compares `x.<op>::<AX>()` (or the keepdim form) with `<op>.<case>.out`
 /// when PyTorch defines it (no max/min/argmax over an empty axis).
-fn along<const AX: usize, S, E, D>(
+fn along<const AX: isize, S, E, D>(
     c: &mut Checks,
     fx: &Fixture,
     x: &Tensor<S, E, D>,

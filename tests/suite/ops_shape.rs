@@ -547,3 +547,137 @@ fn reshape_of_a_view_copies_only_when_its_strides_need_it() {
     assert!(!flat.shares_storage(&x));
     assert_eq!(flat.to_vec(), want);
 }
+
+/// Negative axes count from the end, as PyTorch's `dim=-1`: every op that
+/// takes an axis gives, for `-k`, the type and the values it gives for
+/// `rank - k` (whose PyTorch parity the other tests check). Values are
+/// distinct and unsorted, so an axis resolved wrongly changes the result.
+#[test]
+fn negative_axes_count_from_the_end() {
+    use forma::Tensor as T;
+    type S3 = (C<2>, C<3>, C<4>);
+    let v: Vec<f32> = (0..24).map(|i| ((i * 7) % 24) as f32 - 11.5).collect();
+    let x = T::<S3>::from_vec(v, (C, C, C)).unwrap();
+    let same = |a: Vec<f32>, b: Vec<f32>, what: &str| assert_eq!(a, b, "{what}");
+
+    // Reductions and softmax: the annotations check the shape rule.
+    let s: T<(C<2>, C<3>)> = x.sum::<-1>();
+    same(s.to_vec(), x.sum::<2>().to_vec(), "sum -1");
+    let m: T<(C<2>, C<4>)> = x.max::<-2>();
+    same(m.to_vec(), x.max::<1>().to_vec(), "max -2");
+    let k: T<(One, C<3>, C<4>)> = x.mean_keepdim::<-3>();
+    same(
+        k.to_vec(),
+        x.mean_keepdim::<0>().to_vec(),
+        "mean_keepdim -3",
+    );
+    same(
+        x.var::<-1>(true).to_vec(),
+        x.var::<2>(true).to_vec(),
+        "var -1",
+    );
+    same(
+        x.softmax::<-1>().to_vec(),
+        x.softmax::<2>().to_vec(),
+        "softmax -1",
+    );
+    same(
+        x.log_softmax::<-2>().to_vec(),
+        x.log_softmax::<1>().to_vec(),
+        "log_softmax -2",
+    );
+    let am: T<(C<2>, C<3>), i64> = x.argmax::<-1>();
+    assert_eq!(am.to_vec(), x.argmax::<2>().to_vec(), "argmax -1");
+    assert_eq!(
+        x.argmin_keepdim::<-2>().to_vec(),
+        x.argmin_keepdim::<1>().to_vec()
+    );
+    same(
+        x.cumsum::<-1>().to_vec(),
+        x.cumsum::<2>().to_vec(),
+        "cumsum -1",
+    );
+    let xi = T::<S3, i64>::from_vec((0..24).map(|i| (i * 5) % 24).collect(), (C, C, C)).unwrap();
+    assert_eq!(
+        xi.sum::<-1>().to_vec(),
+        xi.sum::<2>().to_vec(),
+        "integer sum -1"
+    );
+
+    // Views.
+    let t: T<(C<2>, C<4>, C<3>)> = x.transpose::<-2, -1>();
+    same(
+        t.contiguous().to_vec(),
+        x.transpose::<1, 2>().contiguous().to_vec(),
+        "transpose -2 -1",
+    );
+    same(
+        x.transpose::<0, -1>().contiguous().to_vec(),
+        x.transpose::<0, 2>().contiguous().to_vec(),
+        "transpose 0 -1",
+    );
+    let u: T<(C<2>, C<3>, C<4>, One)> = x.unsqueeze::<-1>();
+    assert_eq!(&*u.dims(), &[2, 3, 4, 1]);
+    let u2: T<(C<2>, C<3>, One, C<4>)> = x.unsqueeze::<-2>();
+    assert_eq!(&*u2.dims(), &[2, 3, 1, 4]);
+    let back: T<S3> = u.squeeze::<-1>();
+    same(back.to_vec(), x.to_vec(), "squeeze -1");
+    same(
+        x.narrow::<-1>(1, 2).contiguous().to_vec(),
+        x.narrow::<2>(1, 2).contiguous().to_vec(),
+        "narrow -1",
+    );
+    let parts = x.chunk::<-2>(2);
+    let want = x.chunk::<1>(2);
+    assert_eq!(parts.len(), want.len());
+    for (p, w) in parts.iter().zip(&want) {
+        same(p.contiguous().to_vec(), w.contiguous().to_vec(), "chunk -2");
+    }
+
+    // Joining, indexing, reordering, padding.
+    let c: T<(C<2>, C<3>, Dyn)> = cat::<-1, _, _, _>(&[x.clone(), x.clone()]);
+    same(
+        c.to_vec(),
+        cat::<2, _, _, _>(&[x.clone(), x.clone()]).to_vec(),
+        "cat -1",
+    );
+    let st = stack::<-1, _, _, _>(&[x.clone(), x.clone()]);
+    assert_eq!(&*st.dims(), &[2, 3, 4, 2]);
+    same(
+        st.to_vec(),
+        stack::<3, _, _, _>(&[x.clone(), x.clone()]).to_vec(),
+        "stack -1",
+    );
+    let idx = T::<(C<2>,), i64>::from_vec(vec![3, 0], (C,)).unwrap();
+    same(
+        x.index_select::<-1, _>(&idx).to_vec(),
+        x.index_select::<2, _>(&idx).to_vec(),
+        "index_select -1",
+    );
+    let gi = T::<S3, i64>::from_vec((0..24).map(|i| i % 3).collect(), (C, C, C)).unwrap();
+    same(
+        x.gather::<-2, _>(&gi).to_vec(),
+        x.gather::<1, _>(&gi).to_vec(),
+        "gather -2",
+    );
+    let (sv, si) = x.sort::<-1>(true);
+    let (wv, wi) = x.sort::<2>(true);
+    same(sv.to_vec(), wv.to_vec(), "sort -1");
+    assert_eq!(si.to_vec(), wi.to_vec());
+    same(
+        x.topk::<-2>(2, true).0.contiguous().to_vec(),
+        x.topk::<1>(2, true).0.contiguous().to_vec(),
+        "topk -2",
+    );
+    same(x.roll::<-1>(1).to_vec(), x.roll::<2>(1).to_vec(), "roll -1");
+    same(
+        x.pad::<-1>(1, 2, forma::PadMode::Reflect).to_vec(),
+        x.pad::<2>(1, 2, forma::PadMode::Reflect).to_vec(),
+        "pad -1",
+    );
+    same(
+        x.repeat_interleave::<-1>(2).to_vec(),
+        x.repeat_interleave::<2>(2).to_vec(),
+        "repeat_interleave -1",
+    );
+}

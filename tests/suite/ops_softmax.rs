@@ -13,7 +13,7 @@ use forma::core::{Float, Tensor};
 use forma::{Dyn, C};
 
 /// Compares softmax and log-softmax along `AX` with `<op>.<case>.ax<AX>.out`.
-fn both<const AX: usize, S, E, D>(c: &mut Checks, x: &Tensor<S, E, D>, case: &str, tol: Tol)
+fn both<const AX: isize, S, E, D>(c: &mut Checks, x: &Tensor<S, E, D>, case: &str, tol: Tol)
 where
     S: HasAxis<AX>,
     E: Float + FixtureElem,

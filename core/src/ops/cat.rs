@@ -14,42 +14,43 @@ use crate::tensor::{ok, Tensor};
 ///
 /// # Errors
 /// An empty list, or sizes that differ outside `AX`.
-pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
+pub fn try_cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>> {
+    let ax = <S as HasAxis<AX>>::INDEX;
     let first = tensors
         .first()
         .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
     let mut total = 0;
     for t in tensors {
         first.same_device("cat", t)?;
-        let same = (0..S::RANK).all(|i| i == AX || t.layout.dims[i] == first.layout.dims[i]);
+        let same = (0..S::RANK).all(|i| i == ax || t.layout.dims[i] == first.layout.dims[i]);
         if !same {
             return Err(Error::shape(
                 "cat",
-                format!("{} outside axis {AX}", fmt_dims(&first.layout.dims)),
+                format!("{} outside axis {ax}", fmt_dims(&first.layout.dims)),
                 &t.layout.dims,
             ));
         }
-        total += t.layout.dims[AX];
+        total += t.layout.dims[ax];
     }
     let mut dims = first.layout.dims;
-    dims[AX] = total;
+    dims[ax] = total;
     let dev = &first.device;
     let mut out = dev.full(dims.numel(), E::default())?;
     let full = Layout::contiguous(&dims);
     let mut start = 0;
     for t in tensors {
-        let len = t.layout.dims[AX];
+        let len = t.layout.dims[ax];
         dev.copy_strided(
             &t.storage(),
             &t.layout,
             &mut out,
-            &full.narrow(AX, start, len),
+            &full.narrow(ax, start, len),
         )?;
         start += len;
     }
-    let lens: Vec<usize> = tensors.iter().map(|t| t.layout.dims[AX]).collect();
+    let lens: Vec<usize> = tensors.iter().map(|t| t.layout.dims[ax]).collect();
     let vars: Vec<_> = tensors.iter().map(|t| t.var.clone()).collect();
     Ok(Tensor::from_storage(out, &dims, dev.clone())
         .record("cat", &vars, vec![], move |g| {
@@ -58,7 +59,7 @@ pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
                 .iter()
                 .map(|&len| {
                     let piece = Raw {
-                        layout: g.layout.narrow(AX, start, len),
+                        layout: g.layout.narrow(ax, start, len),
                         ..g.clone()
                     };
                     start += len;
@@ -68,12 +69,12 @@ pub fn try_cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
         })
         .noted(|| {
             let ins = tensors.iter().map(|t| t.val()).collect();
-            (crate::graph::Op::Cat { axis: AX }, ins)
+            (crate::graph::Op::Cat { axis: ax }, ins)
         }))
 }
 
 /// [`try_cat`] that panics on mismatched sizes.
-pub fn cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
+pub fn cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D> {
     ok(try_cat::<AX, S, E, D>(tensors))
@@ -83,7 +84,7 @@ pub fn cat<const AX: usize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
 ///
 /// # Errors
 /// An empty list, or tensors of different sizes.
-pub fn try_stack<const AX: usize, S, E: Dtype, D: Backend>(
+pub fn try_stack<const AX: isize, S, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Result<Tensor<<S as InsertAxis<AX>>::Inserted<Dyn>, E, D>>
 where
@@ -97,7 +98,7 @@ where
 }
 
 /// [`try_stack`] that panics on mismatched sizes.
-pub fn stack<const AX: usize, S, E: Dtype, D: Backend>(
+pub fn stack<const AX: isize, S, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Tensor<<S as InsertAxis<AX>>::Inserted<Dyn>, E, D>
 where

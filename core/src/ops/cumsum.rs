@@ -50,7 +50,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// On a backend failure (see [`Tensor::try_cumsum`]); the axis is
     /// checked when the program is built.
     #[track_caller]
-    pub fn cumsum<const AX: usize>(&self) -> Self
+    pub fn cumsum<const AX: isize>(&self) -> Self
     where
         S: HasAxis<AX>,
     {
@@ -61,17 +61,18 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A backend failure.
-    pub fn try_cumsum<const AX: usize>(&self) -> Result<Self>
+    pub fn try_cumsum<const AX: isize>(&self) -> Result<Self>
     where
         S: HasAxis<AX>,
     {
-        let y = Self::from_raw(scan(&self.raw(), AX, false)?)?;
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let y = Self::from_raw(scan(&self.raw(), ax, false)?)?;
         Ok(y.record(
             "cumsum",
             std::slice::from_ref(&self.var),
             Vec::new(),
-            move |g| Ok(vec![Some(scan(g, AX, true)?)]),
+            move |g| Ok(vec![Some(scan(g, ax, true)?)]),
         )
-        .noted(|| (crate::graph::Op::Cumsum { axis: AX }, vec![self.val()])))
+        .noted(|| (crate::graph::Op::Cumsum { axis: ax }, vec![self.val()])))
     }
 }

@@ -87,23 +87,24 @@ pub trait IndexKernel<E: Float>: Backend {
 }
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
-    fn try_index_select_unnoted<const AX: usize, L: Dim>(
+    fn try_index_select_unnoted<const AX: isize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         self.same_device("index_select", idx)?;
         let s = self.device.index_select(
             &self.storage(),
             &self.layout,
-            AX,
+            ax,
             &idx.storage(),
             &idx.layout,
         )?;
         let mut dims = self.layout.dims;
-        dims[AX] = idx.numel();
+        dims[ax] = idx.numel();
         let (ir, xdims) = (idx.raw(), self.layout.dims);
         Ok(Tensor::from_storage(s, &dims, self.device.clone()).record(
             "index_select",
@@ -112,13 +113,13 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             move |g| {
                 // index_add: every row of g goes back to the row it was taken from.
                 let mut strides = crate::shape::Dims::from_slice(&vec![0; g.layout.rank()]);
-                strides[AX] = ir.layout.strides[0];
+                strides[ax] = ir.layout.strides[0];
                 let li = Layout {
                     dims: g.layout.dims,
                     strides,
                     offset: ir.layout.offset,
                 };
-                Ok(vec![Some(scatter_into_zeros(g, &xdims, AX, &ir, &li)?)])
+                Ok(vec![Some(scatter_into_zeros(g, &xdims, ax, &ir, &li)?)])
             },
         ))
     }
@@ -127,24 +128,25 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`] for an index outside the axis.
-    pub fn try_index_select<const AX: usize, L: Dim>(
+    pub fn try_index_select<const AX: isize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let y = self.try_index_select_unnoted::<AX, L>(idx)?;
         Ok(y.noted(|| {
             (
-                crate::graph::Op::IndexSelect { axis: AX },
+                crate::graph::Op::IndexSelect { axis: ax },
                 vec![self.val(), idx.val()],
             )
         }))
     }
 
     /// [`Tensor::try_index_select`] that panics on a bad index.
-    pub fn index_select<const AX: usize, L: Dim>(
+    pub fn index_select<const AX: isize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>
@@ -154,7 +156,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         ok(self.try_index_select::<AX, L>(idx))
     }
 
-    fn try_gather_unnoted<const AX: usize, Si: Shape>(
+    fn try_gather_unnoted<const AX: isize, Si: Shape>(
         &self,
         idx: &Tensor<Si, i64, D>,
     ) -> Result<Tensor<Si, E, D>>
@@ -162,14 +164,15 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         S: HasAxis<AX>,
         Si: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         self.same_device("gather", idx)?;
         if Si::RANK != S::RANK
-            || (0..S::RANK).any(|i| i != AX && idx.layout.dims[i] > self.layout.dims[i])
+            || (0..S::RANK).any(|i| i != ax && idx.layout.dims[i] > self.layout.dims[i])
         {
             return Err(Error::shape(
                 "gather",
                 format!(
-                    "an index no larger than {} outside axis {AX}",
+                    "an index no larger than {} outside axis {ax}",
                     crate::error::fmt_dims(&self.layout.dims)
                 ),
                 &idx.layout.dims,
@@ -178,7 +181,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let s = self.device.gather(
             &self.storage(),
             &self.layout,
-            AX,
+            ax,
             &idx.storage(),
             &idx.layout,
         )?;
@@ -190,7 +193,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 vec![ir.saved()],
                 move |g| {
                     Ok(vec![Some(scatter_into_zeros(
-                        g, &xdims, AX, &ir, &ir.layout,
+                        g, &xdims, ax, &ir, &ir.layout,
                     )?)])
                 },
             ),
@@ -202,7 +205,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// An out-of-range index, or an index larger than `x` on another axis.
-    pub fn try_gather<const AX: usize, Si: Shape>(
+    pub fn try_gather<const AX: isize, Si: Shape>(
         &self,
         idx: &Tensor<Si, i64, D>,
     ) -> Result<Tensor<Si, E, D>>
@@ -210,17 +213,18 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         S: HasAxis<AX>,
         Si: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let y = self.try_gather_unnoted::<AX, Si>(idx)?;
         Ok(y.noted(|| {
             (
-                crate::graph::Op::Gather { axis: AX },
+                crate::graph::Op::Gather { axis: ax },
                 vec![self.val(), idx.val()],
             )
         }))
     }
 
     /// [`Tensor::try_gather`] that panics on a bad index.
-    pub fn gather<const AX: usize, Si: Shape>(&self, idx: &Tensor<Si, i64, D>) -> Tensor<Si, E, D>
+    pub fn gather<const AX: isize, Si: Shape>(&self, idx: &Tensor<Si, i64, D>) -> Tensor<Si, E, D>
     where
         S: HasAxis<AX>,
         Si: HasAxis<AX>,
@@ -233,7 +237,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// An out-of-range index, or `idx` and `src` of different sizes.
-    pub fn try_scatter_add<const AX: usize, Si: Shape>(
+    pub fn try_scatter_add<const AX: isize, Si: Shape>(
         &self,
         idx: &Tensor<Si, i64, D>,
         src: &Tensor<Si, E, D>,
@@ -242,6 +246,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         S: HasAxis<AX>,
         Si: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         self.same_device("scatter_add", idx)?;
         crate::graph::refuse("scatter_add", "has no graph form yet");
         if idx.layout.dims != src.layout.dims {
@@ -251,11 +256,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 &src.layout.dims,
             ));
         }
-        if (0..S::RANK).any(|i| i != AX && idx.layout.dims[i] > self.layout.dims[i]) {
+        if (0..S::RANK).any(|i| i != ax && idx.layout.dims[i] > self.layout.dims[i]) {
             return Err(Error::shape(
                 "scatter_add",
                 format!(
-                    "an index no larger than {} outside axis {AX}",
+                    "an index no larger than {} outside axis {ax}",
                     crate::error::fmt_dims(&self.layout.dims)
                 ),
                 &idx.layout.dims,
@@ -264,7 +269,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let s = self.device.scatter_add(
             &self.storage(),
             &self.layout,
-            AX,
+            ax,
             &idx.storage(),
             &idx.layout,
             &src.storage(),
@@ -279,7 +284,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 move |g| {
                     let gs =
                         g.device
-                            .gather(&g.storage(), &g.layout, AX, &ir.storage(), &ir.layout)?;
+                            .gather(&g.storage(), &g.layout, ax, &ir.storage(), &ir.layout)?;
                     Ok(vec![
                         Some(g.clone()),
                         Some(Raw::new(gs, &ir.layout.dims, g.device.clone())),
@@ -290,7 +295,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// [`Tensor::try_scatter_add`] that panics on a bad index.
-    pub fn scatter_add<const AX: usize, Si: Shape>(
+    pub fn scatter_add<const AX: isize, Si: Shape>(
         &self,
         idx: &Tensor<Si, i64, D>,
         src: &Tensor<Si, E, D>,

@@ -83,28 +83,30 @@ impl<S: Shape, D: Backend> Tensor<S, i64, D> {
         Tensor::from_vec_on(values, shape, &self.device)
     }
 
-    fn try_int_reduce_axis<const AX: usize>(
+    fn try_int_reduce_axis<const AX: isize>(
         &self,
         op: IntOp,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let mut dims = self.dims().to_vec();
-        dims.remove(AX);
-        self.try_int_reduce(op, AX, &dims)
+        dims.remove(ax);
+        self.try_int_reduce(op, ax, &dims)
     }
 
-    fn try_int_reduce_keepdim<const AX: usize>(
+    fn try_int_reduce_keepdim<const AX: isize>(
         &self,
         op: IntOp,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let mut dims = self.dims().to_vec();
-        dims[AX] = 1;
-        self.try_int_reduce(op, AX, &dims)
+        dims[ax] = 1;
+        self.try_int_reduce(op, ax, &dims)
     }
 
     fn try_int_reduce_all(&self, op: IntOp) -> Result<Tensor<(), i64, D>> {
@@ -134,7 +136,7 @@ macro_rules! int_reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis (PyTorch raises), or a backend failure.
-            pub fn $try_m<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+            pub fn $try_m<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
             where
                 S: HasAxis<AX>,
             {
@@ -146,7 +148,7 @@ macro_rules! int_reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis, or a backend failure.
-            pub fn $try_keep<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>>
+            pub fn $try_keep<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>>
             where
                 S: HasAxis<AX>,
             {
@@ -168,7 +170,7 @@ macro_rules! int_reductions {
             /// # Panics
             /// Max/min over an empty axis.
             #[track_caller]
-            pub fn $m<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
+            pub fn $m<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
             where
                 S: HasAxis<AX>,
             {
@@ -181,7 +183,7 @@ macro_rules! int_reductions {
             /// # Panics
             /// Max/min over an empty axis.
             #[track_caller]
-            pub fn $keep<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
+            pub fn $keep<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
             where
                 S: HasAxis<AX>,
             {

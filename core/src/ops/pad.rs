@@ -79,7 +79,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// Where PyTorch raises; see [`Tensor::try_pad`].
     #[track_caller]
-    pub fn pad<const AX: usize>(
+    pub fn pad<const AX: isize>(
         &self,
         before: usize,
         after: usize,
@@ -97,7 +97,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// `Reflect` with a pad not smaller than the axis, `Circular` with a pad
     /// larger than the axis, `Replicate`/`Reflect`/`Circular` on an empty
     /// axis, or a backend failure.
-    pub fn try_pad<const AX: usize>(
+    pub fn try_pad<const AX: isize>(
         &self,
         before: usize,
         after: usize,
@@ -106,7 +106,8 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     where
         S: HasAxis<AX>,
     {
-        let n = self.layout.dims[AX];
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let n = self.layout.dims[ax];
         let out_len = before + n + after;
         let fits = match mode {
             PadMode::Constant(_) => true,
@@ -118,14 +119,14 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             return Err(Error::invalid(
                 "pad",
                 format!(
-                    "{} padding of ({before}, {after}) does not fit axis {AX} of size {n}",
+                    "{} padding of ({before}, {after}) does not fit axis {ax} of size {n}",
                     mode.name()
                 ),
             ));
         }
         if let PadMode::Constant(value) = mode {
             let mut dims = self.layout.dims;
-            dims[AX] = out_len;
+            dims[ax] = out_len;
             let dev = &self.device;
             let mut out = dev.full(dims.numel(), E::from_f64(value))?;
             let full = Layout::contiguous(&dims);
@@ -133,7 +134,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
                 &self.storage(),
                 &self.layout,
                 &mut out,
-                &full.narrow(AX, before, n),
+                &full.narrow(ax, before, n),
             )?;
             return Ok(Tensor::from_storage(out, &dims, dev.clone()).record(
                 "pad",
@@ -141,7 +142,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
                 vec![],
                 move |g| {
                     Ok(vec![Some(Raw {
-                        layout: g.layout.narrow(AX, before, n),
+                        layout: g.layout.narrow(ax, before, n),
                         ..g.clone()
                     })])
                 },

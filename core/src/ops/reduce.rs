@@ -213,30 +213,32 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// Max/min over an empty axis.
-    pub fn try_reduce<const AX: usize>(
+    pub fn try_reduce<const AX: isize>(
         &self,
         op: ReduceOp,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
     where
         S: HasAxis<AX>,
     {
-        self.reduce_recorded(op, Some(AX), &self.layout.remove_axis(AX).dims)
+        let ax = <S as HasAxis<AX>>::INDEX;
+        self.reduce_recorded(op, Some(ax), &self.layout.remove_axis(ax).dims)
     }
 
     /// Reduces axis `AX` with `op`, keeping it as a size-1 [`One`].
     ///
     /// # Errors
     /// Max/min over an empty axis.
-    pub fn try_reduce_keepdim<const AX: usize>(
+    pub fn try_reduce_keepdim<const AX: isize>(
         &self,
         op: ReduceOp,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let mut dims = self.layout.dims;
-        dims[AX] = 1;
-        self.reduce_recorded(op, Some(AX), &dims)
+        dims[ax] = 1;
+        self.reduce_recorded(op, Some(ax), &dims)
     }
 
     /// Reduces every element with `op` to a scalar.
@@ -249,7 +251,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
 
     /// Index of the extreme along `AX`, as a tensor of `dims` (the input's
     /// with `AX` dropped, or kept as size 1 when `keepdim`).
-    fn try_arg<const AX: usize, S2: Shape>(
+    fn try_arg<const AX: isize, S2: Shape>(
         &self,
         op: ArgReduceOp,
         keepdim: bool,
@@ -257,21 +259,22 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let s = self
             .device
-            .arg_reduce(op, &self.storage(), &self.layout, AX)?;
+            .arg_reduce(op, &self.storage(), &self.layout, ax)?;
         let dims = if keepdim {
             let mut dims = self.layout.dims;
-            dims[AX] = 1;
+            dims[ax] = 1;
             dims
         } else {
-            self.layout.remove_axis(AX).dims
+            self.layout.remove_axis(ax).dims
         };
         Ok(
             Tensor::from_storage(s, &dims, self.device.clone()).noted(|| {
                 let op = Op::ArgReduce {
                     op,
-                    axis: AX,
+                    axis: ax,
                     keepdim,
                 };
                 (op, vec![self.val()])
@@ -293,7 +296,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is empty; see [`Tensor::try_argmax`].
     #[track_caller]
-    pub fn argmax<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
+    pub fn argmax<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
     where
         S: HasAxis<AX>,
     {
@@ -305,7 +308,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Errors
     /// An empty axis (PyTorch: "cannot perform reduction function argmax
     /// on a tensor with no elements").
-    pub fn try_argmax<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+    pub fn try_argmax<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
     where
         S: HasAxis<AX>,
     {
@@ -317,7 +320,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is empty.
     #[track_caller]
-    pub fn argmax_keepdim<const AX: usize>(
+    pub fn argmax_keepdim<const AX: isize>(
         &self,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
     where
@@ -332,7 +335,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is empty; see [`Tensor::try_argmin`].
     #[track_caller]
-    pub fn argmin<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
+    pub fn argmin<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
     where
         S: HasAxis<AX>,
     {
@@ -343,7 +346,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// An empty axis.
-    pub fn try_argmin<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+    pub fn try_argmin<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
     where
         S: HasAxis<AX>,
     {
@@ -355,7 +358,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is empty.
     #[track_caller]
-    pub fn argmin_keepdim<const AX: usize>(
+    pub fn argmin_keepdim<const AX: isize>(
         &self,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
     where
@@ -401,7 +404,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// Variance along `AX`, unbiased (`ddof = 1`) or not, like `x.var(ax, unbiased=...)`.
-    pub fn var<const AX: usize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    pub fn var<const AX: isize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
     where
         S: HasAxis<AX>,
     {
@@ -411,7 +414,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// Variance along `AX`, keeping the axis.
-    pub fn var_keepdim<const AX: usize>(
+    pub fn var_keepdim<const AX: isize>(
         &self,
         unbiased: bool,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
@@ -433,7 +436,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// Standard deviation along `AX`, like `x.std(ax, unbiased=...)`.
-    pub fn std<const AX: usize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    pub fn std<const AX: isize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
     where
         S: HasAxis<AX>,
     {
@@ -441,7 +444,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// Standard deviation along `AX`, keeping the axis.
-    pub fn std_keepdim<const AX: usize>(
+    pub fn std_keepdim<const AX: isize>(
         &self,
         unbiased: bool,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
@@ -465,7 +468,7 @@ macro_rules! reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis (PyTorch raises), or a backend failure.
-            pub fn $try_m<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
+            pub fn $try_m<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
             where
                 S: HasAxis<AX>,
             {
@@ -477,7 +480,7 @@ macro_rules! reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis, or a backend failure.
-            pub fn $try_keep<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>>
+            pub fn $try_keep<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>>
             where
                 S: HasAxis<AX>,
             {
@@ -498,7 +501,7 @@ macro_rules! reductions {
             ///
             /// # Panics
             /// Max/min over an empty axis.
-            pub fn $m<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+            pub fn $m<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
             where
                 S: HasAxis<AX>,
             {
@@ -510,7 +513,7 @@ macro_rules! reductions {
             ///
             /// # Panics
             /// Max/min over an empty axis.
-            pub fn $keep<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
+            pub fn $keep<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
             where
                 S: HasAxis<AX>,
             {

@@ -275,13 +275,14 @@ type Dyn4 = (Dyn, Dyn, Dyn, Dyn);
 /// Resamples axis `AX` of `x` by `map`: one gather for the nearest modes,
 /// `lo * (1 - frac) + hi * frac` for bilinear (skipped where no output
 /// position reads a second element).
-fn resample_axis<const AX: usize, E: Float, D: Device<E>>(
+fn resample_axis<const AX: isize, E: Float, D: Device<E>>(
     x: &Tensor<Dyn4, E, D>,
     map: AxisMap,
 ) -> Result<Tensor<Dyn4, E, D>>
 where
     Dyn4: HasAxis<AX, Replaced<Dyn> = Dyn4>,
 {
+    let ax = <Dyn4 as HasAxis<AX>>::INDEX;
     let lo: Tensor<Dyn4, E, D> = x.select_along::<AX>(map.lo.clone())?;
     if map.frac.iter().all(|&f| f == 0.0) {
         return Ok(lo);
@@ -289,7 +290,7 @@ where
     let hi: Tensor<Dyn4, E, D> = x.select_along::<AX>(map.hi)?;
     let dims = lo.layout.dims;
     let mut wdims = [Dyn(1); 4];
-    wdims[AX] = Dyn(map.frac.len());
+    wdims[ax] = Dyn(map.frac.len());
     let weight = |v: Vec<E>| -> Result<Tensor<Dyn4, E, D>> {
         Tensor::<Dyn4, E, D>::from_vec_on(v, (wdims[0], wdims[1], wdims[2], wdims[3]), &x.device)?
             .try_expand((Dyn(dims[0]), Dyn(dims[1]), Dyn(dims[2]), Dyn(dims[3])))

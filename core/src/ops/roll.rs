@@ -23,7 +23,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// assert_eq!(x.roll::<0>(-1).to_vec(), [2., 3., 4., 5., 1.]);
     /// ```
     #[track_caller]
-    pub fn roll<const AX: usize>(&self, shift: i64) -> Self
+    pub fn roll<const AX: isize>(&self, shift: i64) -> Self
     where
         S: HasAxis<AX>,
     {
@@ -34,11 +34,12 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A backend failure.
-    pub fn try_roll<const AX: usize>(&self, shift: i64) -> Result<Self>
+    pub fn try_roll<const AX: isize>(&self, shift: i64) -> Result<Self>
     where
         S: HasAxis<AX>,
     {
-        let n = self.layout.dims[AX] as i64;
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let n = self.layout.dims[ax] as i64;
         let idx: Vec<i64> = (0..n).map(|i| (i - shift).rem_euclid(n.max(1))).collect();
         Ok(self.select_along::<AX>(idx)?.retype())
     }
@@ -53,7 +54,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// assert_eq!(x.repeat_interleave::<0>(2).to_vec(), [1., 2., 1., 2., 3., 4., 3., 4.]);
     /// ```
     #[track_caller]
-    pub fn repeat_interleave<const AX: usize>(
+    pub fn repeat_interleave<const AX: isize>(
         &self,
         repeats: usize,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
@@ -67,14 +68,15 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A backend failure.
-    pub fn try_repeat_interleave<const AX: usize>(
+    pub fn try_repeat_interleave<const AX: isize>(
         &self,
         repeats: usize,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
     where
         S: HasAxis<AX>,
     {
-        let n = self.layout.dims[AX];
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let n = self.layout.dims[ax];
         self.try_repeat_interleave_each::<AX>(&vec![repeats; n])
     }
 
@@ -83,19 +85,20 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// When `repeats` does not have one count per element of the axis.
-    pub fn try_repeat_interleave_each<const AX: usize>(
+    pub fn try_repeat_interleave_each<const AX: isize>(
         &self,
         repeats: &[usize],
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
     where
         S: HasAxis<AX>,
     {
-        let n = self.layout.dims[AX];
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let n = self.layout.dims[ax];
         if repeats.len() != n {
             return Err(Error::invalid(
                 "repeat_interleave",
                 format!(
-                    "{} repeat counts for axis {AX} of size {n}: give one per element",
+                    "{} repeat counts for axis {ax} of size {n}: give one per element",
                     repeats.len()
                 ),
             ));
@@ -109,7 +112,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     }
 
     /// `index_select` along `AX` with host indices.
-    pub(crate) fn select_along<const AX: usize>(
+    pub(crate) fn select_along<const AX: isize>(
         &self,
         idx: Vec<i64>,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>

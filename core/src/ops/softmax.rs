@@ -61,18 +61,20 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// let x = Tensor::<(C<1>, C<3>)>::from_vec(vec![1000., 1000., f32::NEG_INFINITY], (C, C)).unwrap();
     /// assert_eq!(x.softmax::<1>().to_vec(), vec![0.5, 0.5, 0.0]);
     /// ```
-    pub fn softmax<const AX: usize>(&self) -> Self
+    pub fn softmax<const AX: isize>(&self) -> Self
     where
         S: HasAxis<AX>,
     {
-        self.softmax_impl(AX, false)
+        let ax = <S as HasAxis<AX>>::INDEX;
+        self.softmax_impl(ax, false)
     }
 
     /// Log-softmax along `AX`, like `x.log_softmax(ax)`.
-    pub fn log_softmax<const AX: usize>(&self) -> Self
+    pub fn log_softmax<const AX: isize>(&self) -> Self
     where
         S: HasAxis<AX>,
     {
-        self.softmax_impl(AX, true)
+        let ax = <S as HasAxis<AX>>::INDEX;
+        self.softmax_impl(ax, true)
     }
 }

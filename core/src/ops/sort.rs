@@ -34,7 +34,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// assert_eq!(indices.to_vec(), [1, 2, 0, 0, 2, 1]);
     /// ```
     #[track_caller]
-    pub fn sort<const AX: usize>(&self, descending: bool) -> Sorted<S, E, D>
+    pub fn sort<const AX: isize>(&self, descending: bool) -> Sorted<S, E, D>
     where
         S: HasAxis<AX>,
     {
@@ -45,7 +45,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A backend failure.
-    pub fn try_sort<const AX: usize>(&self, descending: bool) -> Result<Sorted<S, E, D>>
+    pub fn try_sort<const AX: isize>(&self, descending: bool) -> Result<Sorted<S, E, D>>
     where
         S: HasAxis<AX>,
     {
@@ -57,15 +57,16 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A backend failure.
-    pub fn try_argsort<const AX: usize>(&self, descending: bool) -> Result<Tensor<S, i64, D>>
+    pub fn try_argsort<const AX: isize>(&self, descending: bool) -> Result<Tensor<S, i64, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         let dims = self.layout.dims;
         let data = self.try_to_vec()?;
-        let n = dims[AX];
-        let inner: usize = dims[AX + 1..S::RANK].iter().product();
-        let outer: usize = dims[..AX].iter().product();
+        let n = dims[ax];
+        let inner: usize = dims[ax + 1..S::RANK].iter().product();
+        let outer: usize = dims[..ax].iter().product();
         let mut out = vec![0i64; data.len()];
         let mut lane: Vec<usize> = Vec::with_capacity(n);
         let order = |a: E, b: E| -> Ordering {
@@ -101,7 +102,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
 
     /// [`Tensor::try_argsort`] that panics on a backend failure.
     #[track_caller]
-    pub fn argsort<const AX: usize>(&self, descending: bool) -> Tensor<S, i64, D>
+    pub fn argsort<const AX: isize>(&self, descending: bool) -> Tensor<S, i64, D>
     where
         S: HasAxis<AX>,
     {
@@ -123,7 +124,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// When `k` exceeds the axis; see [`Tensor::try_topk`].
     #[track_caller]
     #[allow(clippy::type_complexity)]
-    pub fn topk<const AX: usize>(
+    pub fn topk<const AX: isize>(
         &self,
         k: usize,
         largest: bool,
@@ -139,7 +140,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// # Errors
     /// `k` larger than the axis ("selected index k out of range").
     #[allow(clippy::type_complexity)]
-    pub fn try_topk<const AX: usize>(
+    pub fn try_topk<const AX: isize>(
         &self,
         k: usize,
         largest: bool,
@@ -147,11 +148,12 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     where
         S: HasAxis<AX>,
     {
-        let n = self.layout.dims[AX];
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let n = self.layout.dims[ax];
         if k > n {
             return Err(Error::invalid(
                 "topk",
-                format!("k = {k} is larger than axis {AX} of size {n}"),
+                format!("k = {k} is larger than axis {ax} of size {n}"),
             ));
         }
         let (values, idx) = self.try_sort::<AX>(largest)?;

@@ -30,9 +30,11 @@ pub trait ExpandTo<Target: Shape>: Shape {}
 #[diagnostic::on_unimplemented(
     message = "axis {AX} does not exist in a tensor of shape `{Self}`",
     label = "this tensor has no axis {AX}",
-    note = "axes count from 0, so a tensor of rank r has axes 0 to r - 1"
+    note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
 )]
-pub trait HasAxis<const AX: usize>: Shape {
+pub trait HasAxis<const AX: isize>: Shape {
+    /// The axis counted from the front: `AX`, or `AX + rank` for a negative `AX`.
+    const INDEX: usize;
     /// The dim at the axis.
     type At: Dim;
     /// The shape without the axis (a reduction that drops the dim).
@@ -45,9 +47,12 @@ pub trait HasAxis<const AX: usize>: Shape {
 #[diagnostic::on_unimplemented(
     message = "cannot insert axis {AX} into a tensor of shape `{Self}`",
     label = "no position {AX} here",
-    note = "a tensor of rank r takes new axes at positions 0 to r, up to rank 6"
+    note = "a tensor of rank r takes new axes at positions 0 to r (or -r - 1 to -1, counting from the end), up to rank 6"
 )]
-pub trait InsertAxis<const AX: usize>: Shape {
+pub trait InsertAxis<const AX: isize>: Shape {
+    /// The new axis's position counted from the front: `AX`, or `AX + rank + 1`
+    /// for a negative `AX` (`-1` appends, as in PyTorch).
+    const INDEX: usize;
     /// The shape with `D` inserted at `AX`.
     type Inserted<D: Dim>: Shape;
 }
@@ -65,9 +70,11 @@ pub trait AppendDim: Shape {
 #[diagnostic::on_unimplemented(
     message = "transpose: axes {A} and {B} do not both exist in shape `{Self}`",
     label = "axis out of range",
-    note = "axes count from 0, so a tensor of rank r has axes 0 to r - 1"
+    note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
 )]
-pub trait SwapAxes<const A: usize, const B: usize>: Shape {
+pub trait SwapAxes<const A: isize, const B: isize>: Shape {
+    /// The two axes counted from the front (negative ones plus the rank).
+    const INDICES: (usize, usize);
     /// The shape with the two axes swapped.
     type Swapped: Shape;
 }
@@ -1118,171 +1125,435 @@ where
 }
 
 impl<D0: Dim> HasAxis<0> for (D0,) {
+    const INDEX: usize = 0;
+    type At = D0;
+    type Removed = ();
+    type Replaced<D: Dim> = (D,);
+}
+impl<D0: Dim> HasAxis<-1> for (D0,) {
+    const INDEX: usize = 0;
     type At = D0;
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
 impl<D0: Dim, D1: Dim> HasAxis<0> for (D0, D1) {
+    const INDEX: usize = 0;
+    type At = D0;
+    type Removed = (D1,);
+    type Replaced<D: Dim> = (D, D1);
+}
+impl<D0: Dim, D1: Dim> HasAxis<-2> for (D0, D1) {
+    const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
 }
 impl<D0: Dim, D1: Dim> HasAxis<1> for (D0, D1) {
+    const INDEX: usize = 1;
+    type At = D1;
+    type Removed = (D0,);
+    type Replaced<D: Dim> = (D0, D);
+}
+impl<D0: Dim, D1: Dim> HasAxis<-1> for (D0, D1) {
+    const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<0> for (D0, D1, D2) {
+    const INDEX: usize = 0;
+    type At = D0;
+    type Removed = (D1, D2);
+    type Replaced<D: Dim> = (D, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-3> for (D0, D1, D2) {
+    const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<1> for (D0, D1, D2) {
+    const INDEX: usize = 1;
+    type At = D1;
+    type Removed = (D0, D2);
+    type Replaced<D: Dim> = (D0, D, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-2> for (D0, D1, D2) {
+    const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<2> for (D0, D1, D2) {
+    const INDEX: usize = 2;
+    type At = D2;
+    type Removed = (D0, D1);
+    type Replaced<D: Dim> = (D0, D1, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-1> for (D0, D1, D2) {
+    const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<0> for (D0, D1, D2, D3) {
+    const INDEX: usize = 0;
+    type At = D0;
+    type Removed = (D1, D2, D3);
+    type Replaced<D: Dim> = (D, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-4> for (D0, D1, D2, D3) {
+    const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<1> for (D0, D1, D2, D3) {
+    const INDEX: usize = 1;
+    type At = D1;
+    type Removed = (D0, D2, D3);
+    type Replaced<D: Dim> = (D0, D, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-3> for (D0, D1, D2, D3) {
+    const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<2> for (D0, D1, D2, D3) {
+    const INDEX: usize = 2;
+    type At = D2;
+    type Removed = (D0, D1, D3);
+    type Replaced<D: Dim> = (D0, D1, D, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-2> for (D0, D1, D2, D3) {
+    const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<3> for (D0, D1, D2, D3) {
+    const INDEX: usize = 3;
+    type At = D3;
+    type Removed = (D0, D1, D2);
+    type Replaced<D: Dim> = (D0, D1, D2, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-1> for (D0, D1, D2, D3) {
+    const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<0> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 0;
+    type At = D0;
+    type Removed = (D1, D2, D3, D4);
+    type Replaced<D: Dim> = (D, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-5> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<1> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 1;
+    type At = D1;
+    type Removed = (D0, D2, D3, D4);
+    type Replaced<D: Dim> = (D0, D, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-4> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<2> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 2;
+    type At = D2;
+    type Removed = (D0, D1, D3, D4);
+    type Replaced<D: Dim> = (D0, D1, D, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-3> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<3> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 3;
+    type At = D3;
+    type Removed = (D0, D1, D2, D4);
+    type Replaced<D: Dim> = (D0, D1, D2, D, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-2> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<4> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 4;
+    type At = D4;
+    type Removed = (D0, D1, D2, D3);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-1> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<0> for (D0, D1, D2, D3, D4, D5) {
+    const INDEX: usize = 0;
+    type At = D0;
+    type Removed = (D1, D2, D3, D4, D5);
+    type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<1> for (D0, D1, D2, D3, D4, D5) {
+    const INDEX: usize = 1;
+    type At = D1;
+    type Removed = (D0, D2, D3, D4, D5);
+    type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<2> for (D0, D1, D2, D3, D4, D5) {
+    const INDEX: usize = 2;
+    type At = D2;
+    type Removed = (D0, D1, D3, D4, D5);
+    type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<3> for (D0, D1, D2, D3, D4, D5) {
+    const INDEX: usize = 3;
+    type At = D3;
+    type Removed = (D0, D1, D2, D4, D5);
+    type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<4> for (D0, D1, D2, D3, D4, D5) {
+    const INDEX: usize = 4;
+    type At = D4;
+    type Removed = (D0, D1, D2, D3, D5);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<5> for (D0, D1, D2, D3, D4, D5) {
+    const INDEX: usize = 5;
+    type At = D5;
+    type Removed = (D0, D1, D2, D3, D4);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDEX: usize = 5;
     type At = D5;
     type Removed = (D0, D1, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl InsertAxis<0> for () {
+    const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D,);
+}
+impl InsertAxis<-1> for () {
+    const INDEX: usize = 0;
     type Inserted<D: Dim> = (D,);
 }
 impl<D0: Dim> InsertAxis<0> for (D0,) {
+    const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0);
+}
+impl<D0: Dim> InsertAxis<-2> for (D0,) {
+    const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0);
 }
 impl<D0: Dim> InsertAxis<1> for (D0,) {
+    const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D);
+}
+impl<D0: Dim> InsertAxis<-1> for (D0,) {
+    const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D);
 }
 impl<D0: Dim, D1: Dim> InsertAxis<0> for (D0, D1) {
+    const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1);
+}
+impl<D0: Dim, D1: Dim> InsertAxis<-3> for (D0, D1) {
+    const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1);
 }
 impl<D0: Dim, D1: Dim> InsertAxis<1> for (D0, D1) {
+    const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1);
+}
+impl<D0: Dim, D1: Dim> InsertAxis<-2> for (D0, D1) {
+    const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1);
 }
 impl<D0: Dim, D1: Dim> InsertAxis<2> for (D0, D1) {
+    const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D);
+}
+impl<D0: Dim, D1: Dim> InsertAxis<-1> for (D0, D1) {
+    const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<0> for (D0, D1, D2) {
+    const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-4> for (D0, D1, D2) {
+    const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<1> for (D0, D1, D2) {
+    const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-3> for (D0, D1, D2) {
+    const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<2> for (D0, D1, D2) {
+    const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-2> for (D0, D1, D2) {
+    const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<3> for (D0, D1, D2) {
+    const INDEX: usize = 3;
+    type Inserted<D: Dim> = (D0, D1, D2, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-1> for (D0, D1, D2) {
+    const INDEX: usize = 3;
     type Inserted<D: Dim> = (D0, D1, D2, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<0> for (D0, D1, D2, D3) {
+    const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-5> for (D0, D1, D2, D3) {
+    const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<1> for (D0, D1, D2, D3) {
+    const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-4> for (D0, D1, D2, D3) {
+    const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<2> for (D0, D1, D2, D3) {
+    const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-3> for (D0, D1, D2, D3) {
+    const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<3> for (D0, D1, D2, D3) {
+    const INDEX: usize = 3;
+    type Inserted<D: Dim> = (D0, D1, D2, D, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-2> for (D0, D1, D2, D3) {
+    const INDEX: usize = 3;
     type Inserted<D: Dim> = (D0, D1, D2, D, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<4> for (D0, D1, D2, D3) {
+    const INDEX: usize = 4;
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-1> for (D0, D1, D2, D3) {
+    const INDEX: usize = 4;
     type Inserted<D: Dim> = (D0, D1, D2, D3, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<0> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-6> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<1> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-5> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<2> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-4> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<3> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 3;
+    type Inserted<D: Dim> = (D0, D1, D2, D, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-3> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 3;
     type Inserted<D: Dim> = (D0, D1, D2, D, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<4> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 4;
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-2> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 4;
     type Inserted<D: Dim> = (D0, D1, D2, D3, D, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<5> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 5;
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-1> for (D0, D1, D2, D3, D4) {
+    const INDEX: usize = 5;
     type Inserted<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl AppendDim for () {
@@ -1304,348 +1575,1747 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> AppendDim for (D0, D1, D2, D3,
     type Appended<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl<D0: Dim> SwapAxes<0, 0> for (D0,) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0,);
+}
+impl<D0: Dim> SwapAxes<0, -1> for (D0,) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0,);
+}
+impl<D0: Dim> SwapAxes<-1, 0> for (D0,) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0,);
+}
+impl<D0: Dim> SwapAxes<-1, -1> for (D0,) {
+    const INDICES: (usize, usize) = (0, 0);
     type Swapped = (D0,);
 }
 impl<D0: Dim, D1: Dim> SwapAxes<0, 0> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<0, -2> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-2, 0> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-2, -2> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 0);
     type Swapped = (D0, D1);
 }
 impl<D0: Dim, D1: Dim> SwapAxes<0, 1> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<0, -1> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-2, 1> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-2, -1> for (D0, D1) {
+    const INDICES: (usize, usize) = (0, 1);
     type Swapped = (D1, D0);
 }
 impl<D0: Dim, D1: Dim> SwapAxes<1, 0> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<1, -2> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-1, 0> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-1, -2> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 0);
     type Swapped = (D1, D0);
 }
 impl<D0: Dim, D1: Dim> SwapAxes<1, 1> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<1, -1> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-1, 1> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1);
+}
+impl<D0: Dim, D1: Dim> SwapAxes<-1, -1> for (D0, D1) {
+    const INDICES: (usize, usize) = (1, 1);
     type Swapped = (D0, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<0, 0> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<0, -3> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-3, 0> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-3, -3> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 0);
     type Swapped = (D0, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<0, 1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<0, -2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-3, 1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-3, -2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 1);
     type Swapped = (D1, D0, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<0, 2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<0, -1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-3, 2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-3, -1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (0, 2);
     type Swapped = (D2, D1, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<1, 0> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<1, -3> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-2, 0> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-2, -3> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 0);
     type Swapped = (D1, D0, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<1, 1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<1, -2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-2, 1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-2, -2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 1);
     type Swapped = (D0, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<1, 2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<1, -1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-2, 2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-2, -1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (1, 2);
     type Swapped = (D0, D2, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<2, 0> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<2, -3> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-1, 0> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-1, -3> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 0);
     type Swapped = (D2, D1, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<2, 1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<2, -2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-1, 1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-1, -2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 1);
     type Swapped = (D0, D2, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<2, 2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<2, -1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-1, 2> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim> SwapAxes<-1, -1> for (D0, D1, D2) {
+    const INDICES: (usize, usize) = (2, 2);
     type Swapped = (D0, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 0);
     type Swapped = (D0, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 1);
     type Swapped = (D1, D0, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 2);
     type Swapped = (D2, D1, D0, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<0, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-4, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (0, 3);
     type Swapped = (D3, D1, D2, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 0);
     type Swapped = (D1, D0, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 1);
     type Swapped = (D0, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 2);
     type Swapped = (D0, D2, D1, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<1, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-3, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (1, 3);
     type Swapped = (D0, D3, D2, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 0);
     type Swapped = (D2, D1, D0, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 1);
     type Swapped = (D0, D2, D1, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 2);
     type Swapped = (D0, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<2, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-2, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (2, 3);
     type Swapped = (D0, D1, D3, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, 0> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, -4> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 0);
     type Swapped = (D3, D1, D2, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, 1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, -3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 1);
     type Swapped = (D0, D3, D2, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, 2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, -2> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 2);
     type Swapped = (D0, D1, D3, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<3, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, 3> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> SwapAxes<-1, -1> for (D0, D1, D2, D3) {
+    const INDICES: (usize, usize) = (3, 3);
     type Swapped = (D0, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 0);
     type Swapped = (D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 1);
     type Swapped = (D1, D0, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 2);
     type Swapped = (D2, D1, D0, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 3);
     type Swapped = (D3, D1, D2, D0, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 4);
+    type Swapped = (D4, D1, D2, D3, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<0, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 4);
+    type Swapped = (D4, D1, D2, D3, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 4);
+    type Swapped = (D4, D1, D2, D3, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-5, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (0, 4);
     type Swapped = (D4, D1, D2, D3, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 0);
     type Swapped = (D1, D0, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 1);
     type Swapped = (D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 2);
     type Swapped = (D0, D2, D1, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 3);
     type Swapped = (D0, D3, D2, D1, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 4);
+    type Swapped = (D0, D4, D2, D3, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<1, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 4);
+    type Swapped = (D0, D4, D2, D3, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 4);
+    type Swapped = (D0, D4, D2, D3, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-4, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (1, 4);
     type Swapped = (D0, D4, D2, D3, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 0);
     type Swapped = (D2, D1, D0, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 1);
     type Swapped = (D0, D2, D1, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 2);
     type Swapped = (D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 3);
     type Swapped = (D0, D1, D3, D2, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 4);
+    type Swapped = (D0, D1, D4, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<2, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 4);
+    type Swapped = (D0, D1, D4, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 4);
+    type Swapped = (D0, D1, D4, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-3, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (2, 4);
     type Swapped = (D0, D1, D4, D3, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 0);
     type Swapped = (D3, D1, D2, D0, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 1);
     type Swapped = (D0, D3, D2, D1, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 2);
     type Swapped = (D0, D1, D3, D2, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 3);
     type Swapped = (D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 4);
+    type Swapped = (D0, D1, D2, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<3, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 4);
+    type Swapped = (D0, D1, D2, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 4);
+    type Swapped = (D0, D1, D2, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-2, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (3, 4);
     type Swapped = (D0, D1, D2, D4, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 0);
+    type Swapped = (D4, D1, D2, D3, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 0);
+    type Swapped = (D4, D1, D2, D3, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, 0> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 0);
+    type Swapped = (D4, D1, D2, D3, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, -5> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 0);
     type Swapped = (D4, D1, D2, D3, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 1);
+    type Swapped = (D0, D4, D2, D3, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 1);
+    type Swapped = (D0, D4, D2, D3, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, 1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 1);
+    type Swapped = (D0, D4, D2, D3, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, -4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 1);
     type Swapped = (D0, D4, D2, D3, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 2);
+    type Swapped = (D0, D1, D4, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 2);
+    type Swapped = (D0, D1, D4, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, 2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 2);
+    type Swapped = (D0, D1, D4, D3, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, -3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 2);
     type Swapped = (D0, D1, D4, D3, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 3);
+    type Swapped = (D0, D1, D2, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 3);
+    type Swapped = (D0, D1, D2, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, 3> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 3);
+    type Swapped = (D0, D1, D2, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, -2> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 3);
     type Swapped = (D0, D1, D2, D4, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 4);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<4, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 4);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, 4> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 4);
+    type Swapped = (D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> SwapAxes<-1, -1> for (D0, D1, D2, D3, D4) {
+    const INDICES: (usize, usize) = (4, 4);
     type Swapped = (D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, 0>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, 0>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 0);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 0);
     type Swapped = (D0, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, 1>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, 1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 1);
+    type Swapped = (D1, D0, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 1);
     type Swapped = (D1, D0, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, 2>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, 2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 2);
+    type Swapped = (D2, D1, D0, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 2);
     type Swapped = (D2, D1, D0, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, 3>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, 3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 3);
+    type Swapped = (D3, D1, D2, D0, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 3);
     type Swapped = (D3, D1, D2, D0, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, 4>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (0, 4);
+    type Swapped = (D4, D1, D2, D3, D0, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 4);
+    type Swapped = (D4, D1, D2, D3, D0, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, 4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 4);
+    type Swapped = (D4, D1, D2, D3, D0, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 4);
     type Swapped = (D4, D1, D2, D3, D0, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, 5>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (0, 5);
+    type Swapped = (D5, D1, D2, D3, D4, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<0, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 5);
+    type Swapped = (D5, D1, D2, D3, D4, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, 5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 5);
+    type Swapped = (D5, D1, D2, D3, D4, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-6, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (0, 5);
     type Swapped = (D5, D1, D2, D3, D4, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, 0>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, 0>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 0);
+    type Swapped = (D1, D0, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 0);
     type Swapped = (D1, D0, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, 1>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, 1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 1);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 1);
     type Swapped = (D0, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, 2>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, 2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 2);
+    type Swapped = (D0, D2, D1, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 2);
     type Swapped = (D0, D2, D1, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, 3>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, 3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 3);
+    type Swapped = (D0, D3, D2, D1, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 3);
     type Swapped = (D0, D3, D2, D1, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, 4>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (1, 4);
+    type Swapped = (D0, D4, D2, D3, D1, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 4);
+    type Swapped = (D0, D4, D2, D3, D1, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, 4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 4);
+    type Swapped = (D0, D4, D2, D3, D1, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 4);
     type Swapped = (D0, D4, D2, D3, D1, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, 5>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (1, 5);
+    type Swapped = (D0, D5, D2, D3, D4, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<1, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 5);
+    type Swapped = (D0, D5, D2, D3, D4, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, 5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 5);
+    type Swapped = (D0, D5, D2, D3, D4, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-5, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (1, 5);
     type Swapped = (D0, D5, D2, D3, D4, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, 0>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, 0>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 0);
+    type Swapped = (D2, D1, D0, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 0);
     type Swapped = (D2, D1, D0, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, 1>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, 1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 1);
+    type Swapped = (D0, D2, D1, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 1);
     type Swapped = (D0, D2, D1, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, 2>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, 2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 2);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 2);
     type Swapped = (D0, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, 3>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, 3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 3);
+    type Swapped = (D0, D1, D3, D2, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 3);
     type Swapped = (D0, D1, D3, D2, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, 4>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (2, 4);
+    type Swapped = (D0, D1, D4, D3, D2, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 4);
+    type Swapped = (D0, D1, D4, D3, D2, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, 4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 4);
+    type Swapped = (D0, D1, D4, D3, D2, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 4);
     type Swapped = (D0, D1, D4, D3, D2, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, 5>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (2, 5);
+    type Swapped = (D0, D1, D5, D3, D4, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<2, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 5);
+    type Swapped = (D0, D1, D5, D3, D4, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, 5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 5);
+    type Swapped = (D0, D1, D5, D3, D4, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-4, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (2, 5);
     type Swapped = (D0, D1, D5, D3, D4, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, 0>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, 0>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 0);
+    type Swapped = (D3, D1, D2, D0, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 0);
     type Swapped = (D3, D1, D2, D0, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, 1>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, 1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 1);
+    type Swapped = (D0, D3, D2, D1, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 1);
     type Swapped = (D0, D3, D2, D1, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, 2>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, 2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 2);
+    type Swapped = (D0, D1, D3, D2, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 2);
     type Swapped = (D0, D1, D3, D2, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, 3>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, 3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 3);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 3);
     type Swapped = (D0, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, 4>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (3, 4);
+    type Swapped = (D0, D1, D2, D4, D3, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 4);
+    type Swapped = (D0, D1, D2, D4, D3, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, 4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 4);
+    type Swapped = (D0, D1, D2, D4, D3, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 4);
     type Swapped = (D0, D1, D2, D4, D3, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, 5>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (3, 5);
+    type Swapped = (D0, D1, D2, D5, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<3, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 5);
+    type Swapped = (D0, D1, D2, D5, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, 5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 5);
+    type Swapped = (D0, D1, D2, D5, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-3, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (3, 5);
     type Swapped = (D0, D1, D2, D5, D4, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, 0>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (4, 0);
+    type Swapped = (D4, D1, D2, D3, D0, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 0);
+    type Swapped = (D4, D1, D2, D3, D0, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, 0>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 0);
+    type Swapped = (D4, D1, D2, D3, D0, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 0);
     type Swapped = (D4, D1, D2, D3, D0, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, 1>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (4, 1);
+    type Swapped = (D0, D4, D2, D3, D1, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 1);
+    type Swapped = (D0, D4, D2, D3, D1, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, 1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 1);
+    type Swapped = (D0, D4, D2, D3, D1, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 1);
     type Swapped = (D0, D4, D2, D3, D1, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, 2>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (4, 2);
+    type Swapped = (D0, D1, D4, D3, D2, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 2);
+    type Swapped = (D0, D1, D4, D3, D2, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, 2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 2);
+    type Swapped = (D0, D1, D4, D3, D2, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 2);
     type Swapped = (D0, D1, D4, D3, D2, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, 3>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (4, 3);
+    type Swapped = (D0, D1, D2, D4, D3, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 3);
+    type Swapped = (D0, D1, D2, D4, D3, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, 3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 3);
+    type Swapped = (D0, D1, D2, D4, D3, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 3);
     type Swapped = (D0, D1, D2, D4, D3, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, 4>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (4, 4);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 4);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, 4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 4);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 4);
     type Swapped = (D0, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, 5>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (4, 5);
+    type Swapped = (D0, D1, D2, D3, D5, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<4, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 5);
+    type Swapped = (D0, D1, D2, D3, D5, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, 5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 5);
+    type Swapped = (D0, D1, D2, D3, D5, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-2, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (4, 5);
     type Swapped = (D0, D1, D2, D3, D5, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, 0>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (5, 0);
+    type Swapped = (D5, D1, D2, D3, D4, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 0);
+    type Swapped = (D5, D1, D2, D3, D4, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, 0>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 0);
+    type Swapped = (D5, D1, D2, D3, D4, D0);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, -6>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 0);
     type Swapped = (D5, D1, D2, D3, D4, D0);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, 1>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (5, 1);
+    type Swapped = (D0, D5, D2, D3, D4, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 1);
+    type Swapped = (D0, D5, D2, D3, D4, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, 1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 1);
+    type Swapped = (D0, D5, D2, D3, D4, D1);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, -5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 1);
     type Swapped = (D0, D5, D2, D3, D4, D1);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, 2>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (5, 2);
+    type Swapped = (D0, D1, D5, D3, D4, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 2);
+    type Swapped = (D0, D1, D5, D3, D4, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, 2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 2);
+    type Swapped = (D0, D1, D5, D3, D4, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, -4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 2);
     type Swapped = (D0, D1, D5, D3, D4, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, 3>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (5, 3);
+    type Swapped = (D0, D1, D2, D5, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 3);
+    type Swapped = (D0, D1, D2, D5, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, 3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 3);
+    type Swapped = (D0, D1, D2, D5, D4, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, -3>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 3);
     type Swapped = (D0, D1, D2, D5, D4, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, 4>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (5, 4);
+    type Swapped = (D0, D1, D2, D3, D5, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 4);
+    type Swapped = (D0, D1, D2, D3, D5, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, 4>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 4);
+    type Swapped = (D0, D1, D2, D3, D5, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, -2>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 4);
     type Swapped = (D0, D1, D2, D3, D5, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, 5>
     for (D0, D1, D2, D3, D4, D5)
 {
+    const INDICES: (usize, usize) = (5, 5);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<5, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 5);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, 5>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 5);
+    type Swapped = (D0, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> SwapAxes<-1, -1>
+    for (D0, D1, D2, D3, D4, D5)
+{
+    const INDICES: (usize, usize) = (5, 5);
     type Swapped = (D0, D1, D2, D3, D4, D5);
 }
 

@@ -24,19 +24,20 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// let y: Tensor<(C<3>, C<2>)> = x.transpose::<0, 1>();
     /// assert!(y.shares_storage(&x));
     /// ```
-    pub fn transpose<const A: usize, const B: usize>(
+    pub fn transpose<const A: isize, const B: isize>(
         &self,
     ) -> Tensor<<S as SwapAxes<A, B>>::Swapped, E, D>
     where
         S: SwapAxes<A, B>,
     {
-        let y = self.view_with_grad(self.layout.swap(A, B), "transpose", |g| {
+        let (a, b) = <S as SwapAxes<A, B>>::INDICES;
+        let y = self.view_with_grad(self.layout.swap(a, b), "transpose", move |g| {
             Ok(Raw {
-                layout: g.layout.swap(A, B),
+                layout: g.layout.swap(a, b),
                 ..g.clone()
             })
         });
-        note_op!(Op::Transpose { axes: [A, B] }, [self], y);
+        note_op!(Op::Transpose { axes: [a, b] }, [self], y);
         y
     }
 
@@ -62,17 +63,18 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
 
     /// Inserts a size-1 axis at `AX` (a view), like `tensor.unsqueeze(ax)`.
     /// The new dim is [`One`], which broadcasts.
-    pub fn unsqueeze<const AX: usize>(&self) -> Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>
+    pub fn unsqueeze<const AX: isize>(&self) -> Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>
     where
         S: InsertAxis<AX>,
     {
-        let y = self.view_with_grad(self.layout.insert_axis(AX), "unsqueeze", |g| {
+        let ax = <S as InsertAxis<AX>>::INDEX;
+        let y = self.view_with_grad(self.layout.insert_axis(ax), "unsqueeze", move |g| {
             Ok(Raw {
-                layout: g.layout.remove_axis(AX),
+                layout: g.layout.remove_axis(ax),
                 ..g.clone()
             })
         });
-        note_op!(Op::Unsqueeze { axis: AX }, [self], y);
+        note_op!(Op::Unsqueeze { axis: ax }, [self], y);
         y
     }
 
@@ -80,7 +82,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If the axis is a `Dyn` whose size is not 1; see [`Tensor::try_squeeze`].
-    pub fn squeeze<const AX: usize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    pub fn squeeze<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
     where
         S: HasAxis<AX>,
         <S as HasAxis<AX>>::At: SizeOne,
@@ -92,25 +94,26 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A [`crate::ShapeError`] when the axis does not have size 1.
-    pub fn try_squeeze<const AX: usize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
+    pub fn try_squeeze<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
     where
         S: HasAxis<AX>,
         <S as HasAxis<AX>>::At: SizeOne,
     {
-        if self.layout.dims[AX] != 1 {
+        let ax = <S as HasAxis<AX>>::INDEX;
+        if self.layout.dims[ax] != 1 {
             return Err(Error::shape(
                 "squeeze",
-                format!("size 1 at axis {AX}"),
+                format!("size 1 at axis {ax}"),
                 &self.layout.dims,
             ));
         }
-        let y = self.view_with_grad(self.layout.remove_axis(AX), "squeeze", |g| {
+        let y = self.view_with_grad(self.layout.remove_axis(ax), "squeeze", move |g| {
             Ok(Raw {
-                layout: g.layout.insert_axis(AX),
+                layout: g.layout.insert_axis(ax),
                 ..g.clone()
             })
         });
-        note_op!(Op::Squeeze { axis: AX }, [self], y);
+        note_op!(Op::Squeeze { axis: ax }, [self], y);
         Ok(y)
     }
 
@@ -119,7 +122,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If the range does not fit; see [`Tensor::try_narrow`].
-    pub fn narrow<const AX: usize>(
+    pub fn narrow<const AX: isize>(
         &self,
         start: usize,
         len: usize,
@@ -134,7 +137,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Errors
     /// When `start + len` exceeds the axis size.
-    pub fn try_narrow<const AX: usize>(
+    pub fn try_narrow<const AX: isize>(
         &self,
         start: usize,
         len: usize,
@@ -149,7 +152,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If the range does not fit the axis.
-    pub fn narrow_static<const AX: usize, const LEN: usize>(
+    pub fn narrow_static<const AX: isize, const LEN: usize>(
         &self,
         start: usize,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<crate::C<LEN>>, E, D>
@@ -165,7 +168,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Errors
     /// When the range is out of bounds or `step` is zero.
-    pub fn try_slice<const AX: usize>(
+    pub fn try_slice<const AX: isize>(
         &self,
         start: usize,
         end: usize,
@@ -174,34 +177,35 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     where
         S: HasAxis<AX>,
     {
-        let size = self.layout.dims[AX];
+        let ax = <S as HasAxis<AX>>::INDEX;
+        let size = self.layout.dims[ax];
         if step == 0 || start > end || end > size {
             return Err(Error::invalid(
                 "slice",
-                format!("range {start}..{end} step {step} does not fit axis {AX} of size {size}"),
+                format!("range {start}..{end} step {step} does not fit axis {ax} of size {size}"),
             ));
         }
         let len = (end - start).div_ceil(step);
         let dims = self.layout.dims;
         let y = self.view_with_grad(
-            self.layout.slice_step(AX, start, len, step),
+            self.layout.slice_step(ax, start, len, step),
             "slice",
             move |g| {
                 embed(
                     g,
                     &dims,
-                    &Layout::contiguous(&dims).slice_step(AX, start, len, step),
+                    &Layout::contiguous(&dims).slice_step(ax, start, len, step),
                 )
             },
         );
         if graph::capturing() {
-            graph::note_slice(&self.val(), AX, start, end, step, &y.val());
+            graph::note_slice(&self.val(), ax, start, end, step, &y.val());
         }
         Ok(y)
     }
 
     /// [`Tensor::try_slice`] that panics on a bad range.
-    pub fn slice<const AX: usize>(
+    pub fn slice<const AX: isize>(
         &self,
         start: usize,
         end: usize,
@@ -218,15 +222,16 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If `size` is zero.
-    pub fn split<const AX: usize>(
+    pub fn split<const AX: isize>(
         &self,
         size: usize,
     ) -> Vec<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         assert!(size > 0, "split: the piece size must be positive");
-        let n = self.layout.dims[AX];
+        let n = self.layout.dims[ax];
         (0..n)
             .step_by(size)
             .map(|s| self.narrow::<AX>(s, size.min(n - s)))
@@ -237,15 +242,16 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If `chunks` is zero.
-    pub fn chunk<const AX: usize>(
+    pub fn chunk<const AX: isize>(
         &self,
         chunks: usize,
     ) -> Vec<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
     where
         S: HasAxis<AX>,
     {
+        let ax = <S as HasAxis<AX>>::INDEX;
         assert!(chunks > 0, "chunk: the number of chunks must be positive");
-        let n = self.layout.dims[AX];
+        let n = self.layout.dims[ax];
         self.split::<AX>(n.div_ceil(chunks).max(1))
     }
 
