@@ -223,4 +223,33 @@ device_tests! {
         let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
         assert_eq!(msg, "add: expected shape a shape that broadcasts with [2, 3], got [2, 4]");
     }
+
+    /// A static size that a `Dyn` operand would stretch at run time (`C<1>`
+    /// meeting a `Dyn` of 4) is refused, in both operand orders and in the
+    /// comparisons, `where_cond` and fused expressions: the result's type
+    /// states the static size, so a stretched result would make it lie.
+    /// Stretching `One`, or a `Dyn` of 1 against the static size, still works.
+    fn a_static_size_is_not_stretched_by_a_dyn_operand<D>(dev) {
+        let s: Tensor<(C<3>, C<1>), f32, D> = Tensor::ones_on((C, C), dev);
+        let d: Tensor<(Dyn, Dyn), f32, D> = Tensor::ones_on((Dyn(1), Dyn(4)), dev);
+        let expected = "add: expected shape [3, 1] (the result's static sizes: a static size 1 does not stretch, `One` does), got [3, 4]";
+        assert_eq!(s.try_add(&d).map(|t| t.dims()).unwrap_err().to_string(), expected);
+        assert_eq!(d.try_add(&s).map(|t| t.dims()).unwrap_err().to_string(), expected);
+        assert!(matches!(s.try_lt(&d), Err(Error::Shape(_))));
+        let cond: Tensor<(C<3>, C<1>), bool, D> = s.gt(&s);
+        assert!(matches!(forma::try_where_cond(&cond, &s, &d), Err(Error::Shape(_))));
+        assert!(matches!(forma::try_fused((&s, &d), |(a, b)| a + b), Err(Error::Shape(_))));
+        // What the types allow: a Dyn of 1 stretched to the static size, and `One`.
+        let d1: Tensor<(Dyn, Dyn), f32, D> = Tensor::ones_on((Dyn(3), Dyn(1)), dev);
+        let y: Tensor<(C<3>, C<1>), f32, D> = s.try_add(&d1).unwrap();
+        assert_eq!(y.to_vec(), [2.0; 3]);
+        let one: Tensor<(C<3>, One), f32, D> = Tensor::ones_on((C, One), dev);
+        let wide: Tensor<(Dyn, Dyn), f32, D> = Tensor::ones_on((Dyn(1), Dyn(4)), dev);
+        let z = one.try_add(&wide).unwrap();
+        assert_eq!(&*z.dims(), &[3, 4]);
+        // matmul's batch dims broadcast the same way.
+        let a: Tensor<(C<1>, C<2>, C<3>), f32, D> = Tensor::ones_on((C, C, C), dev);
+        let b: Tensor<(Dyn, C<3>, C<2>), f32, D> = Tensor::ones_on((Dyn(5), C, C), dev);
+        assert!(matches!(a.try_matmul(&b), Err(Error::Shape(e)) if e.op == "matmul"));
+    }
 }

@@ -199,7 +199,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         S: BroadcastShape<S2>,
     {
         self.same_device("compare", rhs)?;
-        let (out, la, lb) = broadcast_layouts("compare", &self.layout, &rhs.layout)?;
+        let (out, la, lb) = broadcast_layouts::<<S as BroadcastShape<S2>>::Output>(
+            "compare",
+            &self.layout,
+            &rhs.layout,
+        )?;
         let s = self
             .device
             .cmp(op, &self.storage(), &la, &rhs.storage(), &lb)?;
@@ -311,7 +315,8 @@ where
 {
     a.same_device("where", b)?;
     a.same_device("where", cond)?;
-    let (out, la, lb) = broadcast_layouts("where", &a.layout, &b.layout)?;
+    let (out, la, lb) =
+        broadcast_layouts::<<Sa as BroadcastShape<Sb>>::Output>("where", &a.layout, &b.layout)?;
     let lc = expand_layout("where", &cond.layout, &out)?;
     let s = a
         .device

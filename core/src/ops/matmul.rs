@@ -100,9 +100,6 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let (pa, pb) = (la.dims, lb.dims);
         let la = la.broadcast_to(&full([m, k]));
         let lb = lb.broadcast_to(&full([k, n]));
-        let s = self
-            .device
-            .matmul(&self.storage(), &la, &rhs.storage(), &lb)?;
         let mut out = full([m, n]);
         // Drop the promoted dims again.
         if S2::RANK == 1 {
@@ -111,6 +108,10 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         if S::RANK == 1 {
             out.remove(out.len() - if S2::RANK == 1 { 1 } else { 2 });
         }
+        crate::ops::binary::check_broadcast_type::<<S as MatmulShape<S2>>::Output>("matmul", &out)?;
+        let s = self
+            .device
+            .matmul(&self.storage(), &la, &rhs.storage(), &lb)?;
         let (ar, br) = (
             Raw {
                 layout: la,

@@ -80,8 +80,9 @@ pub trait BinaryKernel<E: Float>: Backend {
     ) -> Result<(Self::Storage<E>, Self::Storage<E>)>;
 }
 
-/// The broadcast sizes of two operands and their layouts stretched to them.
-pub(crate) fn broadcast_layouts(
+/// The broadcast sizes of two operands and their layouts stretched to them,
+/// checked against the result's type `O`.
+pub(crate) fn broadcast_layouts<O: Shape>(
     op: &'static str,
     a: &Layout,
     b: &Layout,
@@ -93,7 +94,26 @@ pub(crate) fn broadcast_layouts(
             &b.dims,
         )
     })?;
+    check_broadcast_type::<O>(op, &out)?;
     Ok((out, a.broadcast_to(&out), b.broadcast_to(&out)))
+}
+
+/// Refuses broadcast sizes that the result's type `O` cannot hold: a
+/// static size stretched at run time by a `Dyn` operand (a `C<1>` meeting a
+/// `Dyn` of 4), which would leave a tensor whose type states the wrong
+/// size. A static size-1 axis that stretches is written [`crate::One`].
+pub(crate) fn check_broadcast_type<O: Shape>(op: &'static str, out: &[usize]) -> Result<()> {
+    match O::from_dims(out) {
+        Some(_) => Ok(()),
+        None => Err(Error::shape(
+            op,
+            format!(
+                "{} (the result's static sizes: a static size 1 does not stretch, `One` does)",
+                O::describe()
+            ),
+            out,
+        )),
+    }
 }
 
 impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
@@ -111,7 +131,11 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         S: BroadcastShape<S2>,
     {
         self.same_device(Op::NAME, rhs)?;
-        let (out, la, lb) = broadcast_layouts(Op::NAME, &self.layout, &rhs.layout)?;
+        let (out, la, lb) = broadcast_layouts::<<S as BroadcastShape<S2>>::Output>(
+            Op::NAME,
+            &self.layout,
+            &rhs.layout,
+        )?;
         let s = self
             .device
             .binary(op, &self.storage(), &la, &rhs.storage(), &lb)?;

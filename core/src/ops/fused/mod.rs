@@ -213,6 +213,7 @@ fn run<S: Shape, X: Expr, E: Float, D: Device<E>, const N: usize>(
     composed: bool,
 ) -> Result<Tensor<S, E, D>> {
     let out = out_dims(&raws)?;
+    crate::ops::binary::check_broadcast_type::<S>(NAME, &out)?;
     let vals = crate::graph::capturing().then(|| raws.each_ref().map(|r| r.val()));
     let dims = raws.each_ref().map(|r| r.layout.dims);
     let stretched = raws.map(|r| Raw {
