@@ -262,6 +262,13 @@ def main():
         for key, v in (("x", x), ("y", y), ("idx", idx), ("u", u), ("gu", gu), ("grad.x", gx)):
             f.put(f"{name}.{key}", v.detach())
 
+    # Non-square convolutions (drawn last): a kernel, stride, padding and
+    # dilation per axis; and a tall kernel with reflected padding in groups.
+    conv = nn.Conv2d(3, 4, (1, 3), stride=(2, 1), padding=(0, 1), dilation=(1, 2))
+    f.case("conv2d_rect", conv, {"x": n(2, 3, 7, 6)})
+    conv = nn.Conv2d(2, 4, (3, 1), padding=(1, 0), groups=2, bias=False, padding_mode="reflect")
+    f.case("conv2d_rect_reflect", conv, {"x": n(1, 2, 5, 4)})
+
     path = f.save()
     print(f"{path}: {path.stat().st_size} bytes, {len(f.tensors)} tensors")
 

@@ -14,7 +14,8 @@ and `<case>.repr` (`str(module)`).
 
 Conventions (mirrored by the Rust test; change both together):
 
-- Every case builds a float64 PyTorch module with `batch_first=True`, puts it
+- Every case builds a float64 PyTorch module with `batch_first=True` (except
+  the `*_seq_first` cases, PyTorch's default `batch_first=False`), puts it
   in eval mode (dropout off), and overwrites every parameter with values drawn
   from a generator seeded once for the file: `U(-0.5, 0.5)`, except layer-norm
   weights, `1 + U(-0.2, 0.2)`. `<case>.p.<key>` holds each state_dict entry.
@@ -364,6 +365,72 @@ def extra_kv_cases(f):
     f.finish(c, m, xs, [y])
 
 
+def other_width_cases(f):
+    """Sizes that differ from the model width (drawn last): MultiheadAttention
+    with `kdim`/`vdim` (separate `q/k/v_proj_weight`), and LSTM with
+    `proj_size` (`weight_hr_l{k}`, a hidden state of `proj_size`)."""
+    T, S, KD, VD = 4, 5, 6, 3
+    c = "mha_kdim_vdim"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS, kdim=KD, vdim=VD, batch_first=True))
+    xs = f.inputs(
+        c, q=f.normal(B, T, E), k=f.normal(B, S, KD), v=f.normal(B, S, VD), kpm=pad_mask([5, 2], S)
+    )
+    y, w = m(xs["q"], xs["k"], xs["v"], key_padding_mask=xs["kpm"], need_weights=True)
+    f.finish(c, m, xs, [y, w])
+
+    c = "mha_kdim_bias_kv"
+    layer = nn.MultiheadAttention(E, HEADS, bias=False, add_bias_kv=True, kdim=KD, vdim=KD, batch_first=True)
+    m = f.module(c, layer)
+    xs = f.inputs(c, q=f.normal(B, T, E), k=f.normal(B, S, KD), v=f.normal(B, S, KD))
+    y, _ = m(xs["q"], xs["k"], xs["v"], need_weights=False)
+    f.finish(c, m, xs, [y])
+
+    I, H, P, L = 3, 5, 2, 2
+    for c, bidir in [("lstm_proj_state", False), ("lstm_proj_bi_state", True)]:
+        m = f.module(c, nn.LSTM(I, H, num_layers=L, proj_size=P, batch_first=True, bidirectional=bidir))
+        dirs = 2 if bidir else 1
+        xs = f.inputs(c, x=f.normal(B, T, I), h0=f.normal(L * dirs, B, P), c0=f.normal(L * dirs, B, H))
+        y, (hn, cn) = m(xs["x"], (xs["h0"], xs["c0"]))
+        f.finish(c, m, xs, [y, hn, cn])
+
+
+def seq_first_cases(f):
+    """PyTorch's default `batch_first=False` (drawn last): `[seq, batch, F]`
+    inputs and outputs; states, masks and averaged weights as before."""
+    T, S, H = 5, 4, 4
+    c = "lstm_seq_first"
+    m = f.module(c, nn.LSTM(3, H, num_layers=2, bidirectional=True))
+    xs = f.inputs(c, x=f.normal(T, B, 3), h0=f.normal(4, B, H), c0=f.normal(4, B, H))
+    y, (hn, cn) = m(xs["x"], (xs["h0"], xs["c0"]))
+    f.finish(c, m, xs, [y, hn, cn])
+
+    c = "gru_seq_first"
+    m = f.module(c, nn.GRU(3, H))
+    xs = f.inputs(c, x=f.normal(T, B, 3))
+    y, hn = m(xs["x"])
+    f.finish(c, m, xs, [y, hn])
+
+    c = "mha_seq_first"
+    m = f.module(c, nn.MultiheadAttention(E, HEADS))
+    xs = f.inputs(
+        c, q=f.normal(T, B, E), k=f.normal(S, B, E), v=f.normal(S, B, E), kpm=pad_mask([4, 2], S)
+    )
+    y, w = m(xs["q"], xs["k"], xs["v"], key_padding_mask=xs["kpm"], need_weights=True)
+    f.finish(c, m, xs, [y, w])
+
+    c = "enc_seq_first"
+    m = f.module(c, nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0))
+    xs = f.inputs(c, src=f.normal(T, B, E))
+    y = m(xs["src"], src_mask=causal_mask(T), is_causal=True)
+    f.finish(c, m, xs, [y])
+
+    c = "dec_seq_first"
+    m = f.module(c, nn.TransformerDecoderLayer(E, HEADS, FF, dropout=0.0, norm_first=True))
+    xs = f.inputs(c, tgt=f.normal(T, B, E), memory=f.normal(S, B, E), mem_kpm=pad_mask([4, 3], S))
+    y = m(xs["tgt"], xs["memory"], memory_key_padding_mask=xs["mem_kpm"])
+    f.finish(c, m, xs, [y])
+
+
 def main():
     f = SeqFixtures()
     mha_cases(f)
@@ -373,6 +440,8 @@ def main():
     stack_cases(f)
     nobias_cases(f)
     extra_kv_cases(f)
+    other_width_cases(f)
+    seq_first_cases(f)
     path = f.save()
     print(f"{path.relative_to(path.parent.parent.parent)}: {path.stat().st_size} bytes")
 

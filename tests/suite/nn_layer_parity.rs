@@ -31,9 +31,9 @@ use forma::core::tape::{gradcheck, no_grad, GradcheckOptions};
 use forma::core::Backend;
 use forma::nn::layers::{
     AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormOptions, Bilinear,
-    Conv1d, Conv2d, ConvTranspose2d, Dropout, Embedding, Flatten, Gelu, GeluTanh, GroupNorm,
-    Identity, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d, MaxUnpool2d,
-    PaddingMode, RMSNorm, Relu, Sigmoid, Silu, Softmax, Tanh,
+    Conv1d, Conv2d, Conv2dRect, ConvTranspose2d, Dropout, Embedding, Flatten, Gelu, GeluTanh,
+    GroupNorm, Identity, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d,
+    MaxUnpool2d, PaddingMode, RMSNorm, Relu, Sigmoid, Silu, Softmax, Tanh,
 };
 use forma::nn::module::{downcast_ref, Cx, Visitor};
 use forma::nn::{Role, StateDict};
@@ -385,6 +385,18 @@ device_tests! {
         let m = Conv1d::<2, 3, 5, 1, 2, 2, f64, D>::with_options(1, false, dev, &mut rng())
             .padding_mode(PaddingMode::Reflect);
         check!(ck, dev, "conv1d_reflect", m, [Dyn, 2, 9] => [Dyn, 3, 5]);
+        ck.finish();
+    }
+
+    /// Non-square convolutions: a kernel, stride, padding and dilation per
+    /// axis; a tall kernel with reflected padding in two groups.
+    fn conv2d_rect<D>(dev) {
+        let mut ck = Checks::new(fixture());
+        let m = Conv2dRect::<3, 4, 1, 3, 2, 1, 0, 1, 1, 2, f64, D>::new(dev, &mut rng());
+        check!(ck, dev, "conv2d_rect", m, [Dyn, 3, 7, 6] => [Dyn, 4, 4, 4]);
+        let m = Conv2dRect::<2, 4, 3, 1, 1, 1, 1, 0, 1, 1, f64, D>::with_options(2, false, dev, &mut rng())
+            .padding_mode(PaddingMode::Reflect);
+        check!(ck, dev, "conv2d_rect_reflect", m, [Dyn, 2, 5, 4] => [Dyn, 4, 5, 4]);
         ck.finish();
     }
 

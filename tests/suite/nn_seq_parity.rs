@@ -1,11 +1,14 @@
 //! Sequence layers against PyTorch (`tools/fixtures/seq_layers.safetensors`,
 //! written by `tools/gen_seq_fixtures.py`), in float64: MultiheadAttention
 //! (no mask, bool and float key padding and attention masks, causal,
-//! `bias=False`, head-averaged weights), TransformerEncoderLayer (post- and
+//! `bias=False`, head-averaged weights, `add_bias_kv`, `add_zero_attn`,
+//! `kdim`/`vdim`), TransformerEncoderLayer (post- and
 //! pre-norm, ReLU and GELU, key padding or causal masks),
 //! TransformerDecoderLayer (post- and pre-norm, causal self-attention,
 //! target and memory padding masks), LSTM and GRU (2 layers, with and without
-//! an initial state, bidirectional, `bias=False`).
+//! an initial state, bidirectional, `bias=False`; LSTM `proj_size`); and
+//! `SeqFirst`, PyTorch's `batch_first=False` (LSTM, GRU, MHA, encoder and
+//! decoder layers).
 //!
 //! Each case loads PyTorch's random weights through a strict
 //! `load_state_dict` (so every key and shape must be PyTorch's), checks the
@@ -20,8 +23,9 @@ use crate::common;
 use common::{close, Checks, Fixture, Tol};
 use forma::core::TensorData;
 use forma::nn::layers::{
-    Activation, AttnMasks, Gru, Lstm, Mask, MultiheadAttention, RnnOptions, TransformerDecoder,
-    TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerOptions,
+    Activation, AttnMasks, Gru, Lstm, Mask, MultiheadAttention, RnnOptions, SeqFirst,
+    TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
+    TransformerOptions,
 };
 use forma::nn::module::parameters;
 use forma::nn::{Module, StateDict};
@@ -33,6 +37,7 @@ const TOL: Tol = Tol {
 };
 
 type Seq = Tensor<(Dyn, Dyn, C<8>), f64>;
+type Seq3 = Tensor<(Dyn, Dyn, C<3>), f64>;
 type Any3 = Tensor<(Dyn, Dyn, Dyn), f64>;
 type Bool2 = Tensor<(Dyn, Dyn), bool>;
 
@@ -260,6 +265,54 @@ fn mha_extra_kv(
     m.eval();
     load(fx, case, &mut m);
     m
+}
+
+/// `kdim`/`vdim`: keys 6 wide and values 3 wide, through separate
+/// `q/k/v_proj_weight`, with a key padding mask and the weights returned.
+#[test]
+fn mha_kdim_vdim_with_padding_and_weights() {
+    let fx = fixture();
+    let case = "mha_kdim_vdim";
+    let mut m = MultiheadAttention::<8, 2, f64, Cpu, 6, 3>::new(&Cpu, &mut Rng::seed_from(0));
+    m.eval();
+    load(&fx, case, &mut m);
+    let q: Seq = input(&fx, case, "q");
+    let k: Tensor<(Dyn, Dyn, C<6>), f64> = input(&fx, case, "k");
+    let v: Tensor<(Dyn, Dyn, C<3>), f64> = input(&fx, case, "v");
+    let kpm: Bool2 = constant(&fx, case, "kpm");
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&kpm)),
+        ..AttnMasks::default()
+    };
+    let out = m.attend_with_weights(&q, &k, &v, masks);
+    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
+    finish(
+        &fx,
+        case,
+        &m,
+        &[any3(&out.output), any3(&out.weights)],
+        &ins,
+    );
+}
+
+/// `kdim = vdim = 6` without biases and with `add_bias_kv` (the appended
+/// rows are `EMBED` wide, after the projections).
+#[test]
+fn mha_kdim_without_bias_with_bias_kv() {
+    let fx = fixture();
+    let case = "mha_kdim_bias_kv";
+    let mut rng = Rng::seed_from(0);
+    let mut m =
+        MultiheadAttention::<8, 2, f64, Cpu, 6, 6>::with_options(0.0, false, &Cpu, &mut rng)
+            .add_bias_kv(&mut rng);
+    m.eval();
+    load(&fx, case, &mut m);
+    let q: Seq = input(&fx, case, "q");
+    let k: Tensor<(Dyn, Dyn, C<6>), f64> = input(&fx, case, "k");
+    let v: Tensor<(Dyn, Dyn, C<6>), f64> = input(&fx, case, "v");
+    let y = m.attend_with(&q, &k, &v, AttnMasks::default());
+    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
+    finish(&fx, case, &m, &[any3(&y)], &ins);
 }
 
 /// `add_bias_kv`: keys and values gain a learned row, the key padding mask
@@ -550,6 +603,26 @@ fn lstm_case<const BIDIR: bool>(case: &str, state: bool, bias: bool) {
     finish(&fx, case, &m, &[y, any3(&h), any3(&c)], &ins);
 }
 
+/// LSTM with `proj_size = 2` (hidden 5): `h_0` and the outputs have 2
+/// features per direction, `c_0` has 5; `weight_hr_l{k}` projects.
+fn lstm_proj_case<const BIDIR: bool>(case: &str) {
+    let fx = fixture();
+    let mut m = Lstm::<3, 5, BIDIR, f64, Cpu, 2>::with_options(
+        rnn_options(true),
+        &Cpu,
+        &mut Rng::seed_from(3),
+    );
+    m.eval();
+    load(&fx, case, &mut m);
+    let x: Tensor<(Dyn, Dyn, C<3>), f64> = input(&fx, case, "x");
+    let h0: Tensor<(Dyn, Dyn, C<2>), f64> = input(&fx, case, "h0");
+    let c0: Tensor<(Dyn, Dyn, C<5>), f64> = input(&fx, case, "c0");
+    let ins = [("x", any3(&x)), ("h0", any3(&h0)), ("c0", any3(&c0))];
+    let (y, (h, c)): (Any3, _) = m.forward_with(x, Some((h0, c0)));
+    let ins: Vec<(&str, &Any3)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+    finish(&fx, case, &m, &[y, any3(&h), any3(&c)], &ins);
+}
+
 fn gru_case<const BIDIR: bool>(case: &str, state: bool, bias: bool) {
     let fx = fixture();
     let mut m =
@@ -586,6 +659,16 @@ fn lstm_bidirectional_from_given_state() {
 #[test]
 fn lstm_bidirectional_without_bias() {
     lstm_case::<true>("lstm_bi_nobias", false, false);
+}
+
+#[test]
+fn lstm_with_proj_size() {
+    lstm_proj_case::<false>("lstm_proj_state");
+}
+
+#[test]
+fn lstm_bidirectional_with_proj_size() {
+    lstm_proj_case::<true>("lstm_proj_bi_state");
 }
 
 #[test]
@@ -626,8 +709,30 @@ fn default_initialisation_follows_pytorch() {
     let mha = MultiheadAttention::<64, 4>::new(&Cpu, &mut rng);
     // xavier_uniform_ on [192, 64]: bound sqrt(6 / 256).
     let bound = (6.0f32 / 256.0).sqrt();
-    let w = mha.in_proj_weight.to_vec();
+    let w = mha
+        .in_proj_weight
+        .as_ref()
+        .expect("stacked projections")
+        .to_vec();
     assert!(w.iter().all(|v| v.abs() <= bound) && w.iter().any(|v| v.abs() > 0.9 * bound));
+    // With kdim = 32: separate projections, each xavier_uniform_ on its own
+    // shape ([64, 32]: bound sqrt(6 / 96)).
+    let mha = MultiheadAttention::<64, 4, f32, Cpu, 32>::new(&Cpu, &mut rng);
+    assert!(mha.in_proj_weight.is_none());
+    let k = mha
+        .k_proj_weight
+        .as_ref()
+        .expect("a key projection")
+        .to_vec();
+    let kb = (6.0f32 / 96.0).sqrt();
+    assert!(k.iter().all(|v| v.abs() <= kb) && k.iter().any(|v| v.abs() > 0.9 * kb));
+    let v = mha
+        .v_proj_weight
+        .as_ref()
+        .expect("a value projection")
+        .to_vec();
+    let vb = (6.0f32 / 128.0).sqrt();
+    assert!(v.iter().all(|x| x.abs() <= vb) && v.iter().any(|x| x.abs() > 0.9 * vb));
     assert!(mha
         .in_proj_bias
         .as_ref()
@@ -759,4 +864,119 @@ fn dropout_acts_only_in_training_mode() {
     let a: Tensor<(Dyn, Dyn, C<4>)> = lstm.forward(x.clone());
     let b: Tensor<(Dyn, Dyn, C<4>)> = lstm.forward(x);
     assert_eq!(a.to_vec(), b.to_vec());
+}
+
+// ------------------------------------------------------- batch_first=False
+
+/// `SeqFirst`: PyTorch's default `batch_first=False`, `[seq, batch, F]`
+/// tensors in and out; the keys, states and masks are the layer's.
+#[test]
+fn lstm_sequence_first() {
+    let fx = fixture();
+    let case = "lstm_seq_first";
+    let mut m = SeqFirst(Lstm::<3, 4, true, f64>::new(
+        2,
+        &Cpu,
+        &mut Rng::seed_from(3),
+    ));
+    m.eval();
+    load(&fx, case, &mut m);
+    let x: Seq3 = input(&fx, case, "x");
+    let h0: Tensor<(Dyn, Dyn, C<4>), f64> = input(&fx, case, "h0");
+    let c0: Tensor<(Dyn, Dyn, C<4>), f64> = input(&fx, case, "c0");
+    let ins = [("x", any3(&x)), ("h0", any3(&h0)), ("c0", any3(&c0))];
+    let (y, (h, c)): (Any3, _) = m.forward_with(x, Some((h0, c0)));
+    let ins: Vec<(&str, &Any3)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+    finish(&fx, case, &m, &[y, any3(&h), any3(&c)], &ins);
+}
+
+#[test]
+fn gru_sequence_first_through_forward() {
+    let fx = fixture();
+    let case = "gru_seq_first";
+    let mut m = SeqFirst(Gru::<3, 4, false, f64>::new(
+        1,
+        &Cpu,
+        &mut Rng::seed_from(4),
+    ));
+    m.eval();
+    load(&fx, case, &mut m);
+    let x: Seq3 = input(&fx, case, "x");
+    let (y, h): (Any3, _) = m.forward_with(x.clone(), None);
+    let through_forward: Tensor<(Dyn, Dyn, C<4>), f64> = m.forward(x.clone());
+    assert_eq!(any3(&through_forward).to_vec(), y.to_vec());
+    finish(&fx, case, &m, &[y, any3(&h)], &[("x", &any3(&x))]);
+}
+
+#[test]
+fn mha_sequence_first_with_padding_and_weights() {
+    let fx = fixture();
+    let case = "mha_seq_first";
+    let mut m = SeqFirst(MultiheadAttention::<8, 2, f64>::new(
+        &Cpu,
+        &mut Rng::seed_from(0),
+    ));
+    m.eval();
+    load(&fx, case, &mut m);
+    let (q, k, v) = qkv(&fx, case);
+    let kpm: Bool2 = constant(&fx, case, "kpm");
+    let masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&kpm)),
+        ..AttnMasks::default()
+    };
+    let out = m.attend_with_weights(&q, &k, &v, masks);
+    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
+    finish(
+        &fx,
+        case,
+        &m,
+        &[any3(&out.output), any3(&out.weights)],
+        &ins,
+    );
+}
+
+#[test]
+fn encoder_and_decoder_layers_sequence_first() {
+    let fx = fixture();
+    let opts = |norm_first| TransformerOptions {
+        dropout: 0.0,
+        ..options(Activation::Relu, norm_first)
+    };
+    let case = "enc_seq_first";
+    let layer = TransformerEncoderLayer::<8, 2, 16, f64>::with_options(
+        opts(false),
+        &Cpu,
+        &mut Rng::seed_from(1),
+    );
+    let mut m = SeqFirst(layer);
+    m.eval();
+    load(&fx, case, &mut m);
+    let src: Seq = input(&fx, case, "src");
+    let y = m.forward_with(src.clone(), AttnMasks::causal());
+    finish(&fx, case, &m, &[any3(&y)], &[("src", &any3(&src))]);
+
+    let case = "dec_seq_first";
+    let layer = TransformerDecoderLayer::<8, 2, 16, f64>::with_options(
+        opts(true),
+        &Cpu,
+        &mut Rng::seed_from(2),
+    );
+    let mut m = SeqFirst(layer);
+    m.eval();
+    load(&fx, case, &mut m);
+    let tgt: Seq = input(&fx, case, "tgt");
+    let memory: Seq = input(&fx, case, "memory");
+    let mem_kpm: Bool2 = constant(&fx, case, "mem_kpm");
+    let memory_masks = AttnMasks {
+        key_padding_mask: Some(Mask::Hide(&mem_kpm)),
+        ..AttnMasks::default()
+    };
+    let y = m.forward_with(
+        tgt.clone(),
+        memory.clone(),
+        AttnMasks::default(),
+        memory_masks,
+    );
+    let ins = [("tgt", &any3(&tgt)), ("memory", &any3(&memory))];
+    finish(&fx, case, &m, &[any3(&y)], &ins);
 }

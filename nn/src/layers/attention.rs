@@ -276,7 +276,8 @@ where
 }
 
 /// Multi-head scaled dot-product attention over `[batch, seq, EMBED]`
-/// tensors (PyTorch's `batch_first=True` layout), with PyTorch's parameters:
+/// tensors (PyTorch's `batch_first=True` layout; [`SeqFirst`](super::SeqFirst)
+/// takes `[seq, batch, EMBED]`), with PyTorch's parameters:
 /// the query, key and value projections stacked in `in_proj_weight`
 /// (`[3 * EMBED, EMBED]`) and `in_proj_bias` (`[3 * EMBED]`), then
 /// `out_proj`. `EMBED` must split evenly into `HEADS` heads, checked when the
@@ -285,8 +286,13 @@ where
 ///
 /// [`MultiheadAttention::add_bias_kv`] and
 /// [`MultiheadAttention::add_zero_attn`] give PyTorch's options of those
-/// names. Not supported: `kdim`/`vdim` different from `EMBED`, and 3-D
-/// (per-head) `attn_mask`s.
+/// names. Keys and values of other widths (`kdim=KDIM, vdim=VDIM`) are the
+/// last two parameters, `MultiheadAttention<EMBED, HEADS, E, D, KDIM, VDIM>`
+/// (both `EMBED` by default): the projections are then separate,
+/// `q_proj_weight` `[EMBED, EMBED]`, `k_proj_weight` `[EMBED, KDIM]` and
+/// `v_proj_weight` `[EMBED, VDIM]`, as PyTorch's, and self-attention
+/// (`forward`) needs the default widths. Not supported: 3-D (per-head)
+/// `attn_mask`s.
 ///
 /// ```
 /// use forma::prelude::*;
@@ -308,9 +314,20 @@ pub struct MultiheadAttention<
     const HEADS: usize,
     E: Float = f32,
     D: Device<E> = Cpu,
+    const KDIM: usize = EMBED,
+    const VDIM: usize = EMBED,
 > {
-    /// The stacked query, key and value projections, `[3 * EMBED, EMBED]`.
-    pub in_proj_weight: Tensor<(Dyn, C<EMBED>), E, D>,
+    /// The stacked query, key and value projections, `[3 * EMBED, EMBED]`,
+    /// when the keys and values are `EMBED` wide (PyTorch's
+    /// `_qkv_same_embed_dim`); absent otherwise.
+    pub in_proj_weight: Option<Tensor<(Dyn, C<EMBED>), E, D>>,
+    /// The query projection `[EMBED, EMBED]`, when `KDIM` or `VDIM` differs
+    /// from `EMBED`.
+    pub q_proj_weight: Option<Tensor<(C<EMBED>, C<EMBED>), E, D>>,
+    /// The key projection `[EMBED, KDIM]`, beside `q_proj_weight`.
+    pub k_proj_weight: Option<Tensor<(C<EMBED>, C<KDIM>), E, D>>,
+    /// The value projection `[EMBED, VDIM]`, beside `q_proj_weight`.
+    pub v_proj_weight: Option<Tensor<(C<EMBED>, C<VDIM>), E, D>>,
     /// Their biases, `[3 * EMBED]` (absent for `bias=False`).
     pub in_proj_bias: Option<Tensor<(Dyn,), E, D>>,
     /// The output projection.
@@ -347,12 +364,37 @@ pub struct AttnOutput<
     pub weights: Tensor<(B, T, S), E, D>,
 }
 
-impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
-    MultiheadAttention<EMBED, HEADS, E, D>
+impl<
+        const EMBED: usize,
+        const HEADS: usize,
+        E: Float,
+        D: Device<E>,
+        const KDIM: usize,
+        const VDIM: usize,
+    > MultiheadAttention<EMBED, HEADS, E, D, KDIM, VDIM>
 {
-    /// A layer like `nn.MultiheadAttention(EMBED, HEADS, batch_first=True)`,
-    /// initialised like PyTorch's: Xavier-uniform `in_proj_weight`, the
-    /// Linear default for `out_proj.weight`, zero biases; no dropout.
+    /// Whether the three projections are stacked in `in_proj_weight`.
+    const SAME_WIDTHS: bool = KDIM == EMBED && VDIM == EMBED;
+
+    /// A layer like `nn.MultiheadAttention(EMBED, HEADS, kdim=KDIM,
+    /// vdim=VDIM, batch_first=True)`, initialised like PyTorch's:
+    /// Xavier-uniform projections, the Linear default for `out_proj.weight`,
+    /// zero biases; no dropout.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::{layers::MultiheadAttention, Module};
+    /// let mut rng = Rng::seed_from(0);
+    /// // Queries 8 wide attending over keys 6 wide and values 3 wide.
+    /// let mha = MultiheadAttention::<8, 2, f32, Cpu, 6, 3>::new(&Cpu, &mut rng);
+    /// let keys: Vec<String> = mha.state_dict().keys().map(String::from).collect();
+    /// assert_eq!(keys[..4], ["q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias"]);
+    /// let q = Tensor::<(Dyn, Dyn, C<8>)>::randn((Dyn(2), Dyn(4), C), &mut rng);
+    /// let k = Tensor::<(Dyn, Dyn, C<6>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
+    /// let v = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(2), Dyn(5), C), &mut rng);
+    /// let y = mha.attend_with(&q, &k, &v, Default::default());
+    /// assert_eq!(y.dims()[..], [2, 4, 8]);
+    /// ```
     pub fn new(device: &D, rng: &mut Rng) -> Self {
         const { assert_heads(EMBED, HEADS) };
         Self::build(0.0, true, device, rng)
@@ -369,10 +411,25 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     }
 
     fn build(dropout: f64, bias: bool, device: &D, rng: &mut Rng) -> Self {
-        // xavier_uniform_ on [3E, E]: bound sqrt(6 / (fan_in + fan_out)).
-        let bound = (6.0 / (4 * EMBED) as f64).sqrt();
-        let in_proj_weight =
-            Tensor::uniform_on((Dyn(3 * EMBED), C), -bound, bound, rng, device).requires_grad();
+        // xavier_uniform_: bound sqrt(6 / (fan_in + fan_out)).
+        fn xavier<S: Shape, E: Float, D: Device<E>>(
+            shape: S,
+            rng: &mut Rng,
+            device: &D,
+        ) -> Tensor<S, E, D> {
+            let dims = shape.dims();
+            let bound = (6.0 / (dims[0] + dims[1]) as f64).sqrt();
+            Tensor::uniform_on(shape, -bound, bound, rng, device).requires_grad()
+        }
+        let (in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight) = if Self::SAME_WIDTHS {
+            let w = xavier((Dyn(3 * EMBED), C), rng, device);
+            (Some(w), None, None, None)
+        } else {
+            let q = xavier((C, C), rng, device);
+            let k = xavier((C, C), rng, device);
+            let v = xavier((C, C), rng, device);
+            (None, Some(q), Some(k), Some(v))
+        };
         let in_proj_bias = bias.then(|| filled((Dyn(3 * EMBED),), 0.0, device).requires_grad());
         let mut linear = Linear::with_bias(bias, device, rng);
         linear.weight = fan_in_uniform((C, C), EMBED, device, rng);
@@ -381,6 +438,9 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
         }
         MultiheadAttention {
             in_proj_weight,
+            q_proj_weight,
+            k_proj_weight,
+            v_proj_weight,
             in_proj_bias,
             out_proj: NonDynamicallyQuantizableLinear { linear },
             bias_k: None,
@@ -411,7 +471,7 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub fn add_bias_kv(mut self, rng: &mut Rng) -> Self {
         // xavier_normal_ on [1, 1, EMBED]: fan_in = fan_out = EMBED.
         let std = (1.0 / EMBED as f64).sqrt();
-        let device = self.in_proj_weight.device().clone();
+        let device = self.out_proj.weight.device().clone();
         let mut row = || Tensor::normal_on((C, C, C), 0.0, std, rng, &device).requires_grad();
         self.bias_k = Some(row());
         self.bias_v = Some(row());
@@ -510,17 +570,24 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     }
 
     /// One of the query/key/value projections, split into heads:
-    /// `[batch, len, EMBED]` to `[batch, HEADS, len, EMBED / HEADS]`.
-    fn project(
+    /// `[batch, len, width]` to `[batch, HEADS, len, EMBED / HEADS]`, the
+    /// width being `EMBED`, `KDIM` or `VDIM` (`part` 0, 1, 2).
+    fn project<L: Dim>(
         &self,
-        x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        x: &Tensor<(Dyn, Dyn, L), E, D>,
         part: usize,
     ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
-        let w = self.in_proj_weight.narrow_static::<0, EMBED>(part * EMBED);
+        let w: Tensor<(C<EMBED>, Dyn), E, D> = match (&self.in_proj_weight, part) {
+            (Some(w), _) => restore(w.narrow_static::<0, EMBED>(part * EMBED)),
+            (None, 0) => restore(self.q_proj_weight.clone().expect("q_proj_weight")),
+            (None, 1) => restore(self.k_proj_weight.clone().expect("k_proj_weight")),
+            (None, _) => restore(self.v_proj_weight.clone().expect("v_proj_weight")),
+        };
         let b = self
             .in_proj_bias
             .as_ref()
             .map(|b| b.narrow_static::<0, EMBED>(part * EMBED));
+        let x: Tensor<(Dyn, Dyn, Dyn), E, D> = restore(x.clone());
         Self::heads(&x.try_linear(&w, b.as_ref())?)
     }
 
@@ -531,8 +598,9 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     fn project_packed(
         &self,
         x: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        in_proj_weight: &Tensor<(Dyn, C<EMBED>), E, D>,
     ) -> Result<[Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3]> {
-        let y = x.try_linear(&self.in_proj_weight, self.in_proj_bias.as_ref())?;
+        let y = x.try_linear(in_proj_weight, self.in_proj_bias.as_ref())?;
         let part = |p: usize| Self::heads(&y.narrow::<2>(p * EMBED, EMBED));
         Ok([part(0)?, part(1)?, part(2)?])
     }
@@ -555,15 +623,16 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     fn project_all(
         &self,
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-        key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-        value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        key: &Tensor<(Dyn, Dyn, C<KDIM>), E, D>,
+        value: &Tensor<(Dyn, Dyn, C<VDIM>), E, D>,
     ) -> Result<[Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>; 3]> {
         const { assert_heads(EMBED, HEADS) };
-        let one_input = [key, value]
-            .iter()
-            .all(|t| query.shares_storage(t) && query.layout() == t.layout());
-        if one_input {
-            self.project_packed(query)
+        let one_input = query.shares_storage(key)
+            && query.layout() == key.layout()
+            && query.shares_storage(value)
+            && query.layout() == value.layout();
+        if let (true, Some(w)) = (one_input, &self.in_proj_weight) {
+            self.project_packed(query, w)
         } else {
             Ok([
                 self.project(query, 0)?,
@@ -595,8 +664,8 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub(crate) fn attend_erased(
         &self,
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-        key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-        value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        key: &Tensor<(Dyn, Dyn, C<KDIM>), E, D>,
+        value: &Tensor<(Dyn, Dyn, C<VDIM>), E, D>,
         masks: &Masks<E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<EMBED>), E, D>> {
         let dropout = self.training.is_on() && self.dropout > 0.0;
@@ -635,8 +704,8 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub(crate) fn attend_erased_weights(
         &self,
         query: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-        key: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
-        value: &Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+        key: &Tensor<(Dyn, Dyn, C<KDIM>), E, D>,
+        value: &Tensor<(Dyn, Dyn, C<VDIM>), E, D>,
         masks: &Masks<E, D>,
         need_weights: bool,
     ) -> Result<(
@@ -660,29 +729,29 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     #[allow(clippy::type_complexity)] // the three erased inputs and their masks
     fn prepare<B: Dim, T: Dim, S: Dim>(
         query: &Tensor<(B, T, C<EMBED>), E, D>,
-        key: &Tensor<(B, S, C<EMBED>), E, D>,
-        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<KDIM>), E, D>,
+        value: &Tensor<(B, S, C<VDIM>), E, D>,
         masks: &AttnMasks<'_, B, T, S, E, D>,
-    ) -> Result<([Tensor<(Dyn, Dyn, C<EMBED>), E, D>; 3], Masks<E, D>)> {
+    ) -> Result<(Erased3<EMBED, KDIM, VDIM, E, D>, Masks<E, D>)> {
         let (b, t, s) = (query.size(0), query.size(1), key.size(1));
-        for (name, x) in [("key", key), ("value", value)] {
-            if x.size(0) != b || x.size(1) != s {
+        for (name, dims, width) in [("key", key.dims(), KDIM), ("value", value.dims(), VDIM)] {
+            if dims[0] != b || dims[1] != s {
                 return Err(Error::shape(
                     "MultiheadAttention",
                     format!(
-                        "a {name} of [{b}, {s}, {EMBED}] (the query's batch, the key's length)"
+                        "a {name} of [{b}, {s}, {width}] (the query's batch, the key's length)"
                     ),
-                    &x.dims(),
+                    &dims,
                 ));
             }
         }
         let masks = masks.erase(b, t, s)?;
         Ok((
-            [
+            (
                 restore(query.clone()),
                 restore(key.clone()),
                 restore(value.clone()),
-            ],
+            ),
             masks,
         ))
     }
@@ -697,8 +766,8 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub fn attend_with<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
-        key: &Tensor<(B, S, C<EMBED>), E, D>,
-        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<KDIM>), E, D>,
+        value: &Tensor<(B, S, C<VDIM>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Tensor<(B, T, C<EMBED>), E, D> {
         ok(self.try_attend_with(query, key, value, masks))
@@ -712,11 +781,11 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub fn try_attend_with<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
-        key: &Tensor<(B, S, C<EMBED>), E, D>,
-        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<KDIM>), E, D>,
+        value: &Tensor<(B, S, C<VDIM>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Result<Tensor<(B, T, C<EMBED>), E, D>> {
-        let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
+        let ((q, k, v), masks) = Self::prepare(query, key, value, &masks)?;
         Ok(restore(self.attend_erased(&q, &k, &v, &masks)?))
     }
 
@@ -731,8 +800,8 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub fn attend_with_weights<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
-        key: &Tensor<(B, S, C<EMBED>), E, D>,
-        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<KDIM>), E, D>,
+        value: &Tensor<(B, S, C<VDIM>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> AttnOutput<B, T, S, EMBED, E, D> {
         ok(self.try_attend_with_weights(query, key, value, masks))
@@ -745,11 +814,11 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub fn try_attend_with_weights<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
-        key: &Tensor<(B, S, C<EMBED>), E, D>,
-        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<KDIM>), E, D>,
+        value: &Tensor<(B, S, C<VDIM>), E, D>,
         masks: AttnMasks<'_, B, T, S, E, D>,
     ) -> Result<AttnOutput<B, T, S, EMBED, E, D>> {
-        let ([q, k, v], masks) = Self::prepare(query, key, value, &masks)?;
+        let ((q, k, v), masks) = Self::prepare(query, key, value, &masks)?;
         let (y, w) = self.attend_erased_weights(&q, &k, &v, &masks, true)?;
         Ok(AttnOutput {
             output: restore(y),
@@ -767,8 +836,8 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     pub fn attend<B: Dim, T: Dim, S: Dim>(
         &self,
         query: &Tensor<(B, T, C<EMBED>), E, D>,
-        key: &Tensor<(B, S, C<EMBED>), E, D>,
-        value: &Tensor<(B, S, C<EMBED>), E, D>,
+        key: &Tensor<(B, S, C<KDIM>), E, D>,
+        value: &Tensor<(B, S, C<VDIM>), E, D>,
         key_padding_mask: Option<&Tensor<(B, S), bool, D>>,
         causal: bool,
     ) -> Tensor<(B, T, C<EMBED>), E, D> {
@@ -781,11 +850,18 @@ impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     }
 }
 
+/// The query, key and value of one call, their batch and lengths erased.
+type Erased3<const EMBED: usize, const KDIM: usize, const VDIM: usize, E, D> = (
+    Tensor<(Dyn, Dyn, C<EMBED>), E, D>,
+    Tensor<(Dyn, Dyn, C<KDIM>), E, D>,
+    Tensor<(Dyn, Dyn, C<VDIM>), E, D>,
+);
+
 impl<B: Dim, T: Dim, const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>>
     Forward<Tensor<(B, T, C<EMBED>), E, D>, Tensor<(B, T, C<EMBED>), E, D>>
     for MultiheadAttention<EMBED, HEADS, E, D>
 {
-    /// Self-attention without masks.
+    /// Self-attention without masks (keys and values `EMBED` wide).
     fn try_forward(
         &self,
         x: Tensor<(B, T, C<EMBED>), E, D>,

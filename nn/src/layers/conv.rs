@@ -1,5 +1,6 @@
-//! Convolutions: `Conv1d`, `Conv2d` (with PyTorch's padding modes) and
-//! `ConvTranspose2d`, like PyTorch's.
+//! Convolutions: `Conv1d`, `Conv2d` (square kernels) and `Conv2dRect`
+//! (a kernel, stride, padding and dilation per axis), both with PyTorch's
+//! padding modes, and `ConvTranspose2d`, like PyTorch's.
 
 use super::check::{assert_transposed_window, assert_window};
 use super::fan_in_uniform;
@@ -92,30 +93,35 @@ impl PaddingMode {
     }
 }
 
-/// PyTorch's `_ConvNd.extra_repr` for a `rank`-d convolution whose sizes
-/// are the same along every axis: `[kernel, stride, padding, dilation,
-/// output_padding]`, each written as a tuple, left out at its default.
+/// PyTorch's `_ConvNd.extra_repr` for a convolution with one size per
+/// axis in each of `[kernel, stride, padding, dilation, output_padding]`,
+/// each written as a tuple and left out at its default.
 fn conv_repr(
-    rank: usize,
     (i, o): (usize, usize),
-    [k, s, p, l, op]: [usize; 5],
+    [k, s, p, l, op]: [&[usize]; 5],
     groups: usize,
     bias: bool,
     padding_mode: PaddingMode,
 ) -> String {
     // Python writes a 1-tuple with a trailing comma.
-    let tuple = |v: usize| match rank {
-        1 => format!("({v},)"),
-        _ => format!("({})", vec![v.to_string(); rank].join(", ")),
+    let tuple = |v: &[usize]| match v {
+        [x] => format!("({x},)"),
+        _ => format!(
+            "({})",
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut r = format!("{i}, {o}, kernel_size={}, stride={}", tuple(k), tuple(s));
-    if p != 0 {
+    if p.iter().any(|&x| x != 0) {
         r += &format!(", padding={}", tuple(p));
     }
-    if l != 1 {
+    if l.iter().any(|&x| x != 1) {
         r += &format!(", dilation={}", tuple(l));
     }
-    if op != 0 {
+    if op.iter().any(|&x| x != 0) {
         r += &format!(", output_padding={}", tuple(op));
     }
     if groups != 1 {
@@ -143,7 +149,8 @@ fn with_bias<S: Shape, const O: usize, E: Float, D: Device<E>>(
 
 /// A 2-d convolution from `I` to `O` channels with a `K`x`K` kernel, stride
 /// `S`, zero padding `P` and dilation `L`, like
-/// `nn.Conv2d(I, O, K, stride=S, padding=P, dilation=L)`. `weight` is
+/// `nn.Conv2d(I, O, K, stride=S, padding=P, dilation=L)`: the square case of
+/// [`Conv2dRect`], whose fields and methods it has. `weight` is
 /// `[O, I / groups, K, K]`, `bias` `[O]`; both start from PyTorch's default.
 ///
 /// The output height and width are the caller's to state (stable Rust cannot
@@ -159,25 +166,61 @@ fn with_bias<S: Shape, const O: usize, E: Float, D: Device<E>>(
 /// let y: Tensor<(Dyn, C<6>, C<24>, C<24>)> = conv.forward(x);
 /// assert_eq!(y.dims()[..], [2, 6, 24, 24]);
 /// ```
-#[derive(Module, Clone, Debug)]
-#[module(crate = "crate", extra_repr = "Self::extra_repr")]
-pub struct Conv2d<
+pub type Conv2d<
     const I: usize,
     const O: usize,
     const K: usize,
     const S: usize = 1,
     const P: usize = 0,
     const L: usize = 1,
+    E = f32,
+    D = Cpu,
+> = Conv2dRect<I, O, K, K, S, S, P, P, L, L, E, D>;
+
+/// A 2-d convolution whose kernel, stride, padding and dilation may differ
+/// between height and width, like `nn.Conv2d(I, O, (KH, KW), stride=(SH, SW),
+/// padding=(PH, PW), dilation=(LH, LW))` (Inception's `1x7` and `7x1`
+/// kernels). `weight` is `[O, I / groups, KH, KW]`, `bias` `[O]`; both start
+/// from PyTorch's default. Its repr and `state_dict` are PyTorch's `Conv2d`'s;
+/// [`Conv2d`] names the square case.
+///
+/// A static output size that disagrees with
+/// `(h + 2PH - LH(KH - 1) - 1) / SH + 1` (and the same along the width)
+/// fails `cargo build`.
+///
+/// ```
+/// use forma::prelude::*;
+/// use forma::nn::{layers::Conv2dRect, Forward, Module};
+/// // kernel (1, 7), padding (0, 3): the width is kept, as in Inception-v3.
+/// let conv = Conv2dRect::<4, 8, 1, 7, 1, 1, 0, 3>::new(&Cpu, &mut Rng::seed_from(0));
+/// let x = Tensor::<(Dyn, C<4>, C<17>, C<17>)>::zeros_with((Dyn(2), C, C, C));
+/// let y: Tensor<(Dyn, C<8>, C<17>, C<17>)> = conv.forward(x);
+/// assert_eq!(y.dims()[..], [2, 8, 17, 17]);
+/// assert_eq!(conv.repr(), "Conv2d(4, 8, kernel_size=(1, 7), stride=(1, 1), padding=(0, 3))");
+/// ```
+#[derive(Module, Clone, Debug)]
+#[module(crate = "crate", name = "Conv2d", extra_repr = "Self::extra_repr")]
+pub struct Conv2dRect<
+    const I: usize,
+    const O: usize,
+    const KH: usize,
+    const KW: usize,
+    const SH: usize = 1,
+    const SW: usize = 1,
+    const PH: usize = 0,
+    const PW: usize = 0,
+    const LH: usize = 1,
+    const LW: usize = 1,
     E: Float = f32,
     D: Device<E> = Cpu,
 > {
-    /// `[out_channels, in_channels / groups, K, K]`.
-    pub weight: Tensor<(C<O>, Dyn, C<K>, C<K>), E, D>,
+    /// `[out_channels, in_channels / groups, KH, KW]`.
+    pub weight: Tensor<(C<O>, Dyn, C<KH>, C<KW>), E, D>,
     /// `[out_channels]`, absent for `bias=False`.
     pub bias: Option<Tensor<(C<O>,), E, D>>,
     /// Channel groups (`groups=`), dividing both `I` and `O`.
     pub groups: usize,
-    /// How the `P` padding is filled (`padding_mode=`).
+    /// How the padding is filled (`padding_mode=`).
     #[module(skip)]
     pub padding_mode: PaddingMode,
 }
@@ -185,13 +228,17 @@ pub struct Conv2d<
 impl<
         const I: usize,
         const O: usize,
-        const K: usize,
-        const S: usize,
-        const P: usize,
-        const L: usize,
+        const KH: usize,
+        const KW: usize,
+        const SH: usize,
+        const SW: usize,
+        const PH: usize,
+        const PW: usize,
+        const LH: usize,
+        const LW: usize,
         E: Float,
         D: Device<E>,
-    > Conv2d<I, O, K, S, P, L, E, D>
+    > Conv2dRect<I, O, KH, KW, SH, SW, PH, PW, LH, LW, E, D>
 {
     /// A convolution with a bias and one group.
     pub fn new(device: &D, rng: &mut Rng) -> Self {
@@ -204,9 +251,9 @@ impl<
     /// If `groups` does not divide both channel counts.
     pub fn with_options(groups: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
         check_groups("Conv2d", groups, I, O);
-        let fan_in = I / groups * K * K;
+        let fan_in = I / groups * KH * KW;
         let (weight, bias) = weight_and_bias((C, Dyn(I / groups), C, C), fan_in, bias, device, rng);
-        Conv2d {
+        Conv2dRect {
             weight,
             bias,
             groups,
@@ -223,9 +270,8 @@ impl<
 
     fn extra_repr(&self) -> String {
         conv_repr(
-            2,
             (I, O),
-            [K, S, P, L, 0],
+            [&[KH, KW], &[SH, SW], &[PH, PW], &[LH, LW], &[0, 0]],
             self.groups,
             self.bias.is_some(),
             self.padding_mode,
@@ -241,32 +287,36 @@ impl<
         W2: Dim,
         const I: usize,
         const O: usize,
-        const K: usize,
-        const S: usize,
-        const P: usize,
-        const L: usize,
+        const KH: usize,
+        const KW: usize,
+        const SH: usize,
+        const SW: usize,
+        const PH: usize,
+        const PW: usize,
+        const LH: usize,
+        const LW: usize,
         E: Float,
         D: Device<E>,
     > Forward<Tensor<(B, C<I>, H, W), E, D>, Tensor<(B, C<O>, H2, W2), E, D>>
-    for Conv2d<I, O, K, S, P, L, E, D>
+    for Conv2dRect<I, O, KH, KW, SH, SW, PH, PW, LH, LW, E, D>
 {
     fn try_forward(
         &self,
         x: Tensor<(B, C<I>, H, W), E, D>,
     ) -> Result<Tensor<(B, C<O>, H2, W2), E, D>> {
         const {
-            assert_window("Conv2d", "height", H::STATIC, K, S, P, L, H2::STATIC);
-            assert_window("Conv2d", "width", W::STATIC, K, S, P, L, W2::STATIC);
+            assert_window("Conv2d", "height", H::STATIC, KH, SH, PH, LH, H2::STATIC);
+            assert_window("Conv2d", "width", W::STATIC, KW, SW, PW, LW, W2::STATIC);
         };
         let p = Conv2dParams {
-            stride: [S, S],
-            padding: [P, P],
-            dilation: [L, L],
+            stride: [SH, SW],
+            padding: [PH, PW],
+            dilation: [LH, LW],
             groups: self.groups,
         };
         let y = match self.padding_mode.pad_mode() {
-            Some(mode) if P > 0 => {
-                let x = x.try_pad::<3>(P, P, mode)?.try_pad::<2>(P, P, mode)?;
+            Some(mode) if PH + PW > 0 => {
+                let x = x.try_pad::<3>(PW, PW, mode)?.try_pad::<2>(PH, PH, mode)?;
                 let p = Conv2dParams {
                     padding: [0, 0],
                     ..p
@@ -360,9 +410,8 @@ impl<
 
     fn extra_repr(&self) -> String {
         conv_repr(
-            1,
             (I, O),
-            [K, S, P, L, 0],
+            [&[K], &[S], &[P], &[L], &[0]],
             self.groups,
             self.bias.is_some(),
             self.padding_mode,
@@ -492,9 +541,8 @@ impl<
 
     fn extra_repr(&self) -> String {
         conv_repr(
-            2,
             (I, O),
-            [K, S, P, L, OP],
+            [&[K; 2], &[S; 2], &[P; 2], &[L; 2], &[OP; 2]],
             self.groups,
             self.bias.is_some(),
             PaddingMode::Zeros,

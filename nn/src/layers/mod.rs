@@ -17,6 +17,7 @@ pub mod linear;
 pub mod norm;
 pub mod pool;
 pub mod recurrent;
+pub mod seq_first;
 pub mod transformer;
 pub mod transformer_stack;
 
@@ -26,7 +27,7 @@ pub use activation::{
 pub use attention::{
     AttnMasks, AttnOutput, Mask, MultiheadAttention, NonDynamicallyQuantizableLinear,
 };
-pub use conv::{Conv1d, Conv2d, ConvTranspose2d, PaddingMode};
+pub use conv::{Conv1d, Conv2d, Conv2dRect, ConvTranspose2d, PaddingMode};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use flatten::Flatten;
@@ -36,6 +37,7 @@ pub use pool::{
     AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, MaxUnpool2d, Pooled,
 };
 pub use recurrent::{Gru, Lstm, LstmState, RnnOptions, RnnParams, RnnWeights};
+pub use seq_first::{SeqFirst, SeqFirstAttnOutput};
 pub use transformer::{
     Activation, TransformerDecoderLayer, TransformerEncoderLayer, TransformerOptions,
 };

@@ -1,7 +1,7 @@
-//! Recurrent layers: [`Lstm`] and [`Gru`], like PyTorch's `nn.LSTM` and
-//! `nn.GRU` with `batch_first=True`: the same parameter names
-//! (`weight_ih_l0`, `bias_hh_l1_reverse`, ...), shapes, gate order,
-//! initialisation and arithmetic.
+//! Recurrent layers: [`Lstm`] (with `proj_size`) and [`Gru`], like
+//! PyTorch's `nn.LSTM` and `nn.GRU` with `batch_first=True`: the same
+//! parameter names (`weight_ih_l0`, `bias_hh_l1_reverse`, `weight_hr_l0`,
+//! ...), shapes, gate order, initialisation and arithmetic.
 
 use super::dropout::{check_dropout, DropoutRng};
 use super::restore;
@@ -49,8 +49,9 @@ pub const fn assert_rnn_features(
 
 /// The constructor arguments of a recurrent layer besides its sizes and
 /// direction, with PyTorch's defaults: `num_layers=1`, `bias=True`,
-/// `dropout=0` (between layers, in training mode). `batch_first` is always
-/// `True` in Forma; `proj_size` is not offered.
+/// `dropout=0` (between layers, in training mode). The layers are
+/// batch-first ([`SeqFirst`](super::SeqFirst) gives `batch_first=False`);
+/// an LSTM's `proj_size` is a type parameter ([`Lstm`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RnnOptions {
     /// Number of stacked layers.
@@ -73,21 +74,25 @@ impl Default for RnnOptions {
 
 /// The parameters of one layer in one direction; `G` gates of size `H`
 /// are stacked along the rows (LSTM: input, forget, cell, output; GRU:
-/// reset, update, new).
+/// reset, update, new). `R` is the width of the state fed back, `H` unless
+/// an LSTM projects it (`proj_size`).
 #[derive(Clone, Debug)]
-pub struct RnnWeights<const H: usize, E: Float = f32, D: Device<E> = Cpu> {
+pub struct RnnWeights<const H: usize, E: Float = f32, D: Device<E> = Cpu, const R: usize = H> {
     /// `weight_ih_l{k}`: `[G * H, input]` (input is the layer's input size,
-    /// `H` or `2 * H` above the first layer).
+    /// `R` or `2 * R` above the first layer).
     pub weight_ih: Tensor<(Dyn, Dyn), E, D>,
-    /// `weight_hh_l{k}`: `[G * H, H]`.
-    pub weight_hh: Tensor<(Dyn, C<H>), E, D>,
+    /// `weight_hh_l{k}`: `[G * H, R]`.
+    pub weight_hh: Tensor<(Dyn, C<R>), E, D>,
     /// `bias_ih_l{k}`: `[G * H]`, absent for `bias=False`.
     pub bias_ih: Option<Tensor<(Dyn,), E, D>>,
     /// `bias_hh_l{k}`: `[G * H]`, absent for `bias=False`.
     pub bias_hh: Option<Tensor<(Dyn,), E, D>>,
+    /// `weight_hr_l{k}`: `[R, H]`, an LSTM's projection of its hidden state
+    /// (`proj_size=R`); absent when `R` is `H`.
+    pub weight_hr: Option<Tensor<(C<R>, C<H>), E, D>>,
 }
 
-impl<const H: usize, E: Float, D: Device<E>> RnnWeights<H, E, D> {
+impl<const H: usize, E: Float, D: Device<E>, const R: usize> RnnWeights<H, E, D, R> {
     /// `U(-1/sqrt(H), 1/sqrt(H))` for every tensor, like PyTorch's
     /// `reset_parameters`.
     fn init(gates: usize, input: usize, bias: bool, device: &D, rng: &mut Rng) -> Self {
@@ -100,11 +105,14 @@ impl<const H: usize, E: Float, D: Device<E>> RnnWeights<H, E, D> {
             || bias.then(|| Tensor::uniform_on((Dyn(rows),), -k, k, rng, device).requires_grad());
         let bias_ih = vector();
         let bias_hh = vector();
+        let weight_hr =
+            (R != H).then(|| Tensor::uniform_on((C, C), -k, k, rng, device).requires_grad());
         RnnWeights {
             weight_ih,
             weight_hh,
             bias_ih,
             bias_hh,
+            weight_hr,
         }
     }
 
@@ -117,12 +125,21 @@ impl<const H: usize, E: Float, D: Device<E>> RnnWeights<H, E, D> {
         }
     }
 
-    /// `h W_hh^T + b_hh` for one step `[batch, H]`.
+    /// `h W_hh^T + b_hh` for one step `[batch, R]`.
     fn hidden_projection(&self, h: &Tensor<(Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn), E, D> {
         let y = h.matmul(&self.weight_hh.into_dyn().t());
         match &self.bias_hh {
             Some(b) => &y + b,
             None => y,
+        }
+    }
+
+    /// `h W_hr^T`: the hidden state `[batch, H]` projected to `[batch, R]`
+    /// (an LSTM's `proj_size`), or `h` itself.
+    fn project_hidden(&self, h: Tensor<(Dyn, Dyn), E, D>) -> Tensor<(Dyn, Dyn), E, D> {
+        match &self.weight_hr {
+            Some(w) => h.matmul(&w.into_dyn().t()),
+            None => h,
         }
     }
 }
@@ -138,14 +155,14 @@ impl<const H: usize, E: Float, D: Device<E>> RnnWeights<H, E, D> {
 /// (`0.weight_ih`) nor `#[module(rename)]` (fixed keys) can produce these
 /// names. The layers derive `Module` and hold this as a flattened field.
 #[derive(Clone, Debug)]
-pub struct RnnParams<const H: usize, E: Float = f32, D: Device<E> = Cpu> {
+pub struct RnnParams<const H: usize, E: Float = f32, D: Device<E> = Cpu, const R: usize = H> {
     /// The weights, at index `layer * directions + direction` (direction 1
     /// is the reverse one).
-    pub cells: Vec<RnnWeights<H, E, D>>,
+    pub cells: Vec<RnnWeights<H, E, D, R>>,
     directions: usize,
 }
 
-impl<const H: usize, E: Float, D: Device<E>> RnnParams<H, E, D> {
+impl<const H: usize, E: Float, D: Device<E>, const R: usize> RnnParams<H, E, D, R> {
     fn init(
         gates: usize,
         input: usize,
@@ -157,7 +174,7 @@ impl<const H: usize, E: Float, D: Device<E>> RnnParams<H, E, D> {
         let directions = if bidirectional { 2 } else { 1 };
         let mut cells = Vec::with_capacity(options.num_layers * directions);
         for layer in 0..options.num_layers {
-            let input = if layer == 0 { input } else { H * directions };
+            let input = if layer == 0 { input } else { R * directions };
             for _ in 0..directions {
                 cells.push(RnnWeights::init(gates, input, options.bias, device, rng));
             }
@@ -169,7 +186,7 @@ impl<const H: usize, E: Float, D: Device<E>> RnnParams<H, E, D> {
     ///
     /// # Panics
     /// If there is no such layer or direction.
-    pub fn get(&self, layer: usize, reverse: bool) -> &RnnWeights<H, E, D> {
+    pub fn get(&self, layer: usize, reverse: bool) -> &RnnWeights<H, E, D, R> {
         assert!(
             !reverse || self.directions == 2,
             "a unidirectional layer has no reverse weights"
@@ -199,10 +216,10 @@ fn enter(cx: &mut Cx, key: &str) -> bool {
 }
 
 /// By hand, as `Module` is: the cells are not a derived struct.
-impl<const H: usize, E: Float, D: Device<E>, E2: Float, D2: Device<E2>>
-    crate::module::Convert<RnnParams<H, E2, D2>, D2> for RnnParams<H, E, D>
+impl<const H: usize, E: Float, D: Device<E>, const R: usize, E2: Float, D2: Device<E2>>
+    crate::module::Convert<RnnParams<H, E2, D2, R>, D2> for RnnParams<H, E, D, R>
 {
-    fn try_convert(&self, device: &D2) -> Result<RnnParams<H, E2, D2>> {
+    fn try_convert(&self, device: &D2) -> Result<RnnParams<H, E2, D2, R>> {
         Ok(RnnParams {
             cells: self
                 .cells
@@ -213,6 +230,7 @@ impl<const H: usize, E: Float, D: Device<E>, E2: Float, D2: Device<E2>>
                         weight_hh: w.weight_hh.try_converted(device)?,
                         bias_ih: w.bias_ih.try_convert(device)?,
                         bias_hh: w.bias_hh.try_convert(device)?,
+                        weight_hr: w.weight_hr.try_convert(device)?,
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -221,7 +239,7 @@ impl<const H: usize, E: Float, D: Device<E>, E2: Float, D2: Device<E2>>
     }
 }
 
-impl<const H: usize, E: Float, D: Device<E>> Module for RnnParams<H, E, D> {
+impl<const H: usize, E: Float, D: Device<E>, const R: usize> Module for RnnParams<H, E, D, R> {
     fn visit<V: Visitor>(&self, cx: &mut Cx, v: &mut V) {
         for (i, w) in self.cells.iter().enumerate() {
             let sfx = self.suffix(i);
@@ -239,6 +257,10 @@ impl<const H: usize, E: Float, D: Device<E>> Module for RnnParams<H, E, D> {
             }
             if enter(cx, &format!("bias_hh_{sfx}")) {
                 w.bias_hh.visit(cx, v);
+                cx.leave();
+            }
+            if enter(cx, &format!("weight_hr_{sfx}")) {
+                w.weight_hr.visit(cx, v);
                 cx.leave();
             }
         }
@@ -264,18 +286,24 @@ impl<const H: usize, E: Float, D: Device<E>> Module for RnnParams<H, E, D> {
                 w.bias_hh.visit_mut(cx, v);
                 cx.leave();
             }
+            if enter(cx, &format!("weight_hr_{sfx}")) {
+                w.weight_hr.visit_mut(cx, v);
+                cx.leave();
+            }
         }
     }
 }
 
 /// PyTorch's `RNNBase.extra_repr` for a batch-first layer.
 fn rnn_extra_repr(
-    input: usize,
-    hidden: usize,
+    (input, hidden, proj): (usize, usize, usize),
     options: &RnnOptions,
     bidirectional: bool,
 ) -> String {
     let mut s = format!("{input}, {hidden}");
+    if proj != hidden {
+        s += &format!(", proj_size={proj}");
+    }
     if options.num_layers != 1 {
         s += &format!(", num_layers={}", options.num_layers);
     }
@@ -295,7 +323,7 @@ fn rnn_extra_repr(
 /// What sets LSTM and GRU apart in [`run_stack`]: everything else about a
 /// stack of gated layers (weights, directions, dropout between layers, the
 /// caller's state layout) is the same.
-trait RnnCell<const H: usize, E: Float, D: Device<E>> {
+trait RnnCell<const H: usize, const R: usize, E: Float, D: Device<E>> {
     /// The gates stacked along the weights' rows.
     const GATES: usize;
     /// The layer's name in messages (`LSTM`, `GRU`).
@@ -303,16 +331,16 @@ trait RnnCell<const H: usize, E: Float, D: Device<E>> {
     /// One layer's and direction's state, erased.
     type State;
     /// The state the caller passes in and gets back, one
-    /// `[layers * directions, batch, H]` tensor per part.
+    /// `[layers * directions, batch, H or R]` tensor per part.
     type Outer<B: Dim>;
 
     /// Advances `state` by one input projection `[batch, G * H]`.
     fn step(
-        w: &RnnWeights<H, E, D>,
+        w: &RnnWeights<H, E, D, R>,
         xt: Tensor<(Dyn, Dyn), E, D>,
         state: &Self::State,
     ) -> Self::State;
-    /// A state's output `[batch, H]`.
+    /// A state's output `[batch, R]`.
     fn output(state: &Self::State) -> Tensor<(Dyn, Dyn), E, D>;
     /// `n` per-layer states from the caller's (zeros when `None`).
     fn split<B: Dim>(
@@ -325,17 +353,18 @@ trait RnnCell<const H: usize, E: Float, D: Device<E>> {
     fn join<B: Dim>(states: Vec<Self::State>) -> Self::Outer<B>;
 }
 
-/// LSTM's cell: gates input, forget, cell, output; the state is `(h, c)`.
+/// LSTM's cell: gates input, forget, cell, output; the state is `(h, c)`,
+/// `h` projected to `R` features by `weight_hr` with a `proj_size`.
 struct LstmCell;
 
-impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for LstmCell {
+impl<const H: usize, const R: usize, E: Float, D: Device<E>> RnnCell<H, R, E, D> for LstmCell {
     const GATES: usize = 4;
     const NAME: &'static str = "LSTM";
     type State = (Tensor<(Dyn, Dyn), E, D>, Tensor<(Dyn, Dyn), E, D>);
-    type Outer<B: Dim> = LstmState<B, H, E, D>;
+    type Outer<B: Dim> = LstmState<B, H, E, D, R>;
 
     fn step(
-        w: &RnnWeights<H, E, D>,
+        w: &RnnWeights<H, E, D, R>,
         xt: Tensor<(Dyn, Dyn), E, D>,
         (h, c): &Self::State,
     ) -> Self::State {
@@ -345,7 +374,7 @@ impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for LstmCell {
         let g = gates.narrow::<1>(2 * H, H).tanh();
         let o = gates.narrow::<1>(3 * H, H).sigmoid();
         let c = &(&f * c) + &(&i * &g);
-        let h = &o * &c.tanh();
+        let h = w.project_hidden(&o * &c.tanh());
         (h, c)
     }
 
@@ -363,8 +392,8 @@ impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for LstmCell {
             Some((h, c)) => (Some(h), Some(c)),
             None => (None, None),
         };
-        let h0 = split_state("LSTM", h0, n, b, device)?;
-        let c0 = split_state("LSTM", c0, n, b, device)?;
+        let h0 = split_state("LSTM", "h_0", h0, n, b, device)?;
+        let c0 = split_state("LSTM", "c_0", c0, n, b, device)?;
         Ok(h0.into_iter().zip(c0).collect())
     }
 
@@ -377,13 +406,17 @@ impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for LstmCell {
 /// GRU's cell: gates reset, update, new; the state is `h`.
 struct GruCell;
 
-impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for GruCell {
+impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, H, E, D> for GruCell {
     const GATES: usize = 3;
     const NAME: &'static str = "GRU";
     type State = Tensor<(Dyn, Dyn), E, D>;
     type Outer<B: Dim> = Tensor<(Dyn, B, C<H>), E, D>;
 
-    fn step(w: &RnnWeights<H, E, D>, xt: Tensor<(Dyn, Dyn), E, D>, h: &Self::State) -> Self::State {
+    fn step(
+        w: &RnnWeights<H, E, D, H>,
+        xt: Tensor<(Dyn, Dyn), E, D>,
+        h: &Self::State,
+    ) -> Self::State {
         let hg = w.hidden_projection(h);
         let r = (&xt.narrow::<1>(0, H) + &hg.narrow::<1>(0, H)).sigmoid();
         let z = (&xt.narrow::<1>(H, H) + &hg.narrow::<1>(H, H)).sigmoid();
@@ -402,7 +435,7 @@ impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for GruCell {
         b: usize,
         device: &D,
     ) -> Result<Vec<Self::State>> {
-        split_state("GRU", outer, n, b, device)
+        split_state("GRU", "h_0", outer, n, b, device)
     }
 
     fn join<B: Dim>(states: Vec<Self::State>) -> Self::Outer<B> {
@@ -411,11 +444,12 @@ impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, E, D> for GruCell {
 }
 
 /// Runs a stack of `K` layers over `x` from the caller's `state`, on erased
-/// sizes: the last layer's outputs `[batch, T, H * directions]` and the
+/// sizes: the last layer's outputs `[batch, T, R * directions]` and the
 /// final state.
-fn run_stack<K, B, T, O, const I: usize, const H: usize, E, D>(
+#[allow(clippy::too_many_arguments)] // the layer's parts, borrowed apart
+fn run_stack<K, B, T, O, const I: usize, const H: usize, const R: usize, E, D>(
     _cell: K,
-    params: &RnnParams<H, E, D>,
+    params: &RnnParams<H, E, D, R>,
     options: &RnnOptions,
     training: &Training,
     drop: &DropoutRng,
@@ -423,7 +457,7 @@ fn run_stack<K, B, T, O, const I: usize, const H: usize, E, D>(
     state: Option<K::Outer<B>>,
 ) -> Result<(Tensor<(B, T, O), E, D>, K::Outer<B>)>
 where
-    K: RnnCell<H, E, D>,
+    K: RnnCell<H, R, E, D>,
     B: Dim,
     T: Dim,
     O: Dim,
@@ -439,6 +473,9 @@ where
         }
         if training.is_on() && options.dropout > 0.0 && params.num_layers() > 1 {
             forma_core::graph::refuse(K::NAME, "dropout between layers in training mode");
+        }
+        if R != H {
+            forma_core::graph::refuse(K::NAME, "proj_size has no graph form yet");
         }
         let mut ins = vec![x.val()];
         for w in &params.cells {
@@ -520,6 +557,7 @@ where
 /// `[batch, H]` per layer and direction, or zeros when absent.
 fn split_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
     layer: &'static str,
+    name: &str,
     state: Option<&Tensor<(Dyn, B, C<H>), E, D>>,
     n: usize,
     b: usize,
@@ -533,9 +571,7 @@ fn split_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
             if s.dims()[..] != [n, b, H] {
                 return Err(Error::shape(
                     layer,
-                    format!(
-                        "an initial state of [{n}, {b}, {H}] (layers * directions, batch, hidden)"
-                    ),
+                    format!("an initial {name} of [{n}, {b}, {H}] (layers * directions, batch, features)"),
                     &s.dims(),
                 ));
             }
@@ -559,10 +595,15 @@ fn join_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
 
 /// Defines a recurrent layer on `$cell`: the struct (PyTorch's class name
 /// `$py`), its constructors and repr, and a `Forward` from a zero state (as
-/// `$call(x)[0]`). Each layer writes its `forward_with` itself, its state
+/// `$call(x)[0]`). `$r` names the width of the state fed back and of the
+/// outputs: `H`, or an LSTM's `P` (`proj_size`), declared by the tokens
+/// after `where`. Each layer writes its `forward_with` itself, its state
 /// type (and so its signature) being its own.
 macro_rules! rnn_layer {
-    ($(#[$doc:meta])* $name:ident, $py:tt, $call:tt, $cell:ty) => {
+    (
+        $(#[$doc:meta])* $name:ident, $py:tt, $call:tt, $cell:ty,
+        $r:ident where [$($decl:tt)*] [$($gen:tt)*] [$($arg:tt)*]
+    ) => {
         $(#[$doc])*
         #[derive(Module, Clone, Debug)]
         #[module(crate = "crate", name = $py, extra_repr = "Self::extra_repr")]
@@ -572,10 +613,11 @@ macro_rules! rnn_layer {
             const BIDIR: bool = false,
             E: Float = f32,
             D: Device<E> = Cpu,
+            $($decl)*
         > {
             /// The weights, under PyTorch's names.
             #[module(flatten)]
-            pub params: RnnParams<H, E, D>,
+            pub params: RnnParams<H, E, D, $r>,
             /// The constructor arguments.
             #[module(skip)]
             pub options: RnnOptions,
@@ -585,8 +627,8 @@ macro_rules! rnn_layer {
             drop: DropoutRng,
         }
 
-        impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
-            $name<I, H, BIDIR, E, D>
+        impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E> $($gen)*>
+            $name<I, H, BIDIR, E, D $($arg)*>
         {
             /// `num_layers` stacked layers with PyTorch's other defaults and
             /// initialisation (`U(-1/sqrt(H), 1/sqrt(H))`).
@@ -606,12 +648,13 @@ macro_rules! rnn_layer {
             /// # Panics
             /// If `options.dropout` is outside `[0, 1]` or `num_layers` is 0.
             pub fn with_options(options: RnnOptions, device: &D, rng: &mut Rng) -> Self {
+                const { assert_proj_size($r, H) };
                 check_dropout($py, options.dropout);
                 assert!(
                     options.num_layers > 0,
                     concat!($py, ": num_layers must be at least 1")
                 );
-                let gates = <$cell as RnnCell<H, E, D>>::GATES;
+                let gates = <$cell as RnnCell<H, $r, E, D>>::GATES;
                 $name {
                     params: RnnParams::init(gates, I, BIDIR, &options, device, rng),
                     options,
@@ -621,7 +664,7 @@ macro_rules! rnn_layer {
             }
 
             fn extra_repr(&self) -> String {
-                rnn_extra_repr(I, H, &self.options, BIDIR)
+                rnn_extra_repr((I, H, $r), &self.options, BIDIR)
             }
         }
 
@@ -633,9 +676,10 @@ macro_rules! rnn_layer {
                 const H: usize,
                 const BIDIR: bool,
                 E: Float,
-                D: Device<E>,
+                D: Device<E>
+                $($gen)*
             > Forward<Tensor<(B, T, C<I>), E, D>, Tensor<(B, T, O), E, D>>
-            for $name<I, H, BIDIR, E, D>
+            for $name<I, H, BIDIR, E, D $($arg)*>
         {
             #[doc = concat!(" The outputs from a zero state, like `", $call, "(x)[0]`.")]
             fn try_forward(&self, x: Tensor<(B, T, C<I>), E, D>) -> Result<Tensor<(B, T, O), E, D>> {
@@ -645,9 +689,25 @@ macro_rules! rnn_layer {
     };
 }
 
-/// The final `(h_n, c_n)` of an LSTM, each `[layers * directions, batch, H]`.
-pub type LstmState<B, const H: usize, E = f32, D = Cpu> =
-    (Tensor<(Dyn, B, C<H>), E, D>, Tensor<(Dyn, B, C<H>), E, D>);
+/// The final `(h_n, c_n)` of an LSTM, `[layers * directions, batch, P]`
+/// and `[layers * directions, batch, H]` (`P` is `H` without a
+/// `proj_size`).
+pub type LstmState<B, const H: usize, E = f32, D = Cpu, const P: usize = H> =
+    (Tensor<(Dyn, B, C<P>), E, D>, Tensor<(Dyn, B, C<H>), E, D>);
+
+/// Refuses a `proj_size` that PyTorch refuses: not below the hidden size
+/// (`P == H` is the default, no projection).
+const fn assert_proj_size(p: usize, h: usize) {
+    if p > h || (p == 0 && h > 0) {
+        ConstMsg::new()
+            .s("LSTM: proj_size ")
+            .n(p)
+            .s(" must be positive and smaller than the hidden size ")
+            .n(h)
+            .s(" (leave P out for no projection)")
+            .panic()
+    }
+}
 
 rnn_layer!(
     /// A stack of LSTM layers, like
@@ -658,6 +718,26 @@ rnn_layer!(
     /// PyTorch's order (input, forget, cell, output):
     ///
     /// `c' = f * c + i * g`, `h' = o * tanh(c')`.
+    ///
+    /// `Lstm<I, H, BIDIR, E, D, P>` with `P < H` is PyTorch's
+    /// `proj_size=P`: `h'` is projected to `P` features by `weight_hr_l{k}`
+    /// (`[P, H]`), so the outputs and `h_n` have `P` features per direction,
+    /// `c_n` keeps `H`, and `weight_hh_l{k}` is `[4 * H, P]`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::nn::layers::Lstm;
+    /// use forma::nn::Module;
+    /// let mut rng = Rng::seed_from(0);
+    /// let lstm = Lstm::<3, 6, false, f32, Cpu, 2>::new(1, &Cpu, &mut rng);  // proj_size=2
+    /// let x = Tensor::<(Dyn, Dyn, C<3>)>::randn((Dyn(4), Dyn(5), C), &mut rng);
+    /// let (y, (h_n, c_n)): (Tensor<(Dyn, Dyn, C<2>)>, _) = lstm.forward_with(x, None);
+    /// assert_eq!(y.dims()[..], [4, 5, 2]);
+    /// assert_eq!(h_n.dims()[..], [1, 4, 2]);
+    /// assert_eq!(c_n.dims()[..], [1, 4, 6]);
+    /// assert_eq!(lstm.state_dict().keys().last(), Some("weight_hr_l0"));
+    /// assert_eq!(lstm.repr(), "LSTM(3, 6, proj_size=2, batch_first=True)");
+    /// ```
     ///
     /// ```
     /// use forma::prelude::*;
@@ -677,11 +757,12 @@ rnn_layer!(
     Lstm,
     "LSTM",
     "lstm",
-    LstmCell
+    LstmCell,
+    P where [const P: usize = H] [, const P: usize] [, P]
 );
 
-impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
-    Lstm<I, H, BIDIR, E, D>
+impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>, const P: usize>
+    Lstm<I, H, BIDIR, E, D, P>
 {
     /// The stack over `x` from the initial `(h_0, c_0)` (zeros when `None`),
     /// like `lstm(x, (h_0, c_0))`: the last layer's outputs and the final
@@ -693,22 +774,23 @@ impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>
     pub fn forward_with<B: Dim, T: Dim, O: Dim>(
         &self,
         x: Tensor<(B, T, C<I>), E, D>,
-        state: Option<LstmState<B, H, E, D>>,
-    ) -> (Tensor<(B, T, O), E, D>, LstmState<B, H, E, D>) {
+        state: Option<LstmState<B, H, E, D, P>>,
+    ) -> (Tensor<(B, T, O), E, D>, LstmState<B, H, E, D, P>) {
         ok(self.try_forward_with(x, state))
     }
 
     /// Fallible [`Lstm::forward_with`].
     ///
     /// # Errors
-    /// A shape error when `h_0` or `c_0` is not `[layers * directions, batch, H]`.
+    /// A shape error when `h_0` is not `[layers * directions, batch, P]` or
+    /// `c_0` not `[layers * directions, batch, H]`.
     #[allow(clippy::type_complexity)] // PyTorch's (output, (h_n, c_n))
     pub fn try_forward_with<B: Dim, T: Dim, O: Dim>(
         &self,
         x: Tensor<(B, T, C<I>), E, D>,
-        state: Option<LstmState<B, H, E, D>>,
-    ) -> Result<(Tensor<(B, T, O), E, D>, LstmState<B, H, E, D>)> {
-        const { assert_rnn_features("LSTM", H, BIDIR, O::STATIC) };
+        state: Option<LstmState<B, H, E, D, P>>,
+    ) -> Result<(Tensor<(B, T, O), E, D>, LstmState<B, H, E, D, P>)> {
+        const { assert_rnn_features("LSTM", P, BIDIR, O::STATIC) };
         let Self {
             params,
             options,
@@ -743,7 +825,8 @@ rnn_layer!(
     Gru,
     "GRU",
     "gru",
-    GruCell
+    GruCell,
+    H where [] [] []
 );
 
 impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E>>

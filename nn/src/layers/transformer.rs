@@ -90,8 +90,8 @@ impl Activation {
 
 /// The constructor arguments of a transformer layer besides its sizes, with
 /// PyTorch's defaults: `dropout=0.1`, `activation="relu"`,
-/// `layer_norm_eps=1e-5`, `norm_first=False`, `bias=True`. (`batch_first`
-/// is always `True` in Forma.)
+/// `layer_norm_eps=1e-5`, `norm_first=False`, `bias=True`. (The layers
+/// are batch-first; [`SeqFirst`](super::SeqFirst) gives `batch_first=False`.)
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TransformerOptions {
     /// Dropout probability after attention, inside and after the

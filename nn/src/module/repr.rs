@@ -57,6 +57,12 @@ impl ReprNode {
     pub fn children(&self) -> &[(String, ReprNode)] {
         &self.children
     }
+
+    /// The node with its `extra_repr` text rewritten by `f`.
+    pub fn map_extra(mut self, f: impl FnOnce(&str) -> String) -> Self {
+        self.extra = f(&self.extra);
+        self
+    }
 }
 
 /// Indents every line after the first by `n` spaces (PyTorch's `_addindent`).
