@@ -151,6 +151,26 @@ fn any3<S: Shape>(t: &Tensor<S, f64>) -> Any3 {
     t.try_into_shape().expect("rank 3")
 }
 
+/// [`finish`] for an attention case whose inputs are `q`, `k` and `v`.
+fn finish_qkv<M: Module, Q: Shape, K: Shape, V: Shape>(
+    fx: &Fixture,
+    case: &str,
+    m: &M,
+    ys: &[Any3],
+    (q, k, v): (&Tensor<Q, f64>, &Tensor<K, f64>, &Tensor<V, f64>),
+) {
+    let ins = [("q", &any3(q)), ("k", &any3(k)), ("v", &any3(v))];
+    finish(fx, case, m, ys, &ins);
+}
+
+/// The case's bool key padding mask (`true` hides a key) as the only mask.
+fn padding(kpm: &Bool2) -> AttnMasks<'_, Dyn, Dyn, Dyn, f64> {
+    AttnMasks {
+        key_padding_mask: Some(Mask::Hide(kpm)),
+        ..AttnMasks::default()
+    }
+}
+
 // ------------------------------------------------------------------ attention
 
 fn mha(fx: &Fixture, case: &str, bias: bool) -> MultiheadAttention<8, 2, f64> {
@@ -175,13 +195,12 @@ fn mha_cross_attention_and_weights() {
     let m = mha(&fx, case, true);
     let (q, k, v) = qkv(&fx, case);
     let out = m.attend_with_weights(&q, &k, &v, AttnMasks::default());
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(
+    finish_qkv(
         &fx,
         case,
         &m,
         &[any3(&out.output), any3(&out.weights)],
-        &ins,
+        (&q, &k, &v),
     );
 }
 
@@ -193,8 +212,7 @@ fn mha_key_padding_mask() {
     let (q, k, v) = qkv(&fx, case);
     let kpm: Bool2 = constant(&fx, case, "kpm");
     let y = m.attend(&q, &k, &v, Some(&kpm), false);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(&fx, case, &m, &[any3(&y)], &ins);
+    finish_qkv(&fx, case, &m, &[any3(&y)], (&q, &k, &v));
 }
 
 #[test]
@@ -226,8 +244,7 @@ fn float_masks_case(fx: &Fixture, case: &str, m: MultiheadAttention<8, 2, f64>) 
         is_causal: false,
     };
     let y = m.attend_with(&q, &k, &v, masks);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(fx, case, &m, &[any3(&y)], &ins);
+    finish_qkv(fx, case, &m, &[any3(&y)], (&q, &k, &v));
 }
 
 #[test]
@@ -244,8 +261,7 @@ fn mha_bool_masks_hide_positions() {
         is_causal: false,
     };
     let y = m.attend_with(&q, &k, &v, masks);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(&fx, case, &m, &[any3(&y)], &ins);
+    finish_qkv(&fx, case, &m, &[any3(&y)], (&q, &k, &v));
 }
 
 /// `add_bias_kv` (and `add_zero_attn`): the layer built with them loads
@@ -280,18 +296,14 @@ fn mha_kdim_vdim_with_padding_and_weights() {
     let k: Tensor<(Dyn, Dyn, C<6>), f64> = input(&fx, case, "k");
     let v: Tensor<(Dyn, Dyn, C<3>), f64> = input(&fx, case, "v");
     let kpm: Bool2 = constant(&fx, case, "kpm");
-    let masks = AttnMasks {
-        key_padding_mask: Some(Mask::Hide(&kpm)),
-        ..AttnMasks::default()
-    };
+    let masks = padding(&kpm);
     let out = m.attend_with_weights(&q, &k, &v, masks);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(
+    finish_qkv(
         &fx,
         case,
         &m,
         &[any3(&out.output), any3(&out.weights)],
-        &ins,
+        (&q, &k, &v),
     );
 }
 
@@ -311,8 +323,7 @@ fn mha_kdim_without_bias_with_bias_kv() {
     let k: Tensor<(Dyn, Dyn, C<6>), f64> = input(&fx, case, "k");
     let v: Tensor<(Dyn, Dyn, C<6>), f64> = input(&fx, case, "v");
     let y = m.attend_with(&q, &k, &v, AttnMasks::default());
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(&fx, case, &m, &[any3(&y)], &ins);
+    finish_qkv(&fx, case, &m, &[any3(&y)], (&q, &k, &v));
 }
 
 /// `add_bias_kv`: keys and values gain a learned row, the key padding mask
@@ -324,18 +335,14 @@ fn mha_bias_kv_with_padding_and_weights() {
     let m = mha_extra_kv(&fx, case, true, false);
     let (q, k, v) = qkv(&fx, case);
     let kpm: Bool2 = constant(&fx, case, "kpm");
-    let masks = AttnMasks {
-        key_padding_mask: Some(Mask::Hide(&kpm)),
-        ..AttnMasks::default()
-    };
+    let masks = padding(&kpm);
     let out = m.attend_with_weights(&q, &k, &v, masks);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(
+    finish_qkv(
         &fx,
         case,
         &m,
         &[any3(&out.output), any3(&out.weights)],
-        &ins,
+        (&q, &k, &v),
     );
 }
 
@@ -416,10 +423,7 @@ fn encoder_case(case: &str, opts: TransformerOptions, masking: Option<&str>) {
     let y = match masking {
         Some("kpm") => {
             let kpm: Bool2 = constant(&fx, case, "kpm");
-            let masks = AttnMasks {
-                key_padding_mask: Some(Mask::Hide(&kpm)),
-                ..AttnMasks::default()
-            };
+            let masks = padding(&kpm);
             m.forward_with(src.clone(), masks)
         }
         Some("causal") => m.forward_with(src.clone(), AttnMasks::causal()),
@@ -527,10 +531,7 @@ fn encoder_stack_with_final_norm_and_padding() {
     load(&fx, case, &mut m);
     let src: Seq = input(&fx, case, "src");
     let kpm: Bool2 = constant(&fx, case, "kpm");
-    let masks = AttnMasks {
-        key_padding_mask: Some(Mask::Hide(&kpm)),
-        ..AttnMasks::default()
-    };
+    let masks = padding(&kpm);
     let y = m.forward_with(src.clone(), masks);
     finish(&fx, case, &m, &[any3(&y)], &[("src", &any3(&src))]);
     // A mask of the wrong size is an error carrying the first layer's path.
@@ -920,18 +921,14 @@ fn mha_sequence_first_with_padding_and_weights() {
     load(&fx, case, &mut m);
     let (q, k, v) = qkv(&fx, case);
     let kpm: Bool2 = constant(&fx, case, "kpm");
-    let masks = AttnMasks {
-        key_padding_mask: Some(Mask::Hide(&kpm)),
-        ..AttnMasks::default()
-    };
+    let masks = padding(&kpm);
     let out = m.attend_with_weights(&q, &k, &v, masks);
-    let ins = [("q", &any3(&q)), ("k", &any3(&k)), ("v", &any3(&v))];
-    finish(
+    finish_qkv(
         &fx,
         case,
         &m,
         &[any3(&out.output), any3(&out.weights)],
-        &ins,
+        (&q, &k, &v),
     );
 }
 
