@@ -577,11 +577,19 @@ impl<
         x: &Tensor<(Dyn, Dyn, L), E, D>,
         part: usize,
     ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
+        let separate = |w: Option<Tensor<(C<EMBED>, Dyn), E, D>>, name: &str| {
+            w.ok_or_else(|| {
+                Error::invalid(
+                    "MultiheadAttention",
+                    format!("neither in_proj_weight nor {name} is set"),
+                )
+            })
+        };
         let w: Tensor<(C<EMBED>, Dyn), E, D> = match (&self.in_proj_weight, part) {
             (Some(w), _) => restore(w.narrow_static::<0, EMBED>(part * EMBED)),
-            (None, 0) => restore(self.q_proj_weight.clone().expect("q_proj_weight")),
-            (None, 1) => restore(self.k_proj_weight.clone().expect("k_proj_weight")),
-            (None, _) => restore(self.v_proj_weight.clone().expect("v_proj_weight")),
+            (None, 0) => separate(self.q_proj_weight.clone().map(restore), "q_proj_weight")?,
+            (None, 1) => separate(self.k_proj_weight.clone().map(restore), "k_proj_weight")?,
+            (None, _) => separate(self.v_proj_weight.clone().map(restore), "v_proj_weight")?,
         };
         let b = self
             .in_proj_bias
