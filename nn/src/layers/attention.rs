@@ -877,3 +877,30 @@ impl<B: Dim, T: Dim, const EMBED: usize, const HEADS: usize, E: Float, D: Device
         self.try_attend_with(&x, &x, &x, AttnMasks::default())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{AttnMasks, MultiheadAttention};
+    use forma_core::{Dyn, Rng, Tensor, C};
+    use forma_cpu::Cpu;
+
+    #[test]
+    fn missing_projections_are_an_error() {
+        let mut rng = Rng::seed_from(0);
+        let mut mha = MultiheadAttention::<4, 2, f32, Cpu, 3, 3>::new(&Cpu, &mut rng);
+        let q = Tensor::<(Dyn, Dyn, C<4>), f32, Cpu>::zeros_on((Dyn(1), Dyn(2), C), &Cpu);
+        let k = Tensor::<(Dyn, Dyn, C<3>), f32, Cpu>::zeros_on((Dyn(1), Dyn(2), C), &Cpu);
+        assert!(mha
+            .try_attend_with(&q, &k, &k, AttnMasks::default())
+            .is_ok());
+        mha.k_proj_weight = None;
+        let err = mha
+            .try_attend_with(&q, &k, &k, AttnMasks::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("neither in_proj_weight nor k_proj_weight is set"),
+            "{err}"
+        );
+    }
+}
