@@ -13,6 +13,7 @@ pub mod module;
 pub mod optim;
 pub mod sched;
 pub mod scope;
+pub mod shape_step;
 pub mod state;
 
 pub use forma_core::tape::HookHandle;

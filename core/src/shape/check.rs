@@ -5,7 +5,7 @@
 //! (`cargo check` does not evaluate them; see the ui-tests README).
 
 /// A message assembled at compile time, so a const panic can print sizes.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct ConstMsg {
     buf: [u8; 256],
     len: usize,
@@ -53,13 +53,18 @@ impl ConstMsg {
         self
     }
 
-    /// Panics with the message (at compile time when called in a const).
-    pub const fn panic(&self) -> ! {
+    /// The message so far.
+    pub const fn as_str(&self) -> &str {
         let (bytes, _) = self.buf.split_at(self.len);
         match core::str::from_utf8(bytes) {
-            Ok(s) => panic!("{}", s),
-            Err(_) => panic!("shape check failed"),
+            Ok(s) => s,
+            Err(_) => "shape check failed",
         }
+    }
+
+    /// Panics with the message (at compile time when called in a const).
+    pub const fn panic(&self) -> ! {
+        panic!("{}", self.as_str())
     }
 }
 
@@ -85,3 +90,4 @@ pub const fn assert_same_numel(op: &str, from: Option<usize>, to: Option<usize>)
         }
     }
 }
+

@@ -1,13 +1,18 @@
 //! `#[derive(Sequential)]`: a `Forward` impl that chains the fields in order,
 //! from the declared input shape to the declared output shape.
 //!
-//! The macro follows the shape through the layers it knows (Linear, Conv2d,
-//! the pools, Flatten, the norms and activations) using their literal size
-//! arguments, so it can (a) state each sliding-window layer's output size,
-//! which stable Rust cannot compute in a type, and (b) report a mismatch
-//! between neighbours by naming both layers and the sizes. Past a layer it
-//! does not know, the types alone carry the check: each step is spanned on
-//! its field, so a `Forward` error points there.
+//! The macro knows no layer by name. Each layer states what it does to a
+//! shape beside its definition (`forma::nn::shape_step::ShapeStep`); the
+//! derive emits one `const` link per field that applies the field's step to
+//! the previous link's sizes (evaluated by the compiler, under `cargo check`
+//! as well as `cargo build`), builds each layer's input and output types
+//! from those sizes, and one `const` assertion per field that fails with
+//! the first mismatch, spanned on that field: one error per mistake.
+//!
+//! A model whose layer types use the struct's const parameters (or type
+//! parameters other than its element type and device) cannot be followed
+//! in free `const` items on stable Rust; its steps are then chained by the
+//! types alone, as a hand-written `forward` would be.
 
 use crate::ctxt::Ctxt;
 use proc_macro2::{Span, TokenStream};
@@ -15,10 +20,7 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{
-    Data, DeriveInput, Fields, GenericArgument, GenericParam, LitInt, Member, PathArguments, Token,
-    Type,
-};
+use syn::{Data, DeriveInput, Fields, GenericParam, LitInt, Member, Token, Type};
 
 /// One dim of a declared shape.
 #[derive(Clone)]
@@ -41,11 +43,6 @@ impl SDim {
             SDim::Tokens(t) => t.to_string().replace(' ', ""),
         }
     }
-}
-
-fn show(shape: &[SDim]) -> String {
-    let parts: Vec<String> = shape.iter().map(SDim::show).collect();
-    format!("[{}]", parts.join(", "))
 }
 
 struct ShapeList(Vec<(SDim, Span)>);
@@ -143,160 +140,6 @@ fn skipped(field: &syn::Field) -> bool {
         }
         skip
     })
-}
-
-/// The layer's type name and its leading literal size arguments.
-fn layer_kind(ty: &Type) -> Option<(String, Vec<Option<usize>>)> {
-    let Type::Path(p) = ty else { return None };
-    let seg = p.path.segments.last()?;
-    let mut args = Vec::new();
-    if let PathArguments::AngleBracketed(ab) = &seg.arguments {
-        for arg in &ab.args {
-            match arg {
-                GenericArgument::Const(syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Int(i),
-                    ..
-                })) => args.push(i.base10_parse().ok()),
-                GenericArgument::Const(_) => args.push(None),
-                // `Linear<4, 2>`: literals parse as const args; a bare ident
-                // may be a const param (unknown size) or a type (the end of
-                // the size arguments).
-                GenericArgument::Type(Type::Path(tp)) if tp.path.get_ident().is_some() => {
-                    args.push(None)
-                }
-                _ => break,
-            }
-        }
-    }
-    Some((seg.ident.to_string(), args))
-}
-
-fn window(input: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
-    let span = d.checked_mul(k.checked_sub(1)?)? + 1;
-    let padded = input + 2 * p;
-    (s > 0 && padded >= span).then(|| (padded - span) / s + 1)
-}
-
-/// What a layer does to a known shape: `Ok(Some(out))`, `Ok(None)` when it
-/// cannot tell (unknown layer or non-literal sizes), `Err(msg)` for a mismatch.
-fn step(
-    name: &str,
-    prev: &str,
-    kind: &str,
-    args: &[Option<usize>],
-    shape: &[SDim],
-) -> Result<Option<Vec<SDim>>, String> {
-    let arg = |i: usize, default: Option<usize>| args.get(i).copied().unwrap_or(default);
-    let size = |d: &SDim| match d {
-        SDim::Size(n) => Some(*n),
-        SDim::Tokens(_) => None,
-    };
-    match kind {
-        "Relu" | "Gelu" | "Tanh" | "Sigmoid" | "Silu" | "Identity" | "Dropout" => {
-            Ok(Some(shape.to_vec()))
-        }
-        "Linear" | "LayerNorm" => {
-            let (Some(i), Some(last)) = (arg(0, None), shape.last()) else {
-                return Ok(None);
-            };
-            if let Some(n) = size(last) {
-                if n != i {
-                    return Err(format!(
-                        "layer `{name}` ({kind}) takes {i} input features, but receives {} ({n} features) from {prev}",
-                        show(shape)
-                    ));
-                }
-            }
-            let mut out = shape.to_vec();
-            if kind == "Linear" {
-                match arg(1, None) {
-                    Some(o) => *out.last_mut().expect("rank >= 1") = SDim::Size(o),
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(out))
-        }
-        "Conv2d" | "MaxPool2d" | "AvgPool2d" | "BatchNorm2d" => {
-            if shape.len() != 4 {
-                return Err(format!(
-                    "layer `{name}` ({kind}) takes a [batch, channels, height, width] input, but receives {} from {prev}",
-                    show(shape)
-                ));
-            }
-            let (ch_in, ch_out, geometry) = match kind {
-                "Conv2d" => (
-                    arg(0, None),
-                    arg(1, None),
-                    Some((
-                        arg(2, None),
-                        arg(3, Some(1)),
-                        arg(4, Some(0)),
-                        arg(5, Some(1)),
-                    )),
-                ),
-                "BatchNorm2d" => (arg(0, None), arg(0, None), None),
-                // MaxPool2d<K, S, P, L, CEIL> and AvgPool2d<K, S, P, CEIL, ..>:
-                // a ceil_mode argument (a bool, not read here) stops the
-                // tracking rather than risk PyTorch's rounding up.
-                "MaxPool2d" if args.len() > 4 => return Ok(None),
-                "AvgPool2d" if args.len() > 3 => return Ok(None),
-                "MaxPool2d" => {
-                    let k = arg(0, None);
-                    (
-                        None,
-                        None,
-                        Some((k, arg(1, k), arg(2, Some(0)), arg(3, Some(1)))),
-                    )
-                }
-                _ => {
-                    let k = arg(0, None);
-                    (None, None, Some((k, arg(1, k), arg(2, Some(0)), Some(1))))
-                }
-            };
-            if let (Some(want), Some(got)) = (ch_in, size(&shape[1])) {
-                if want != got {
-                    return Err(format!(
-                        "layer `{name}` ({kind}) takes {want} input channels, but receives {} ({got} channels) from {prev}",
-                        show(shape)
-                    ));
-                }
-            }
-            let mut out = shape.to_vec();
-            if kind != "BatchNorm2d" && kind != "MaxPool2d" && kind != "AvgPool2d" {
-                match ch_out {
-                    Some(o) => out[1] = SDim::Size(o),
-                    None => return Ok(None),
-                }
-            }
-            if let Some((Some(k), Some(s), Some(p), Some(d))) = geometry {
-                for (axis, ax_name) in [(2, "height"), (3, "width")] {
-                    match &shape[axis] {
-                        SDim::Size(n) => match window(*n, k, s, p, d) {
-                            Some(o) => out[axis] = SDim::Size(o),
-                            None => {
-                                return Err(format!(
-                                    "layer `{name}` ({kind}): an input {ax_name} of {n} with kernel {k}, stride {s}, padding {p} leaves no output (the kernel is larger than the padded input)"
-                                ))
-                            }
-                        },
-                        SDim::Tokens(t) if t.to_string().ends_with("Dyn") => {}
-                        SDim::Tokens(_) => return Ok(None),
-                    }
-                }
-            } else if geometry.is_some() {
-                return Ok(None);
-            }
-            Ok(Some(out))
-        }
-        "Flatten" => {
-            if shape.len() < 2 {
-                return Ok(Some(shape.to_vec()));
-            }
-            let rest: Option<usize> = shape[1..].iter().map(size).product();
-            Ok(rest.map(|n| vec![shape[0].clone(), SDim::Size(n)]))
-        }
-        _ => Ok(None),
-    }
 }
 
 fn bound_name(param: &syn::TypeParam) -> Vec<String> {
@@ -407,47 +250,113 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     let in_ty = tensor(&in_dims);
     let out_ty = tensor(&out_dims);
 
-    let mut shape = Some(in_dims);
+    // Names the derive may not carry into a free `const` item: the
+    // struct's const params and its type params other than dtype/device.
+    let dtype_param = dtype.to_string();
+    let device_param = device.to_string();
+    let opaque: Vec<String> = struct_params
+        .iter()
+        .filter(|p| **p != dtype_param && **p != device_param)
+        .cloned()
+        .collect();
+    let concrete = |ts: TokenStream| -> Option<TokenStream> {
+        substitute(ts, &dtype_param, &device_param, &opaque)
+    };
+    let mut concrete_steps = Vec::new();
+    for (_, field) in &layers {
+        concrete_steps.push(concrete(field.ty.to_token_stream()));
+    }
+    let in_sizes: Vec<Option<TokenStream>> = in_shape
+        .0
+        .iter()
+        .enumerate()
+        .map(|(j, (d, _))| concrete(size_expr(d, j, &[])))
+        .collect();
+
+    let in_names: Vec<String> = in_dims.iter().map(SDim::show).collect();
+    let in_idents: Vec<String> = in_dims
+        .iter()
+        .map(|d| match d {
+            SDim::Tokens(t) => t.to_string(),
+            SDim::Size(_) => String::new(),
+        })
+        .collect();
+    let out_sizes: Vec<TokenStream> = out_dims
+        .iter()
+        .map(|d| size_expr(d, usize::MAX, &in_idents))
+        .collect();
+    let followed = concrete_steps.iter().all(Option::is_some)
+        && in_sizes.iter().all(Option::is_some)
+        && out_sizes.iter().all(|s| concrete(s.clone()).is_some());
+    let in_tuple = {
+        let dims = in_dims.iter().map(SDim::render);
+        quote!((#(#dims,)*))
+    };
+    let step_path = quote!(::forma::nn::shape_step);
+    let link = |i: usize| format_ident!("__FORMA_LINK_{}", i);
+    let mut consts = Vec::new();
     let mut steps = Vec::new();
+    if followed {
+        let sizes = in_sizes.iter().flatten();
+        let mut names: Vec<TokenStream> = in_names.iter().map(|n| quote!(#n)).collect();
+        names.resize(6, quote!(""));
+        let first = link(0);
+        consts.push(quote! {
+            const #first: #step_path::Link = #step_path::Link::start(
+                #step_path::Sizes::new(&[#(#sizes),*]),
+                [#(#names),*],
+            );
+        });
+    }
+    let shape_at = |l: &syn::Ident, side: TokenStream| {
+        let slots = (0..6usize)
+            .map(|k| quote!(#step_path::Slot<{ #l.#side.kind(#k) }, { #l.#side.value(#k) }>));
+        quote!(<#step_path::Build<{ #l.#side.rank() }, #(#slots),*> as #step_path::BuildShape<#in_tuple>>::Shape)
+    };
     let mut prev = "the model's input".to_string();
-    for (member, field) in &layers {
+    for (i, ((member, field), ty)) in layers.iter().zip(&concrete_steps).enumerate() {
         let name = member.to_token_stream().to_string();
         let span = field.ty.span();
-        let next = match (&shape, layer_kind(&field.ty)) {
-            (Some(s), Some((kind, args))) => match step(&name, &prev, &kind, &args, s) {
-                Ok(n) => n,
-                Err(msg) => {
-                    cx.error_spanned_by(&field.ty, msg);
-                    None
-                }
-            },
-            _ => None,
-        };
-        let annotation = next.as_ref().map(|s| {
-            let t = tensor(s);
-            quote!(: #t)
-        });
-        steps.push(quote_spanned! {span=>
-            let __x #annotation = ::forma::nn::Forward::try_forward_as(
+        let call = quote_spanned! {span=>
+            ::forma::nn::Forward::try_forward_as(
                 &self.#member,
                 <Self as ::forma::nn::Module>::child_name(#name),
                 __x,
-            )?;
+            )?
+        };
+        let Some(ty) = ty.as_ref().filter(|_| followed) else {
+            steps.push(quote_spanned! {span=> let __x = #call; });
+            continue;
+        };
+        let (here, before) = (link(i + 1), link(i));
+        let prev_lit = prev.clone();
+        consts.push(quote_spanned! {span=>
+            const #here: #step_path::Link = #before.then(
+                <#ty as #step_path::ShapeStep>::STEP, #i, #name, #prev_lit,
+            );
+            const _: () = if let ::core::option::Option::Some(msg) = #here.error_at(#i) {
+                ::core::panic!("{}", msg)
+            };
         });
-        shape = next;
+        let t_in = shape_at(&here, quote!(input));
+        let t_out = shape_at(&here, quote!(output));
+        steps.push(quote_spanned! {span=>
+            let __x: ::forma::Tensor<#t_in, #dtype, #device> = #step_path::enter(#name, __x)?;
+            let __x: ::forma::Tensor<#t_out, #dtype, #device> = #call;
+        });
         prev = format!("`{name}`");
     }
-    if let Some(last) = &shape {
-        if show(last) != show(&out_dims) {
-            cx.syn_error(syn::Error::new(
-                *out_span,
-                format!(
-                    "the model declares output {} but its last layer gives {}",
-                    show(&out_dims),
-                    show(last)
-                ),
-            ));
-        }
+    if followed {
+        let (last, fin) = (link(layers.len()), format_ident!("__FORMA_LINK_OUTPUT"));
+        consts.push(quote_spanned! {*out_span=>
+            const #fin: #step_path::Link = #last.finish(#step_path::Sizes::new(&[#(#out_sizes),*]));
+            const _: () = if let ::core::option::Option::Some(msg) = #fin.error_at(#step_path::OUTPUT) {
+                ::core::panic!("{}", msg)
+            };
+        });
+        steps.push(quote! {
+            let __x: #out_ty = #step_path::enter("output", __x)?;
+        });
     }
     if let Err(errors) = cx.check() {
         return errors;
@@ -462,14 +371,101 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     }
     let (impl_generics, _, _) = impl_generics.split_for_impl();
     let (_, ty_generics, where_clause) = input.generics.split_for_impl();
-    let last = format_ident!("__x");
+    let name = ident.to_string();
+    let in_step: Vec<TokenStream> = in_dims
+        .iter()
+        .enumerate()
+        .map(|(j, d)| size_expr(d, j, &[]))
+        .collect();
+    let struct_impl = input.generics.split_for_impl().0;
     quote! {
-        #[automatically_derived]
-        impl #impl_generics ::forma::nn::Forward<#in_ty, #out_ty> for #ident #ty_generics #where_clause {
-            fn try_forward(&self, __x: #in_ty) -> ::forma::Result<#out_ty> {
-                #(#steps)*
-                ::core::result::Result::Ok(#last)
+        const _: () = {
+            #(#consts)*
+
+            #[automatically_derived]
+            impl #impl_generics ::forma::nn::Forward<#in_ty, #out_ty> for #ident #ty_generics #where_clause {
+                fn try_forward(&self, __x: #in_ty) -> ::forma::Result<#out_ty> {
+                    #(#steps)*
+                    ::core::result::Result::Ok(__x)
+                }
+            }
+
+            #[automatically_derived]
+            impl #struct_impl #step_path::ShapeStep for #ident #ty_generics #where_clause {
+                const STEP: #step_path::Step = #step_path::Step::fixed(
+                    #name,
+                    &[#(#in_step),*],
+                    &[#(#out_sizes),*],
+                );
+            }
+        };
+    }
+}
+
+/// The `Size` of a declared dim: a literal or `{ expr }` is static; a name
+/// is `Input(j)`, its position among the input's dims (`input_names`, or
+/// `own` when it is itself an input dim), or `Dyn` when it is not one.
+fn size_expr(d: &SDim, own: usize, input_names: &[String]) -> TokenStream {
+    let path = quote!(::forma::nn::shape_step::Size);
+    match d {
+        SDim::Size(n) => quote!(#path::Static(#n)),
+        SDim::Tokens(t) => {
+            let text = t.to_string();
+            if let Some(inner) = text
+                .strip_prefix(":: forma :: C <")
+                .and_then(|r| r.strip_suffix('>'))
+            {
+                let expr: TokenStream = inner.parse().unwrap_or_default();
+                return quote!(#path::Static(#expr));
+            }
+            if own != usize::MAX {
+                return quote!(#path::Input(#own));
+            }
+            match input_names
+                .iter()
+                .position(|n| *n == text && n != "Dyn" && n != "One")
+            {
+                Some(j) => quote!(#path::Input(#j)),
+                None => quote!(#path::Dyn),
             }
         }
     }
+}
+
+/// `ts` with the struct's dtype and device params replaced by `f32` and the
+/// CPU, so it can name a type in a free `const` item; `None` when it names
+/// one of `opaque` (a const param, another type param).
+fn substitute(
+    ts: TokenStream,
+    dtype: &str,
+    device: &str,
+    opaque: &[String],
+) -> Option<TokenStream> {
+    use proc_macro2::{Group, TokenTree};
+    let mut out = TokenStream::new();
+    for tt in ts {
+        match tt {
+            TokenTree::Ident(id) => {
+                let s = id.to_string();
+                if opaque.contains(&s) {
+                    return None;
+                }
+                if s == dtype && s != "f32" {
+                    out.extend(quote!(f32));
+                } else if s == device && s != "Cpu" {
+                    out.extend(quote!(::forma::Cpu));
+                } else {
+                    out.extend([TokenTree::Ident(id)]);
+                }
+            }
+            TokenTree::Group(g) => {
+                let inner = substitute(g.stream(), dtype, device, opaque)?;
+                let mut ng = Group::new(g.delimiter(), inner);
+                ng.set_span(g.span());
+                out.extend([TokenTree::Group(ng)]);
+            }
+            other => out.extend([other]),
+        }
+    }
+    Some(out)
 }

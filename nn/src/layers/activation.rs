@@ -186,6 +186,40 @@ macro_rules! softmax_ranks {
 softmax_ranks!(Softmax, softmax);
 softmax_ranks!(LogSoftmax, log_softmax);
 
+// What each activation does to a shape, for `#[derive(Sequential)]`.
+
+macro_rules! same_step {
+    ($($name:ident),*) => {$(
+        impl crate::shape_step::ShapeStep for $name {
+            const STEP: crate::shape_step::Step = crate::shape_step::Step::same(stringify!($name));
+        }
+    )*};
+}
+same_step!(Relu, Gelu, GeluTanh, Tanh, Sigmoid, Silu, Identity, LeakyRelu);
+
+/// The fewest axes a softmax along `dim` needs.
+const fn softmax_min_rank(dim: isize) -> usize {
+    if dim >= 0 {
+        dim as usize + 1
+    } else {
+        dim.unsigned_abs()
+    }
+}
+
+impl<const DIM: isize> crate::shape_step::ShapeStep for Softmax<DIM> {
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::Same {
+        layer: "Softmax",
+        min_rank: softmax_min_rank(DIM),
+    };
+}
+
+impl<const DIM: isize> crate::shape_step::ShapeStep for LogSoftmax<DIM> {
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::Same {
+        layer: "LogSoftmax",
+        min_rank: softmax_min_rank(DIM),
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::resolve_dim;

@@ -878,6 +878,18 @@ impl<B: Dim, T: Dim, const EMBED: usize, const HEADS: usize, E: Float, D: Device
     }
 }
 
+impl<const EMBED: usize, const HEADS: usize, E: Float, D: Device<E>> crate::shape_step::ShapeStep
+    for MultiheadAttention<EMBED, HEADS, E, D>
+{
+    /// Self-attention over `[batch, seq, EMBED]`.
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::LastAxis {
+        layer: "MultiheadAttention",
+        input: EMBED,
+        output: EMBED,
+        rank: 3,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::{AttnMasks, MultiheadAttention};

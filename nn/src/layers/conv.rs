@@ -614,3 +614,77 @@ impl<
             })
     }
 }
+
+// What each convolution does to a shape, for `#[derive(Sequential)]`.
+use crate::shape_step::{ShapeStep, Step, WindowAxis};
+
+impl<
+        const I: usize,
+        const O: usize,
+        const KH: usize,
+        const KW: usize,
+        const SH: usize,
+        const SW: usize,
+        const PH: usize,
+        const PW: usize,
+        const LH: usize,
+        const LW: usize,
+        E: Float,
+        D: Device<E>,
+    > ShapeStep for Conv2dRect<I, O, KH, KW, SH, SW, PH, PW, LH, LW, E, D>
+{
+    const STEP: Step = Step::Window {
+        layer: "Conv2d",
+        channels: Some((I, O)),
+        spatial: 2,
+        axes: [
+            WindowAxis::new(KH, SH, PH, LH),
+            WindowAxis::new(KW, SW, PW, LW),
+        ],
+    };
+}
+
+impl<
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > ShapeStep for Conv1d<I, O, K, S, P, L, E, D>
+{
+    const STEP: Step = Step::Window {
+        layer: "Conv1d",
+        channels: Some((I, O)),
+        spatial: 1,
+        axes: [WindowAxis::new(K, S, P, L), WindowAxis::new(K, S, P, L)],
+    };
+}
+
+impl<
+        const I: usize,
+        const O: usize,
+        const K: usize,
+        const S: usize,
+        const P: usize,
+        const OP: usize,
+        const L: usize,
+        E: Float,
+        D: Device<E>,
+    > ShapeStep for ConvTranspose2d<I, O, K, S, P, OP, L, E, D>
+{
+    const STEP: Step = {
+        let axis = WindowAxis {
+            transposed: Some(OP),
+            ..WindowAxis::new(K, S, P, L)
+        };
+        Step::Window {
+            layer: "ConvTranspose2d",
+            channels: Some((I, O)),
+            spatial: 2,
+            axes: [axis, axis],
+        }
+    };
+}

@@ -111,3 +111,7 @@ pub(crate) fn check_dropout(layer: &str, p: f64) {
         "{layer}: dropout probability has to be between 0 and 1, but got {p}"
     );
 }
+
+impl crate::shape_step::ShapeStep for Dropout {
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::same("Dropout");
+}

@@ -33,3 +33,7 @@ macro_rules! flatten_forward {
 flatten_forward!(A1, A2);
 flatten_forward!(A1, A2, A3);
 flatten_forward!(A1, A2, A3, A4);
+
+impl crate::shape_step::ShapeStep for Flatten {
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::Flatten { layer: "Flatten" };
+}

@@ -182,3 +182,9 @@ macro_rules! bilinear_forward {
 bilinear_forward!(A);
 bilinear_forward!(A, B);
 bilinear_forward!(A, B, F);
+
+impl<const I: usize, const O: usize, E: Float, D: Device<E>> crate::shape_step::ShapeStep
+    for Linear<I, O, E, D>
+{
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::features("Linear", I, O);
+}

@@ -582,3 +582,26 @@ rms_norm_forward!(0;);
 rms_norm_forward!(1; A);
 rms_norm_forward!(2; A, B);
 rms_norm_forward!(3; A, B, F);
+
+// What each norm does to a shape, for `#[derive(Sequential)]`.
+use crate::shape_step::{ShapeStep, Step};
+
+impl<const CH: usize, E: Float, D: Device<E>> ShapeStep for BatchNorm2d<CH, E, D> {
+    const STEP: Step = Step::channels("BatchNorm2d", CH, 4, 4);
+}
+
+impl<const CH: usize, E: Float, D: Device<E>> ShapeStep for BatchNorm1d<CH, E, D> {
+    const STEP: Step = Step::channels("BatchNorm1d", CH, 2, 3);
+}
+
+impl<const G: usize, const CH: usize, E: Float, D: Device<E>> ShapeStep for GroupNorm<G, CH, E, D> {
+    const STEP: Step = Step::channels("GroupNorm", CH, 2, 5);
+}
+
+impl<const N: usize, E: Float, D: Device<E>> ShapeStep for LayerNorm<N, E, D> {
+    const STEP: Step = Step::features("LayerNorm", N, N);
+}
+
+impl<const N: usize, E: Float, D: Device<E>> ShapeStep for RMSNorm<N, E, D> {
+    const STEP: Step = Step::features("RMSNorm", N, N);
+}

@@ -513,3 +513,62 @@ impl<B: Dim, Ch: Dim, H: Dim, W: Dim, const OH: usize, const OW: usize, E: Float
         Ok(super::restore(y))
     }
 }
+
+// What each pooling layer does to a shape, for `#[derive(Sequential)]`.
+use crate::shape_step::{ShapeStep, Step, WindowAxis};
+
+impl<const K: usize, const S: usize, const P: usize, const L: usize, const CEIL: bool> ShapeStep
+    for MaxPool2d<K, S, P, L, CEIL>
+{
+    const STEP: Step = {
+        let axis = WindowAxis {
+            ceil_mode: CEIL,
+            ..WindowAxis::new(K, S, P, L)
+        };
+        Step::Window {
+            layer: "MaxPool2d",
+            channels: None,
+            spatial: 2,
+            axes: [axis, axis],
+        }
+    };
+}
+
+impl<const K: usize, const S: usize, const P: usize, const CEIL: bool, const COUNT_PAD: bool>
+    ShapeStep for AvgPool2d<K, S, P, CEIL, COUNT_PAD>
+{
+    const STEP: Step = {
+        let axis = WindowAxis {
+            ceil_mode: CEIL,
+            ..WindowAxis::new(K, S, P, 1)
+        };
+        Step::Window {
+            layer: "AvgPool2d",
+            channels: None,
+            spatial: 2,
+            axes: [axis, axis],
+        }
+    };
+}
+
+macro_rules! pool1d_step {
+    ($($name:ident),*) => {$(
+        impl<const K: usize, const S: usize, const P: usize> ShapeStep for $name<K, S, P> {
+            const STEP: Step = Step::Window {
+                layer: stringify!($name),
+                channels: None,
+                spatial: 1,
+                axes: [WindowAxis::new(K, S, P, 1), WindowAxis::new(K, S, P, 1)],
+            };
+        }
+    )*};
+}
+pool1d_step!(MaxPool1d, AvgPool1d);
+
+impl<const OH: usize, const OW: usize> ShapeStep for AdaptiveAvgPool2d<OH, OW> {
+    const STEP: Step = Step::Resize {
+        layer: "AdaptiveAvgPool2d",
+        spatial: 2,
+        out: [OH, OW],
+    };
+}

@@ -686,6 +686,18 @@ macro_rules! rnn_layer {
                 Ok(self.try_forward_with(x, None)?.0)
             }
         }
+
+        impl<const I: usize, const H: usize, const BIDIR: bool, E: Float, D: Device<E> $($gen)*>
+            crate::shape_step::ShapeStep for $name<I, H, BIDIR, E, D $($arg)*>
+        {
+            /// `[batch, seq, I]` to `[batch, seq, R]` (`2 * R` bidirectional).
+            const STEP: crate::shape_step::Step = crate::shape_step::Step::LastAxis {
+                layer: $py,
+                input: I,
+                output: if BIDIR { 2 * $r } else { $r },
+                rank: 3,
+            };
+        }
     };
 }
 

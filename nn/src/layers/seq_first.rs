@@ -316,3 +316,8 @@ encoder_seq_first!(TransformerEncoderLayer);
 encoder_seq_first!(TransformerEncoder);
 decoder_seq_first!(TransformerDecoderLayer);
 decoder_seq_first!(TransformerDecoder);
+
+/// A sequence-first layer acts on the same last axis as the layer it wraps.
+impl<M: crate::shape_step::ShapeStep> crate::shape_step::ShapeStep for SeqFirst<M> {
+    const STEP: crate::shape_step::Step = M::STEP;
+}

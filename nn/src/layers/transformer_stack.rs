@@ -314,3 +314,14 @@ impl<
         self.try_forward_with(tgt, memory, AttnMasks::default(), AttnMasks::default())
     }
 }
+
+impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D: Device<E>>
+    crate::shape_step::ShapeStep for TransformerEncoder<D_MODEL, NHEAD, DIM_FF, E, D>
+{
+    const STEP: crate::shape_step::Step = crate::shape_step::Step::LastAxis {
+        layer: "TransformerEncoder",
+        input: D_MODEL,
+        output: D_MODEL,
+        rank: 3,
+    };
+}

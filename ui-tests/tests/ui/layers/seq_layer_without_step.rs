@@ -1,5 +1,6 @@
-// A user-defined layer (unknown to the derive) feeds 32 features into a
-// Linear that takes 64: the types catch it, at the field.
+// A user-defined layer that does not say what it does to a shape (no
+// `ShapeStep` impl): the derive cannot follow the model through it, and
+// says how to fix that, at the field.
 use forma::nn::layers::Linear;
 use forma::prelude::*;
 
