@@ -242,7 +242,18 @@ device_tests! {
             x.try_reshape_to((Dyn(5), Dyn(3))).unwrap_err().to_string(),
             "reshape: expected shape [5, 3], got [3, 4]"
         );
-        assert!(x.try_reshape::<(Dyn, Dyn)>().is_err(), "two inferred dims are ambiguous");
+        // Several `Dyn`s keep the input's leading `Dyn` sizes, the last inferred.
+        let same: Tensor<(Dyn, Dyn), f32, D> = x.try_reshape().unwrap();
+        assert_eq!(same.dims()[..], [3, 4]);
+        let y: Tensor<(Dyn, Dyn, C<2>, C<3>), f32, D> = Tensor::zeros_on((Dyn(2), Dyn(5), C, C), dev);
+        let merged: Tensor<(Dyn, Dyn, C<6>), f32, D> = y.try_reshape().unwrap();
+        assert_eq!(merged.dims()[..], [2, 5, 6]);
+        let split: Tensor<(Dyn, Dyn, C<3>, C<2>), f32, D> = merged.try_reshape().unwrap();
+        assert_eq!(split.dims()[..], [2, 5, 3, 2]);
+        // Past the shared leading run, two `Dyn`s are still ambiguous.
+        assert!(x.try_reshape::<(C<2>, Dyn, Dyn)>().is_err(), "two inferred dims are ambiguous");
+        let z: Tensor<(Dyn, Dyn, Dyn), f32, D> = y.try_reshape().unwrap();
+        assert_eq!(z.dims()[..], [2, 5, 6]);
         assert!(x.try_reshape::<(C<13>,)>().is_err());
         let ok: Tensor<(C<2>, Dyn), f32, D> = x.try_reshape().unwrap();
         assert_eq!(ok.shape(), (C, Dyn(6)));

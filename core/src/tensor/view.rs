@@ -325,8 +325,23 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// assert_eq!(z.dims().to_vec(), vec![4, 3]);
     /// ```
     ///
+    /// Several `Dyn` dims in `S2` keep the sizes of a leading run of `Dyn`
+    /// dims the input has at the same positions, the last one inferred: a
+    /// head split `(B, S, 384)` to `(B, S, 12, 32)` with `B` and `S` both
+    /// `Dyn`, as `x.view(b, s, 12, 32)` in PyTorch.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(Dyn, Dyn, C<384>)>::zeros_with((Dyn(2), Dyn(5), C));
+    /// let heads: Tensor<(Dyn, Dyn, C<12>, C<32>)> = x.reshape();
+    /// assert_eq!(heads.dims().to_vec(), vec![2, 5, 12, 32]);
+    /// let merged: Tensor<(Dyn, Dyn, C<384>)> = heads.reshape();
+    /// assert_eq!(merged.dims().to_vec(), vec![2, 5, 384]);
+    /// ```
+    ///
     /// # Panics
     /// If the counts disagree at run time; see [`Tensor::try_reshape`].
+    #[track_caller]
     pub fn reshape<S2: Shape>(&self) -> Tensor<S2, E, D> {
         const { assert_same_numel("reshape", S::STATIC_NUMEL, S2::STATIC_NUMEL) };
         ok(self.try_reshape::<S2>())
@@ -335,10 +350,23 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// Fallible [`Tensor::reshape`].
     ///
     /// # Errors
-    /// A [`crate::ShapeError`] when the element count differs, or `S2` has more
-    /// than one `Dyn` dim (use [`Tensor::try_reshape_to`]).
+    /// A [`crate::ShapeError`] when the element count differs, or `S2` has
+    /// more than one `Dyn` dim besides those kept from the input (use
+    /// [`Tensor::try_reshape_to`]).
     pub fn try_reshape<S2: Shape>(&self) -> Result<Tensor<S2, E, D>> {
-        let statics = S2::static_dims();
+        let mut statics = S2::static_dims();
+        let from = S::static_dims();
+        // Several `Dyn`s: the leading ones the input also has keep its
+        // sizes, until one is left to infer.
+        let mut i = 0;
+        while statics.iter().filter(|d| d.is_none()).count() > 1
+            && i < statics.len().min(from.len())
+            && statics[i].is_none()
+            && from[i].is_none()
+        {
+            statics[i] = Some(self.layout.dims[i]);
+            i += 1;
+        }
         let numel = self.numel();
         let known: usize = statics.iter().flatten().product();
         let dyns = statics.iter().filter(|d| d.is_none()).count();
