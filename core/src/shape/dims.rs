@@ -4,7 +4,12 @@
 use std::fmt;
 
 /// One dimension of a shape.
-pub trait Dim: Copy + Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
+///
+/// Every dim broadcasts with itself to itself, so code generic over a batch
+/// `B: Dim` can add two `B`-batched tensors with no further bound.
+pub trait Dim:
+    Copy + Clone + fmt::Debug + PartialEq + Send + Sync + 'static + BroadcastDim<Self, Out = Self>
+{
     /// `Some(n)` when the size is known to the compiler.
     const STATIC: Option<usize>;
     /// The size.
@@ -138,7 +143,7 @@ impl MatmulDim<One> for Dyn {}
     label = "size {Self} vs size {Rhs}: these shapes do not broadcast",
     note = "broadcasting aligns shapes from the last dim; each pair must be equal, or one of them `One` (a size-1 dim from `unsqueeze` or `*_keepdim`), or `Dyn`"
 )]
-pub trait BroadcastDim<Rhs: Dim>: Dim {
+pub trait BroadcastDim<Rhs> {
     /// The broadcast result.
     type Out: Dim;
 }
