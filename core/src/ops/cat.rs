@@ -6,7 +6,8 @@ use crate::device::Backend;
 use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
-use crate::shape::{Dyn, HasAxis, InsertAxis, One, Shape};
+use crate::shape::check::assert_cat_sum;
+use crate::shape::{Dim, Dyn, HasAxis, InsertAxis, One, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -17,17 +18,26 @@ use crate::tensor::{ok, Tensor};
 pub fn try_cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>> {
-    let ax = <S as HasAxis<AX>>::INDEX;
+    join("cat", tensors, <S as HasAxis<AX>>::INDEX)
+}
+
+/// Joins `tensors` along axis `ax` into a tensor of shape type `S2`
+/// (checked against the joined sizes).
+fn join<S: Shape, S2: Shape, E: Dtype, D: Backend>(
+    op: &'static str,
+    tensors: &[Tensor<S, E, D>],
+    ax: usize,
+) -> Result<Tensor<S2, E, D>> {
     let first = tensors
         .first()
-        .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+        .ok_or_else(|| Error::invalid(op, "needs at least one tensor"))?;
     let mut total = 0;
     for t in tensors {
-        first.same_device("cat", t)?;
+        first.same_device(op, t)?;
         let same = (0..S::RANK).all(|i| i == ax || t.layout.dims[i] == first.layout.dims[i]);
         if !same {
             return Err(Error::shape(
-                "cat",
+                op,
                 format!("{} outside axis {ax}", fmt_dims(&first.layout.dims)),
                 &t.layout.dims,
             ));
@@ -36,6 +46,9 @@ pub fn try_cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     }
     let mut dims = first.layout.dims;
     dims[ax] = total;
+    if S2::from_dims(&dims).is_none() {
+        return Err(Error::shape(op, S2::describe(), &dims));
+    }
     let dev = &first.device;
     let mut out = dev.full(dims.numel(), E::default())?;
     let full = Layout::contiguous(&dims);
@@ -78,6 +91,62 @@ pub fn cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D> {
     ok(try_cat::<AX, S, E, D>(tensors))
+}
+
+impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
+    /// Concatenates `other` after `self` along `AX`, like
+    /// `torch.cat([a, b], ax)`, for pieces whose sizes along `AX` differ in
+    /// type (a U-Net skip: 3 channels and 4). The other axes are the same
+    /// types; the result's size along `AX` is `O`, stated or inferred from
+    /// the next use, and checked: statically when both pieces and `O` are
+    /// static (`cargo build`), at run time otherwise.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let a = Tensor::<(Dyn, C<3>)>::zeros_with((Dyn(2), C));
+    /// let b = Tensor::<(Dyn, C<4>)>::ones_with((Dyn(2), C));
+    /// let y: Tensor<(Dyn, C<7>)> = a.cat_with::<1, _, _>(&b);
+    /// assert_eq!(y.to_vec()[..8], [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// When the sizes disagree at run time; see [`Tensor::try_cat_with`].
+    #[track_caller]
+    pub fn cat_with<const AX: isize, O: Dim, S2>(
+        &self,
+        other: &Tensor<S2, E, D>,
+    ) -> Tensor<<S as HasAxis<AX>>::Replaced<O>, E, D>
+    where
+        S: HasAxis<AX>,
+        S2: HasAxis<AX, Replaced<Dyn> = <S as HasAxis<AX>>::Replaced<Dyn>>,
+    {
+        const {
+            assert_cat_sum(
+                <<S as HasAxis<AX>>::At as Dim>::STATIC,
+                <<S2 as HasAxis<AX>>::At as Dim>::STATIC,
+                O::STATIC,
+            )
+        };
+        ok(self.try_cat_with::<AX, O, S2>(other))
+    }
+
+    /// Fallible [`Tensor::cat_with`].
+    ///
+    /// # Errors
+    /// A shape error when the sizes outside `AX` differ at run time, or the
+    /// joined size is not `O`'s.
+    pub fn try_cat_with<const AX: isize, O: Dim, S2>(
+        &self,
+        other: &Tensor<S2, E, D>,
+    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<O>, E, D>>
+    where
+        S: HasAxis<AX>,
+        S2: HasAxis<AX, Replaced<Dyn> = <S as HasAxis<AX>>::Replaced<Dyn>>,
+    {
+        let a = self.try_into_shape::<<S as HasAxis<AX>>::Replaced<Dyn>>()?;
+        let b = other.try_into_shape::<<S as HasAxis<AX>>::Replaced<Dyn>>()?;
+        join("cat_with", &[a, b], <S as HasAxis<AX>>::INDEX)
+    }
 }
 
 /// Stacks along a new axis `AX`, like `torch.stack(tensors, ax)`.

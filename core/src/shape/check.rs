@@ -91,3 +91,21 @@ pub const fn assert_same_numel(op: &str, from: Option<usize>, to: Option<usize>)
     }
 }
 
+/// Asserts at compile time that the two pieces of a `cat` add up to the
+/// stated size along the axis; a `None` (`Dyn`) defers to run time.
+pub const fn assert_cat_sum(a: Option<usize>, b: Option<usize>, out: Option<usize>) {
+    if let (Some(a), Some(b), Some(out)) = (a, b, out) {
+        if a + b != out {
+            ConstMsg::new()
+                .s("cat_with: pieces of ")
+                .n(a)
+                .s(" and ")
+                .n(b)
+                .s(" along the axis give ")
+                .n(a + b)
+                .s(", not ")
+                .n(out)
+                .panic();
+        }
+    }
+}
