@@ -446,6 +446,23 @@ impl Link {
         }
     }
 
+    /// `msg`, then ", but receives [..]" (the given sizes), the size found
+    /// (`(400 features)`) and where it came from.
+    const fn receives(
+        &self,
+        msg: ConstMsg,
+        given: &Sizes,
+        got: Option<(usize, &str)>,
+        prev: &str,
+    ) -> ConstMsg {
+        let msg = show(msg.s(", but receives "), self.show(given));
+        let msg = match got {
+            Some((n, what)) => msg.s(" (").n(n).s(what).s(")"),
+            None => msg,
+        };
+        msg.s(" from ").s(prev)
+    }
+
     /// The next link: `step` (field `field`, the `index`-th) after `self`,
     /// whose output came from `prev` (a field, or "the model's input").
     pub const fn then(self, step: Step, index: usize, field: &str, prev: &str) -> Link {
@@ -455,17 +472,8 @@ impl Link {
         let (input, output) = match step {
             Step::Same { min_rank, .. } => {
                 let input = if given.rank < min_rank {
-                    next = next.fail(
-                        index,
-                        show(
-                            head.s(" takes at least ")
-                                .n(min_rank)
-                                .s(" axes, but receives "),
-                            self.show(&given),
-                        )
-                        .s(" from ")
-                        .s(prev),
-                    );
+                    let msg = head.s(" takes at least ").n(min_rank).s(" axes");
+                    next = next.fail(index, self.receives(msg, &given, None, prev));
                     given.with_rank(min_rank)
                 } else {
                     given
@@ -480,15 +488,8 @@ impl Link {
             } => {
                 let mut input = given;
                 if rank != 0 && given.rank != rank {
-                    next = next.fail(
-                        index,
-                        show(
-                            head.s(" takes a rank-").n(rank).s(" input, but receives "),
-                            self.show(&given),
-                        )
-                        .s(" from ")
-                        .s(prev),
-                    );
+                    let msg = head.s(" takes a rank-").n(rank).s(" input");
+                    next = next.fail(index, self.receives(msg, &given, None, prev));
                     input = given.with_rank(rank);
                 } else if given.rank == 0 {
                     next = next.fail(
@@ -501,19 +502,9 @@ impl Link {
                 let last = input.rank - 1;
                 if let Some(got) = input.at(last).get() {
                     if got != want {
-                        next = next.fail(
-                            index,
-                            show(
-                                head.s(" takes ")
-                                    .n(want)
-                                    .s(" input features, but receives "),
-                                self.show(&given),
-                            )
-                            .s(" (")
-                            .n(got)
-                            .s(" features) from ")
-                            .s(prev),
-                        );
+                        let msg = head.s(" takes ").n(want).s(" input features");
+                        let got = Some((got, " features"));
+                        next = next.fail(index, self.receives(msg, &given, got, prev));
                     }
                 }
                 input = input.with(last, Size::Static(want));
@@ -528,13 +519,12 @@ impl Link {
                 let mut input = given;
                 if given.rank < min_rank || given.rank > max_rank {
                     let msg = head.s(" takes a [batch, channels");
-                    let msg = if max_rank > 2 { msg.s(", ..") } else { msg };
-                    next = next.fail(
-                        index,
-                        show(msg.s("] input, but receives "), self.show(&given))
-                            .s(" from ")
-                            .s(prev),
-                    );
+                    let msg = match (min_rank, max_rank) {
+                        (4, 4) => msg.s(", height, width"),
+                        (_, 2) => msg,
+                        _ => msg.s(", .."),
+                    };
+                    next = next.fail(index, self.receives(msg.s("] input"), &given, None, prev));
                     input = given.with_rank(if given.rank < min_rank {
                         min_rank
                     } else {
@@ -555,11 +545,11 @@ impl Link {
                 let rank = spatial + 2;
                 if given.rank != rank {
                     let msg = if spatial == 1 {
-                        head.s(" takes a [batch, channels, length] input, but receives ")
+                        head.s(" takes a [batch, channels, length] input")
                     } else {
-                        head.s(" takes a [batch, channels, height, width] input, but receives ")
+                        head.s(" takes a [batch, channels, height, width] input")
                     };
-                    next = next.fail(index, show(msg, self.show(&given)).s(" from ").s(prev));
+                    next = next.fail(index, self.receives(msg, &given, None, prev));
                     input = given.with_rank(rank);
                 }
                 let mut output = input;
@@ -610,17 +600,9 @@ impl Link {
             Step::Resize { spatial, out, .. } => {
                 let mut input = given;
                 if given.rank != spatial + 2 {
-                    next = next.fail(
-                        index,
-                        show(
-                            head.s(" takes a [batch, channels, ..] input with ")
-                                .n(spatial)
-                                .s(" spatial axes, but receives "),
-                            self.show(&given),
-                        )
-                        .s(" from ")
-                        .s(prev),
-                    );
+                    let msg = head.s(" takes a [batch, channels, ..] input with ");
+                    let msg = msg.n(spatial).s(" spatial axes");
+                    next = next.fail(index, self.receives(msg, &given, None, prev));
                     input = given.with_rank(spatial + 2);
                 }
                 let mut output = input;
@@ -634,15 +616,8 @@ impl Link {
             Step::Flatten { .. } => {
                 let mut input = given;
                 if given.rank < 2 {
-                    next = next.fail(
-                        index,
-                        show(
-                            head.s(" takes a [batch, ..] input of at least 2 axes, but receives "),
-                            self.show(&given),
-                        )
-                        .s(" from ")
-                        .s(prev),
-                    );
+                    let msg = head.s(" takes a [batch, ..] input of at least 2 axes");
+                    next = next.fail(index, self.receives(msg, &given, None, prev));
                     input = given.with_rank(2);
                 }
                 let mut numel = Some(1usize);
@@ -669,25 +644,18 @@ impl Link {
             } => {
                 let mut input = given;
                 if given.rank != rank_in {
-                    next = next.fail(
-                        index,
-                        show(
-                            show(
-                                head.s(" takes "),
-                                Show {
-                                    s: &Sizes {
-                                        rank: rank_in,
-                                        d: want,
-                                    },
-                                    names: &["_"; RANK],
-                                },
-                            )
-                            .s(", but receives "),
-                            self.show(&given),
-                        )
-                        .s(" from ")
-                        .s(prev),
+                    let want = Sizes {
+                        rank: rank_in,
+                        d: want,
+                    };
+                    let msg = show(
+                        head.s(" takes "),
+                        Show {
+                            s: &want,
+                            names: &["_"; RANK],
+                        },
                     );
+                    next = next.fail(index, self.receives(msg, &given, None, prev));
                     input = given.with_rank(rank_in);
                 }
                 let mut i = 0;
@@ -695,21 +663,9 @@ impl Link {
                     if let Size::Static(w) = want[i] {
                         if let Some(got) = input.d[i].get() {
                             if got != w {
-                                next = next.fail(
-                                    index,
-                                    show(
-                                        head.s(" takes a size of ")
-                                            .n(w)
-                                            .s(" on axis ")
-                                            .n(i)
-                                            .s(", but receives "),
-                                        self.show(&given),
-                                    )
-                                    .s(" (")
-                                    .n(got)
-                                    .s(") from ")
-                                    .s(prev),
-                                );
+                                let msg = head.s(" takes a size of ").n(w).s(" on axis ").n(i);
+                                let got = Some((got, ""));
+                                next = next.fail(index, self.receives(msg, &given, got, prev));
                             }
                         }
                         input = input.with(i, Size::Static(w));
@@ -747,19 +703,13 @@ impl Link {
         prev: &str,
     ) -> Link {
         match input.at(1).get() {
-            Some(got) if got != want && given.rank > 1 => self.fail(
-                index,
-                show(
-                    head.s(" takes ")
-                        .n(want)
-                        .s(" input channels, but receives "),
-                    self.show(given),
+            Some(got) if got != want && given.rank > 1 => {
+                let msg = head.s(" takes ").n(want).s(" input channels");
+                self.fail(
+                    index,
+                    self.receives(msg, given, Some((got, " channels")), prev),
                 )
-                .s(" (")
-                .n(got)
-                .s(" channels) from ")
-                .s(prev),
-            ),
+            }
             _ => self,
         }
     }
