@@ -1,8 +1,10 @@
 // Patterns of real architectures that the static shapes must let through:
 // a transformer head split and merge with `Dyn` batch and sequence, a U-Net
-// skip joining pieces of 3 and 4 channels into a `Conv2d<7, ..>`, and a
-// residual MLP generic over its batch that adds two `B`-batched tensors.
-use forma::nn::layers::{Conv2d, Linear, Relu};
+// skip joining pieces of 3 and 4 channels into a `Conv2d<7, ..>`, a
+// residual MLP generic over its batch that adds two `B`-batched tensors,
+// and a ResNet stage of blocks generic over their channels whose first
+// block (a projection) differs in type from the rest.
+use forma::nn::layers::{BatchNorm2d, Conv2d, Linear, Relu};
 use forma::prelude::*;
 
 /// `(B, S, 384)` to `(B, S, 12, 32)` and back, both sizes `Dyn`.
@@ -47,6 +49,63 @@ impl<B: Dim> Forward<Tensor![B, 16], Tensor![B, 16]> for ResidualMlp {
     }
 }
 
+/// A residual block generic over its channels, with the identity shortcut:
+/// its input is added to its output.
+#[derive(Module)]
+struct Block<const CH: usize> {
+    conv1: Conv2d<CH, CH, 3, 1, 1>,
+    bn1: BatchNorm2d<CH>,
+    relu: Relu,
+    conv2: Conv2d<CH, CH, 3, 1, 1>,
+    bn2: BatchNorm2d<CH>,
+}
+
+impl<const CH: usize> Block<CH> {
+    fn new(rng: &mut Rng) -> Self {
+        Block {
+            conv1: Conv2d::new(&Cpu, rng),
+            bn1: BatchNorm2d::new(&Cpu),
+            relu: Relu,
+            conv2: Conv2d::new(&Cpu, rng),
+            bn2: BatchNorm2d::new(&Cpu),
+        }
+    }
+}
+
+type Map<B, const CH: usize, H, W> = Tensor<(B, C<CH>, H, W)>;
+
+impl<const CH: usize, B: Dim, H: Dim, W: Dim> Forward<Map<B, CH, H, W>, Map<B, CH, H, W>>
+    for Block<CH>
+{
+    fn try_forward(&self, x: Map<B, CH, H, W>) -> forma::Result<Map<B, CH, H, W>> {
+        let y: Map<B, CH, H, W> = child!(self.conv1, x.clone())?;
+        let y = child!(self.relu, child!(self.bn1, y)?)?;
+        let y: Map<B, CH, H, W> = child!(self.conv2, y)?;
+        let y = child!(self.bn2, y)?;
+        child!(self.relu, &y + &x)
+    }
+}
+
+/// A ResNet stage: a first block that changes the channels (a 1x1
+/// projection here), then blocks of one type.
+#[derive(Module)]
+struct Stage<const I: usize, const O: usize> {
+    first: Conv2d<I, O, 1>,
+    rest: Vec<Block<O>>,
+}
+
+impl<const I: usize, const O: usize, B: Dim, H: Dim, W: Dim>
+    Forward<Map<B, I, H, W>, Map<B, O, H, W>> for Stage<I, O>
+{
+    fn try_forward(&self, x: Map<B, I, H, W>) -> forma::Result<Map<B, O, H, W>> {
+        let mut x: Map<B, O, H, W> = child!(self.first, x)?;
+        for (i, block) in self.rest.iter().enumerate() {
+            x = block.try_forward_as(format!("rest.{i}"), x)?;
+        }
+        Ok(x)
+    }
+}
+
 #[allow(dead_code)]
 fn main() {
     let mut rng = Rng::seed_from(0);
@@ -76,4 +135,15 @@ fn main() {
     let x = Tensor::<(C<3>, C<16>)>::randn((C, C), &mut rng);
     let y: Tensor<(C<3>, C<16>)> = mlp.forward(x);
     assert_eq!(y.dims()[..], [3, 16]);
+
+    let stage = Stage::<4, 8> {
+        first: Conv2d::new(&Cpu, &mut rng),
+        rest: vec![Block::new(&mut rng), Block::new(&mut rng)],
+    };
+    let x = Tensor::<(Dyn, C<4>, C<6>, C<6>)>::randn((Dyn(2), C, C, C), &mut rng);
+    let y: Tensor<(Dyn, C<8>, C<6>, C<6>)> = stage.forward(x);
+    assert_eq!(y.dims()[..], [2, 8, 6, 6]);
+    assert!(y.to_vec().iter().all(|v| *v >= 0.0), "each block ends in a ReLU");
+    let keys: Vec<String> = stage.state_dict().keys().map(String::from).collect();
+    assert!(keys.contains(&"rest.1.bn2.running_var".to_string()));
 }
