@@ -139,6 +139,7 @@ fn check_low(dtype: DType) -> Result<()> {
 ///
 /// # Panics
 /// For a `dtype` other than bf16 and f16 (see [`try_autocast`]).
+#[track_caller]
 pub fn autocast(dtype: DType) -> AutocastGuard {
     ok(try_autocast(dtype))
 }

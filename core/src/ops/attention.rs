@@ -88,6 +88,7 @@ impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
     /// # Panics
     /// If `Dyn` sizes disagree at run time; see
     /// [`Tensor::try_scaled_dot_product_attention`].
+    #[track_caller]
     pub fn scaled_dot_product_attention<S: Dim, V: Dim, Sm: Shape>(
         &self,
         key: &Tensor<(B, H, S, K), E, D>,

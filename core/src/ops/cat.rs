@@ -87,6 +87,7 @@ fn join<S: Shape, S2: Shape, E: Dtype, D: Backend>(
 }
 
 /// [`try_cat`] that panics on mismatched sizes.
+#[track_caller]
 pub fn cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D> {
@@ -167,6 +168,7 @@ where
 }
 
 /// [`try_stack`] that panics on mismatched sizes.
+#[track_caller]
 pub fn stack<const AX: isize, S, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
 ) -> Tensor<<S as InsertAxis<AX>>::Inserted<Dyn>, E, D>

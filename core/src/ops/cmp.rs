@@ -76,6 +76,7 @@ macro_rules! cmp_methods {
             ///
             /// # Panics
             /// If `Dyn` sizes do not broadcast (see the `try_` form).
+            #[track_caller]
             pub fn $m<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, bool, D>
             where
                 S: BroadcastShape<S2>,
@@ -119,6 +120,7 @@ macro_rules! logical_methods {
             ///
             /// # Panics
             /// If `Dyn` sizes do not broadcast (see the `try_` form).
+            #[track_caller]
             pub fn $m<S2: Shape>(&self, rhs: &Tensor<S2, bool, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, bool, D>
             where
                 S: BroadcastShape<S2>,
@@ -220,6 +222,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If a `Dyn` size of the mask does not broadcast (see [`Tensor::try_masked_fill`]).
+    #[track_caller]
     pub fn masked_fill<Sm: Shape>(&self, mask: &Tensor<Sm, bool, D>, value: f64) -> Self
     where
         Sm: ExpandTo<S>,
@@ -288,6 +291,7 @@ fn zeros_like_view<E: Float, D: Backend>(g: &Raw<E, D>) -> Result<(D::Storage<E>
 ///
 /// # Panics
 /// If `Dyn` sizes do not broadcast (see [`try_where_cond`]).
+#[track_caller]
 pub fn where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: crate::device::Device<E>>(
     cond: &Tensor<Sc, bool, D>,
     a: &Tensor<Sa, E, D>,

@@ -246,6 +246,7 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     }
 
     /// [`Tensor::try_conv2d`] that panics on bad sizes.
+    #[track_caller]
     pub fn conv2d<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
         &self,
         weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
@@ -326,6 +327,7 @@ impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, 
     }
 
     /// [`Tensor::try_conv1d`] that panics on bad sizes.
+    #[track_caller]
     pub fn conv1d<Co: Dim, Cg: Dim, K: Dim>(
         &self,
         weight: &Tensor<(Co, Cg, K), E, D>,
@@ -651,6 +653,7 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     }
 
     /// [`Tensor::try_conv_transpose2d`] that panics on bad sizes.
+    #[track_caller]
     pub fn conv_transpose2d<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
         &self,
         weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,

@@ -146,6 +146,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// [`Tensor::try_index_select`] that panics on a bad index.
+    #[track_caller]
     pub fn index_select<const AX: isize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
@@ -224,6 +225,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// [`Tensor::try_gather`] that panics on a bad index.
+    #[track_caller]
     pub fn gather<const AX: isize, Si: Shape>(&self, idx: &Tensor<Si, i64, D>) -> Tensor<Si, E, D>
     where
         S: HasAxis<AX>,
@@ -295,6 +297,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// [`Tensor::try_scatter_add`] that panics on a bad index.
+    #[track_caller]
     pub fn scatter_add<const AX: isize, Si: Shape>(
         &self,
         idx: &Tensor<Si, i64, D>,
@@ -350,6 +353,7 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
     }
 
     /// [`Tensor::try_embedding`] that panics on a bad index.
+    #[track_caller]
     pub fn embedding<Si: AppendDim>(
         &self,
         idx: &Tensor<Si, i64, D>,
@@ -449,6 +453,7 @@ impl<S: Shape, D: Backend> Tensor<S, i64, D> {
     }
 
     /// [`Tensor::try_one_hot`] that panics on a bad index.
+    #[track_caller]
     pub fn one_hot<const N: usize, F: Dtype>(
         &self,
     ) -> Tensor<<S as AppendDim>::Appended<C<N>>, F, D>

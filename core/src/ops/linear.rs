@@ -60,6 +60,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If `Dyn` sizes disagree at run time; see [`Tensor::try_linear`].
+    #[track_caller]
     pub fn linear<O: Dim, I: Dim>(
         &self,
         weight: &Tensor<(O, I), E, D>,

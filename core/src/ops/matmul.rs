@@ -38,6 +38,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If `Dyn` sizes disagree at run time (see [`Tensor::try_matmul`]).
+    #[track_caller]
     pub fn matmul<S2: Shape>(
         &self,
         rhs: &Tensor<S2, E, D>,

@@ -83,6 +83,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If `weight` or `bias` is not `[n]`, or `x` is a scalar; see
     /// [`Tensor::try_layer_norm`].
+    #[track_caller]
     pub fn layer_norm(
         &self,
         weight: Option<&Tensor<(Dyn,), E, D>>,

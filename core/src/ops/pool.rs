@@ -207,11 +207,13 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     }
 
     /// [`Tensor::try_max_pool2d`] that panics when the window does not fit.
+    #[track_caller]
     pub fn max_pool2d(&self, p: Pool2dParams) -> Tensor<(N, Ch, Dyn, Dyn), E, D> {
         ok(self.try_max_pool2d(p))
     }
 
     /// [`Tensor::try_avg_pool2d`] that panics when the window does not fit.
+    #[track_caller]
     pub fn avg_pool2d(&self, p: Pool2dParams) -> Tensor<(N, Ch, Dyn, Dyn), E, D> {
         ok(self.try_avg_pool2d(p))
     }

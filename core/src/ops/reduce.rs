@@ -404,6 +404,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// Variance along `AX`, unbiased (`ddof = 1`) or not, like `x.var(ax, unbiased=...)`.
+    #[track_caller]
     pub fn var<const AX: isize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
     where
         S: HasAxis<AX>,
@@ -414,6 +415,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// Variance along `AX`, keeping the axis.
+    #[track_caller]
     pub fn var_keepdim<const AX: isize>(
         &self,
         unbiased: bool,
@@ -427,6 +429,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     }
 
     /// Variance of all elements.
+    #[track_caller]
     pub fn var_all(&self, unbiased: bool) -> Tensor<(), E, D> {
         ok(self.try_reduce_all(ReduceOp::Var {
             ddof: unbiased as usize,
@@ -501,6 +504,7 @@ macro_rules! reductions {
             ///
             /// # Panics
             /// Max/min over an empty axis.
+            #[track_caller]
             pub fn $m<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
             where
                 S: HasAxis<AX>,
@@ -513,6 +517,7 @@ macro_rules! reductions {
             ///
             /// # Panics
             /// Max/min over an empty axis.
+            #[track_caller]
             pub fn $keep<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
             where
                 S: HasAxis<AX>,
@@ -525,6 +530,7 @@ macro_rules! reductions {
             ///
             /// # Panics
             /// Max/min of an empty tensor.
+            #[track_caller]
             pub fn $all(&self) -> Tensor<(), E, D> {
                 ok(self.try_reduce_all(ReduceOp::$op))
             }

@@ -222,6 +222,7 @@ impl<E: Float, D: crate::device::Device<E>> Tensor<(), E, D> {
     /// # Panics
     /// When no input requires a gradient or the graph was already freed; see
     /// [`Tensor::try_backward`].
+    #[track_caller]
     pub fn backward(&self) {
         ok(self.try_backward());
     }

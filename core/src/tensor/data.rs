@@ -129,6 +129,7 @@ impl TensorData {
 
 impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// A host copy of the values with their dtype and sizes.
+    #[track_caller]
     pub fn to_data(&self) -> TensorData {
         ok(self.try_to_data())
     }
@@ -222,6 +223,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// x.fill(2.5);
     /// assert_eq!(x.to_vec(), [2.5; 3]);
     /// ```
+    #[track_caller]
     pub fn fill(&self, value: f64) {
         ok(self.try_fill(value))
     }
@@ -231,6 +233,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If `Dyn` sizes differ.
+    #[track_caller]
     pub fn assign(&self, src: &Tensor<S, E, D>) {
         ok(self.try_assign(src))
     }

@@ -216,6 +216,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     }
 
     /// The elements in row-major order, on the host.
+    #[track_caller]
     pub fn to_vec(&self) -> Vec<E> {
         ok(self.try_to_vec())
     }
@@ -271,6 +272,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// # Panics
     /// A cast of a tensor on the tape to a type without gradients (see
     /// [`Tensor::try_to_dtype`]).
+    #[track_caller]
     pub fn to_dtype<F: Dtype>(&self) -> Tensor<S, F, D> {
         ok(self.try_to_dtype())
     }
@@ -310,6 +312,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// See [`Tensor::try_to_device`].
+    #[track_caller]
     pub fn to_device<D2: Backend>(&self, device: &D2) -> Tensor<S, E, D2> {
         ok(self.try_to_device(device))
     }

@@ -82,6 +82,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If the axis is a `Dyn` whose size is not 1; see [`Tensor::try_squeeze`].
+    #[track_caller]
     pub fn squeeze<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
     where
         S: HasAxis<AX>,
@@ -122,6 +123,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If the range does not fit; see [`Tensor::try_narrow`].
+    #[track_caller]
     pub fn narrow<const AX: isize>(
         &self,
         start: usize,
@@ -205,6 +207,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     }
 
     /// [`Tensor::try_slice`] that panics on a bad range.
+    #[track_caller]
     pub fn slice<const AX: isize>(
         &self,
         start: usize,
@@ -260,6 +263,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Panics
     /// If a `Dyn` size does not fit; see [`Tensor::try_expand`].
+    #[track_caller]
     pub fn expand<S2: Shape>(&self, shape: S2) -> Tensor<S2, E, D>
     where
         S: ExpandTo<S2>,
@@ -459,6 +463,7 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     }
 
     /// All elements as a rank-1 tensor.
+    #[track_caller]
     pub fn flatten_all(&self) -> Tensor<(Dyn,), E, D> {
         ok(self.try_reshape_to((Dyn(self.numel()),)))
     }

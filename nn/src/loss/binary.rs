@@ -175,6 +175,7 @@ fn bce_logits<E: Float, D: Device<E>>(
 /// # Panics
 /// For a value outside `[0, 1]` or a `Dyn` size mismatch (see
 /// [`try_binary_cross_entropy`]).
+#[track_caller]
 pub fn binary_cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -210,6 +211,7 @@ where
 ///
 /// # Panics
 /// For a `Dyn` size mismatch (see [`try_binary_cross_entropy_with_logits`]).
+#[track_caller]
 pub fn binary_cross_entropy_with_logits<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -318,6 +320,7 @@ impl<E: Float, D: Device<E>, R: Reduction> BceLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward`] errs.
+    #[track_caller]
     pub fn forward<S: Shape, T: Shape>(
         &self,
         input: &Tensor<S, E, D>,
@@ -428,6 +431,7 @@ impl<E: Float, D: Device<E>, R: Reduction> BceWithLogitsLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward`] errs.
+    #[track_caller]
     pub fn forward<S: Shape, T: Shape>(
         &self,
         input: &Tensor<S, E, D>,

@@ -222,6 +222,7 @@ where
 /// # Panics
 /// For a class index outside `0..C` (other than -100) or a `Dyn` size of the
 /// target that differs (see [`try_cross_entropy`]).
+#[track_caller]
 pub fn cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
@@ -258,6 +259,7 @@ where
 ///
 /// # Panics
 /// If a `Dyn` size of the target differs (see [`try_cross_entropy_probs`]).
+#[track_caller]
 pub fn cross_entropy_probs<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -293,6 +295,7 @@ where
 ///
 /// # Panics
 /// As [`cross_entropy`] (see [`try_nll_loss`]).
+#[track_caller]
 pub fn nll_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
@@ -438,6 +441,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward`] errs.
+    #[track_caller]
     pub fn forward<S: Shape, T: Shape>(
         &self,
         input: &Tensor<S, E, D>,
@@ -480,6 +484,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward_unbatched`] errs.
+    #[track_caller]
     pub fn forward_unbatched<Cd: Dim>(
         &self,
         input: &Tensor<(Cd,), E, D>,
@@ -517,6 +522,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward_probs`] errs.
+    #[track_caller]
     pub fn forward_probs<S: Shape, T: Shape>(
         &self,
         input: &Tensor<S, E, D>,
@@ -603,6 +609,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward`] errs.
+    #[track_caller]
     pub fn forward<S: Shape, T: Shape>(
         &self,
         input: &Tensor<S, E, D>,
@@ -633,6 +640,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward_unbatched`] errs.
+    #[track_caller]
     pub fn forward_unbatched<Cd: Dim>(
         &self,
         input: &Tensor<(Cd,), E, D>,

@@ -24,6 +24,7 @@ use forma_core::{Float, Shape, Tensor};
 ///
 /// # Panics
 /// If a `Dyn` size of the target differs (see [`try_kl_div`]).
+#[track_caller]
 pub fn kl_div<S: Shape, T: Shape, R: AnyReduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -113,6 +114,7 @@ impl<R: AnyReduction> KlDivLoss<R> {
     ///
     /// # Panics
     /// Where [`Self::try_forward`] errs.
+    #[track_caller]
     pub fn forward<S: Shape, T: Shape, E: Float, D: Device<E>>(
         &self,
         input: &Tensor<S, E, D>,

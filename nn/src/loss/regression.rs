@@ -22,6 +22,7 @@ use forma_core::{Dyn, Float, Shape, Tensor};
 ///
 /// # Panics
 /// If a `Dyn` size of the target differs from the input's (see [`try_mse_loss`]).
+#[track_caller]
 pub fn mse_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -54,6 +55,7 @@ where
 ///
 /// # Panics
 /// If a `Dyn` size of the target differs from the input's (see [`try_l1_loss`]).
+#[track_caller]
 pub fn l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -107,6 +109,7 @@ fn piecewise<E: Float, D: Device<E>>(
 ///
 /// # Panics
 /// If `beta` is negative or a `Dyn` size differs (see [`try_smooth_l1_loss`]).
+#[track_caller]
 pub fn smooth_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -155,6 +158,7 @@ where
 ///
 /// # Panics
 /// If `delta` is not positive or a `Dyn` size differs (see [`try_huber_loss`]).
+#[track_caller]
 pub fn huber_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
@@ -252,6 +256,7 @@ macro_rules! elementwise_loss_struct {
             ///
             /// # Panics
             /// Where [`Self::try_forward`] errs.
+            #[track_caller]
             pub fn forward<S: Shape, T: Shape, E: Float, D: Device<E>>(
                 &self,
                 input: &Tensor<S, E, D>,

@@ -304,6 +304,7 @@ pub trait Module {
     ///
     /// # Panics
     /// When [`Module::try_to_dtype`] fails.
+    #[track_caller]
     fn to_dtype<E2: Float>(&self) -> <Self as Retype>::With<E2, <Self as Retype>::Dev>
     where
         Self: Retype
@@ -332,6 +333,7 @@ pub trait Module {
     ///
     /// # Panics
     /// When [`Module::try_to_device`] fails.
+    #[track_caller]
     fn to_device<D2: Device<<Self as Retype>::Elem>>(
         &self,
         device: &D2,

@@ -63,6 +63,7 @@ macro_rules! binary_table {
             ///
             /// # Panics
             /// If `Dyn` sizes do not broadcast at run time (see the `try_` form).
+            #[track_caller]
             pub fn $method<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, E, D>
             where
                 S: BroadcastShape<S2>,
@@ -135,6 +136,7 @@ macro_rules! std_op {
             S: BroadcastShape<S2>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            #[track_caller]
             fn $f(self, rhs: &Tensor<S2, E, D>) -> Self::Output {
                 ok(self.try_zip($op, rhs))
             }
@@ -145,6 +147,7 @@ macro_rules! std_op {
             S: BroadcastShape<S2>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            #[track_caller]
             fn $f(self, rhs: Tensor<S2, E, D>) -> Self::Output {
                 ok(self.try_zip($op, &rhs))
             }
@@ -155,6 +158,7 @@ macro_rules! std_op {
             S: BroadcastShape<S2>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            #[track_caller]
             fn $f(self, rhs: &Tensor<S2, E, D>) -> Self::Output {
                 ok(self.try_zip($op, rhs))
             }
@@ -165,6 +169,7 @@ macro_rules! std_op {
             S: BroadcastShape<S2>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
+            #[track_caller]
             fn $f(self, rhs: Tensor<S2, E, D>) -> Self::Output {
                 ok(self.try_zip($op, &rhs))
             }
