@@ -5,7 +5,7 @@ GB/s, MB).
 
     python3 benches/suite.py --threads 2 --keys "matmul 512,mlp step"
     python3 benches/suite.py --threads 2 --serve   # keys read from stdin
-    python3 benches/suite.py --rss-mlp     # the child process for peak RSS (--rss-mlp-bf16: autocast)
+    python3 benches/suite.py --rss mlp     # a child process for peak RSS (mlp-bf16, resnet, lstm)
 
 benches/benches/suite.rs starts it once with `--serve` and asks for one
 workload at a time, right after measuring the same workload in Forma, so
@@ -13,7 +13,6 @@ both sides of a row are measured within seconds of each other.
 """
 import argparse
 import io
-import resource
 import subprocess
 import sys
 import time
@@ -39,6 +38,17 @@ def timed(warmup, reps, f):
         f()
         out.append((time.perf_counter() - s) * 1e3)
     return out
+
+
+def peak_rss_mb():
+    """This process's peak resident set size in MB (`VmHWM`, as suite.rs
+    reads it). Not `ru_maxrss`: Linux keeps that across `execve`, so a child
+    started by a large server process would report the server's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) / 1024.0
+    return float("nan")
 
 
 def rate(ms, work):
@@ -102,19 +112,7 @@ def lenet_step(amp=False):
 
 
 def rnn_step(cls):
-    net = cls(128, 256, num_layers=2, batch_first=True)
-    opt = torch.optim.Adam(net.parameters())
-    x = torch.randn(32, 64, 128)
-
-    def step():
-        opt.zero_grad()
-        y, _ = net(x)
-        loss = y.square().mean()
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    return timed(2, 8, step)
+    return timed(2, 8, rnn_trainer(cls))
 
 
 def encoder(batch, seq, amp=False):
@@ -159,7 +157,7 @@ def export_encoder():
 def rss_export_child():
     model, x = encoder_model(), torch.randn(1, 16, 384)
     onnx_bytes(model, x)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    print(peak_rss_mb())
 
 
 def rss_export(threads):
@@ -175,23 +173,110 @@ def gelu_chain():
     return rate(timed(3, 30, lambda: F.gelu(x * w + b)), 16.0 * n / 1e9)
 
 
-def rss_child(amp=False):
+def resnet_trainer():
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(16, 3, 64, 64)
+    y = torch.arange(16) % 10
+    return train_step(model, opt, x, y)
+
+
+def resnet_step():
+    return timed(2, 5, resnet_trainer())
+
+
+def resnet_infer(batch):
+    import torchvision
+
+    model = torchvision.models.resnet18().eval()
+    x = torch.randn(batch, 3, 224, 224)
+    reps = 20 if batch == 1 else 3
+
+    def run():
+        with torch.inference_mode():
+            model(x)
+
+    return timed(2, reps, run)
+
+
+def gpt2_generate():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    ids = torch.tensor([[(i * 997 + 13) % 50257 for i in range(16)]])
+    mask = torch.ones_like(ids)
+
+    def run():
+        with torch.inference_mode():
+            out = model.generate(
+                ids, attention_mask=mask, max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                use_cache=True, pad_token_id=50256,
+            )
+        assert out.shape[1] == 16 + 32
+
+    return rate(timed(1, 3, run), 32.0)
+
+
+def bert_infer():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
+    )
+    model = transformers.BertModel(config).eval()
+    ids = (torch.arange(32 * 128) * 7919 % 30522).reshape(32, 128)
+
+    def run():
+        with torch.inference_mode():
+            model(input_ids=ids)
+
+    return timed(1, 5, run)
+
+
+def rnn_trainer(cls):
+    net = cls(128, 256, num_layers=2, batch_first=True)
+    opt = torch.optim.Adam(net.parameters())
+    x = torch.randn(32, 64, 128)
+
+    def step():
+        opt.zero_grad()
+        y, _ = net(x)
+        loss = y.square().mean()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
+def rss_child(kind):
+    """The training process whose peak RSS is compared (as suite.rs's
+    `rss_child`): `mlp`, `mlp-bf16`, `resnet` or `lstm`."""
     torch.manual_seed(0)
-    model = mlp()
-    opt = torch.optim.Adam(model.parameters())
-    x = torch.randn(128, 784)
-    y = torch.arange(128) % 10
-    step = train_step(model, opt, x, y, amp)
-    for _ in range(20):
+    if kind in ("mlp", "mlp-bf16"):
+        model = mlp()
+        opt = torch.optim.Adam(model.parameters())
+        x = torch.randn(128, 784)
+        y = torch.arange(128) % 10
+        steps, step = 20, train_step(model, opt, x, y, kind == "mlp-bf16")
+    elif kind == "resnet":
+        steps, step = 6, resnet_trainer()
+    elif kind == "lstm":
+        steps, step = 4, rnn_trainer(torch.nn.LSTM)
+    else:
+        raise SystemExit(f"no training process named {kind}")
+    for _ in range(steps):
         step()
-    # ru_maxrss is in KiB on Linux.
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    print(peak_rss_mb())
 
 
-def rss_mlp(threads, amp=False):
-    flag = "--rss-mlp-bf16" if amp else "--rss-mlp"
+def rss_train(threads, kind):
     out = subprocess.run(
-        [sys.executable, __file__, flag, "--threads", str(threads)], capture_output=True, text=True, check=True
+        [sys.executable, __file__, "--rss", kind, "--threads", str(threads)], capture_output=True, text=True, check=True
     )
     return [float(out.stdout.strip())]
 
@@ -213,14 +298,21 @@ WORKLOADS = {
     "gelu chain": lambda t: gelu_chain(),
     "export encoder": lambda t: export_encoder(),
     "rss export": rss_export,
-    "rss mlp": rss_mlp,
+    "rss mlp": lambda t: rss_train(t, "mlp"),
+    "resnet18 step": lambda t: resnet_step(),
+    "resnet18 b1": lambda t: resnet_infer(1),
+    "resnet18 b16": lambda t: resnet_infer(16),
+    "gpt2 generate": lambda t: gpt2_generate(),
+    "bert b32 s128": lambda t: bert_infer(),
+    "rss resnet18": lambda t: rss_train(t, "resnet"),
+    "rss lstm": lambda t: rss_train(t, "lstm"),
     "matmul bf16 512": lambda t: matmul_bf16(512),
     "matmul bf16 1024": lambda t: matmul_bf16(1024),
     "matmul bf16 2048": lambda t: matmul_bf16(2048),
     "mlp step bf16": lambda t: mlp_step(amp=True),
     "lenet step bf16": lambda t: lenet_step(amp=True),
     "encoder b8 s128 bf16": lambda t: encoder(8, 128, amp=True),
-    "rss mlp bf16": lambda t: rss_mlp(t, amp=True),
+    "rss mlp bf16": lambda t: rss_train(t, "mlp-bf16"),
 }
 
 
@@ -228,18 +320,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keys", default=",".join(WORKLOADS))
-    p.add_argument("--rss-mlp", action="store_true")
-    p.add_argument("--rss-mlp-bf16", action="store_true")
+    p.add_argument("--rss", metavar="KIND")
     p.add_argument("--rss-export", action="store_true")
     p.add_argument("--serve", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    if a.rss_mlp:
-        rss_child()
-        return
-    if a.rss_mlp_bf16:
-        rss_child(amp=True)
+    if a.rss:
+        rss_child(a.rss)
         return
     if a.rss_export:
         rss_export_child()

@@ -29,6 +29,10 @@ use forma::nn::loss::{cross_entropy, Mean};
 use forma::nn::optim::{Adam, AdamOptions, Sgd, SgdOptions};
 use forma::prelude::*;
 use forma_benches::{minor_faults, peak_rss_mb, Sample, Table, Torch, Unit, Workload};
+use forma_models::bert::{BertConfig, MiniLmL6};
+use forma_models::gpt2::{Gpt2Config, Gpt2Small};
+use forma_models::resnet::{ResNet18, ResNetConfig};
+use forma_models::Sampling;
 use std::process::Command;
 use std::time::Instant;
 
@@ -346,27 +350,100 @@ fn lenet_step(rng: &mut Rng, amp: Option<DType>) -> Sample {
 
 /// A 2-layer recurrent net, input 128, hidden 256, batch 32, 64 steps,
 /// Adam (issue 36's held-out shape): one training step on the mean square
-/// of the last layer's outputs.
+/// of the last layer's outputs (`$step` returns it as a closure).
 macro_rules! rnn_step {
-    ($name:ident, $layer:ident) => {
-        fn $name(rng: &mut Rng) -> Sample {
+    ($name:ident, $step:ident, $layer:ident) => {
+        fn $step(rng: &mut Rng) -> impl FnMut() {
             let net = $layer::<128, 256>::new(2, &Cpu, rng);
             let mut opt: Adam = Adam::new(AdamOptions::default());
             let x = Tensor::<(Dyn, Dyn, C<128>)>::randn((Dyn(32), Dyn(64), C), rng);
-            Sample::time(2, 8, || {
+            move || {
                 opt.zero_grad(&net);
                 let y: Tensor<(Dyn, Dyn, C<256>)> = net.forward(x.clone());
                 let loss = y.square().mean_all();
                 loss.backward();
                 opt.step(&net);
                 std::hint::black_box(loss.item());
-            })
+            }
+        }
+
+        fn $name(rng: &mut Rng) -> Sample {
+            Sample::time(2, 8, $step(rng))
         }
     };
 }
 
-rnn_step!(lstm_step, Lstm);
-rnn_step!(gru_step, Gru);
+rnn_step!(lstm_step, lstm_trainer, Lstm);
+rnn_step!(gru_step, gru_trainer, Gru);
+
+/// torchvision's ResNet-18 (BasicBlocks, BatchNorm in training mode) with a
+/// 10-class head: one SGD-momentum step on a batch of 16 images 3x64x64
+/// (issue 36's held-out shape).
+fn resnet_train_model(rng: &mut Rng) -> (ResNet18<10>, Tensor<(Dyn, C<3>, C<64>, C<64>)>) {
+    let model = ResNet18::<10>::new(&ResNetConfig::resnet18(), &Cpu, rng);
+    let x = Tensor::<(Dyn, C<3>, C<64>, C<64>)>::randn((Dyn(16), C, C, C), rng);
+    (model, x)
+}
+
+fn resnet_trainer(rng: &mut Rng) -> impl FnMut() {
+    let (model, x) = resnet_train_model(rng);
+    let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.01).momentum(0.9));
+    let y = labels(16);
+    move || train_step(&model, &mut opt, &x, &y, None)
+}
+
+fn resnet_step(rng: &mut Rng) -> Sample {
+    Sample::time(2, 5, resnet_trainer(rng))
+}
+
+/// ResNet-18 inference (eval mode, no graph) on `batch` images 3x224x224.
+fn resnet_infer(batch: usize, rng: &mut Rng) -> Sample {
+    let mut model = ResNet18::<1000>::new(&ResNetConfig::resnet18(), &Cpu, rng);
+    model.eval();
+    let x = Tensor::<(Dyn, C<3>, C<224>, C<224>)>::randn((Dyn(batch), C, C, C), rng);
+    let reps = if batch == 1 { 20 } else { 3 };
+    Sample::time(2, reps, || {
+        let _guard = no_grad();
+        let y: Tensor<(Dyn, C<1000>)> = model.forward(x.clone());
+        std::hint::black_box(y);
+    })
+}
+
+/// GPT-2 small (random weights, eval mode) generating 32 tokens greedily
+/// after a 16-token prompt with its KV cache; the rate is new tokens per
+/// second of the whole call (the prompt's pass included), as PyTorch's
+/// `generate(max_new_tokens=32, do_sample=False)` is timed.
+fn gpt2_generate(rng: &mut Rng) -> Sample {
+    let mut model = Gpt2Small::new(&Gpt2Config::gpt2_small(), &Cpu, rng);
+    model.eval();
+    let prompt: Vec<i64> = (0..16).map(|i| (i * 997 + 13) % 50257).collect();
+    let mut draw = Rng::seed_from(0);
+    Sample::time(1, 3, || {
+        let ids = model
+            .generate(&prompt, 32, Sampling::Greedy, &mut draw)
+            .expect("generate 32 tokens");
+        assert_eq!(ids.len(), 16 + 32, "the prompt and 32 new tokens");
+        std::hint::black_box(ids);
+    })
+    .rate(32.0)
+}
+
+/// all-MiniLM-L6-v2-shaped BERT (random weights, eval mode, no graph) on
+/// token ids `[32, 128]`.
+fn bert_infer(rng: &mut Rng) -> Sample {
+    let mut model = MiniLmL6::new(&BertConfig::minilm_l6(), &Cpu, rng);
+    model.eval();
+    let (batch, len) = (32, 128);
+    let ids: Vec<i64> = (0..batch * len)
+        .map(|i| (i as i64 * 7919) % 30522)
+        .collect();
+    let ids = Tensor::<(Dyn, Dyn), i64>::from_vec(ids, (Dyn(batch), Dyn(len))).unwrap();
+    Sample::time(1, 5, || {
+        let _guard = no_grad();
+        let out = model.run(&ids, None, None).expect("run BERT");
+        std::hint::black_box(out);
+    })
+}
 
 type EncoderLayer = TransformerEncoderLayer<384, 12, 1536>;
 
@@ -472,36 +549,50 @@ fn gelu_chain(rng: &mut Rng) -> Sample {
     .rate(16.0 * n as f64 / 1e9)
 }
 
-/// The MLP training process whose peak resident memory is compared: 20
-/// steps (under bf16 autocast with `amp`), run in a child process
-/// (`--rss-mlp`, `--rss-mlp-bf16`) so nothing else counts.
-fn rss_child(amp: Option<DType>) {
+/// A training process whose peak resident memory is compared, run in a
+/// child process (`--rss KIND`) so nothing else counts: `mlp` (the MLP
+/// step), `mlp-bf16` (the same under bf16 autocast), `resnet` (the
+/// ResNet-18 step) and `lstm` (the LSTM step). The peak after `steps`
+/// steps is printed, with the minor page faults per step of the second
+/// half (fresh pages: 0 when every buffer was reused).
+fn rss_child(kind: &str) {
     let mut rng = Rng::seed_from(0);
-    let model = Mlp::new(&mut rng);
-    let mut opt: Adam = Adam::new(AdamOptions::default());
-    let (x, y) = mlp_batch(&mut rng);
+    let (steps, mut step): (usize, Box<dyn FnMut()>) = match kind {
+        "mlp" | "mlp-bf16" => {
+            let amp = (kind == "mlp-bf16").then_some(DType::BF16);
+            let model = Mlp::new(&mut rng);
+            let mut opt: Adam = Adam::new(AdamOptions::default());
+            let (x, y) = mlp_batch(&mut rng);
+            (
+                20,
+                Box::new(move || train_step(&model, &mut opt, &x, &y, amp)),
+            )
+        }
+        "resnet" => (6, Box::new(resnet_trainer(&mut rng))),
+        "lstm" => (4, Box::new(lstm_trainer(&mut rng))),
+        other => panic!("no training process named {other}"),
+    };
     let mut faults = 0;
-    for i in 0..20 {
-        if i == 10 {
+    for i in 0..steps {
+        if i == steps / 2 {
             faults = minor_faults().unwrap_or(0);
         }
-        train_step(&model, &mut opt, &x, &y, amp);
+        step();
     }
-    let per_step = minor_faults().unwrap_or(0).saturating_sub(faults) as f64 / 10.0;
+    let per_step =
+        minor_faults().unwrap_or(0).saturating_sub(faults) as f64 / (steps - steps / 2) as f64;
     println!("{} {per_step}", peak_rss_mb().unwrap_or(f64::NAN));
 }
 
-fn rss_mlp(amp: Option<DType>) -> Sample {
+/// The peak resident memory of the training process `kind` (see
+/// [`rss_child`]), in MB.
+fn rss_train(kind: &str) -> Sample {
     let exe = std::env::current_exe().expect("own path");
     let out = Command::new(exe)
-        .arg(if amp.is_some() {
-            "--rss-mlp-bf16"
-        } else {
-            "--rss-mlp"
-        })
+        .args(["--rss", kind])
         .env("RAYON_NUM_THREADS", threads().to_string())
         .output()
-        .expect("run the MLP child process");
+        .expect("run the training child process");
     let text = String::from_utf8_lossy(&out.stdout);
     let mut fields = text
         .split_whitespace()
@@ -510,8 +601,10 @@ fn rss_mlp(amp: Option<DType>) -> Sample {
         fields.next().unwrap_or(f64::NAN),
         fields.next().unwrap_or(f64::NAN),
     );
-    // Fresh pages per steady-state step: 0 means every buffer was reused.
-    eprintln!("forma MLP step{}, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)", if amp.is_some() { " (bf16 autocast)" } else { "" }, faults * 4096.0 / 1e6);
+    eprintln!(
+        "forma {kind} step, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)",
+        faults * 4096.0 / 1e6
+    );
     Sample::value(mb)
 }
 
@@ -608,7 +701,53 @@ fn workloads() -> Vec<Workload> {
         "peak RSS, MLP training process",
         Unit::Megabytes,
         0.1,
-        Box::new(|_| rss_mlp(None)),
+        Box::new(|_| rss_train("mlp")),
+    ));
+    // Issue 36's held-out workloads: conv nets with BatchNorm, recurrent
+    // nets' memory, generation and a large-batch BERT.
+    w.push(Workload::new(
+        "resnet18 step",
+        "ResNet-18 b16 3x64x64 SGD step",
+        Unit::Millis,
+        0.8,
+        Box::new(resnet_step),
+    ));
+    for batch in [1, 16] {
+        w.push(Workload::new(
+            &format!("resnet18 b{batch}"),
+            &format!("ResNet-18 b{batch} 3x224x224 inference"),
+            Unit::Millis,
+            0.9,
+            Box::new(move |rng| resnet_infer(batch, rng)),
+        ));
+    }
+    w.push(Workload::new(
+        "gpt2 generate",
+        "GPT-2 small 16+32 greedy, KV cache",
+        Unit::TokensPerSec,
+        1.2,
+        Box::new(gpt2_generate),
+    ));
+    w.push(Workload::new(
+        "bert b32 s128",
+        "BERT (MiniLM shape) b32 s128",
+        Unit::Millis,
+        0.9,
+        Box::new(bert_infer),
+    ));
+    w.push(Workload::new(
+        "rss resnet18",
+        "peak RSS, ResNet-18 train process",
+        Unit::Megabytes,
+        0.5,
+        Box::new(|_| rss_train("resnet")),
+    ));
+    w.push(Workload::new(
+        "rss lstm",
+        "peak RSS, LSTM training process",
+        Unit::Megabytes,
+        0.5,
+        Box::new(|_| rss_train("lstm")),
     ));
     // Mixed precision (issue 31): the same workloads under bf16 autocast
     // beside `torch.autocast("cpu", dtype=torch.bfloat16)`, and bf16 GEMM.
@@ -648,7 +787,7 @@ fn workloads() -> Vec<Workload> {
         "peak RSS, MLP training, bf16 autocast",
         Unit::Megabytes,
         1.0,
-        Box::new(move |_| rss_mlp(bf16)),
+        Box::new(|_| rss_train("mlp-bf16")),
     ));
     w
 }
@@ -667,12 +806,8 @@ fn torch_available() -> Option<String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--rss-mlp") {
-        rss_child(None);
-        return;
-    }
-    if args.iter().any(|a| a == "--rss-mlp-bf16") {
-        rss_child(Some(DType::BF16));
+    if let Some(i) = args.iter().position(|a| a == "--rss") {
+        rss_child(args.get(i + 1).map_or("mlp", String::as_str));
         return;
     }
     if args.iter().any(|a| a == "--rss-export") {

@@ -104,11 +104,13 @@ pub enum Unit {
     Millis,
     /// Megabytes, lower is better.
     Megabytes,
+    /// Generated tokens per second, higher is better.
+    TokensPerSec,
 }
 
 impl Unit {
     fn higher_is_better(self) -> bool {
-        matches!(self, Unit::Gflops | Unit::GBps)
+        matches!(self, Unit::Gflops | Unit::GBps | Unit::TokensPerSec)
     }
 
     fn label(self) -> &'static str {
@@ -117,6 +119,7 @@ impl Unit {
             Unit::GBps => "GB/s",
             Unit::Millis => "ms",
             Unit::Megabytes => "MB",
+            Unit::TokensPerSec => "tok/s",
         }
     }
 }
