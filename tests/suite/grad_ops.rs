@@ -450,6 +450,34 @@ mod gradcheck_fused_forward {
         g.finish();
     }
 
+    /// Training-mode batch norm, one node with its own backward: input
+    /// `[2, 3, 4]` (3 channels), also as a transposed view, with and
+    /// without the affine parameters.
+    #[test]
+    fn batch_norm_train() {
+        let mut g = Gc::default();
+        let x = rt::<R3>(seed("batch_norm"), Dom::U(-3.0, 3.0));
+        let w = rt::<(C<3>,)>(seed("batch_norm w"), Dom::U(0.5, 2.0)).into_dyn();
+        let b = rt::<(C<3>,)>(seed("batch_norm b"), Dom::U(-1.0, 1.0)).into_dyn();
+        let bn = |x: &T<(Dyn, Dyn, Dyn)>, w: Option<&T<(Dyn,)>>, b: Option<&T<(Dyn,)>>| {
+            x.try_batch_norm_train(w, b, 1e-5).unwrap().out
+        };
+        g.check("x", &x, |x| wsum(&bn(&x.into_dyn(), Some(&w), Some(&b))));
+        g.check("x, no affine", &x, |x| wsum(&bn(&x.into_dyn(), None, None)));
+        g.check("x, weight only", &x, |x| {
+            wsum(&bn(&x.into_dyn(), Some(&w), None))
+        });
+        let xt = rt::<(C<4>, C<3>, C<2>)>(seed("batch_norm t"), Dom::U(-3.0, 3.0));
+        g.check("x, a transposed view", &xt, |x| {
+            wsum(&bn(&x.transpose::<0, 2>().into_dyn(), Some(&w), None))
+        });
+        g.check("weight", &w, |w| {
+            wsum(&bn(&x.into_dyn(), Some(w), Some(&b)))
+        });
+        g.check("bias", &b, |b| wsum(&bn(&x.into_dyn(), Some(&w), Some(b))));
+        g.finish();
+    }
+
     #[test]
     fn linear() {
         let mut g = Gc::default();

@@ -44,6 +44,7 @@ macro_rules! kernel_ops {
 }
 
 pub mod attention;
+pub mod batch_norm;
 pub mod binary;
 pub mod cat;
 pub mod cmp;

@@ -7,7 +7,7 @@ use crate::{Forward, Training};
 use forma_core::device::Device;
 use forma_core::shape::check::ConstMsg;
 use forma_core::tape::no_grad;
-use forma_core::{Dim, Dtype, Dyn, Float, One, Result, Tensor, C};
+use forma_core::{Dim, Dtype, Dyn, Float, Result, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
 
@@ -232,6 +232,23 @@ pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
     eps: f64,
 ) -> Result<Tensor<(Dyn, Dyn, Dyn, Dyn), E, D>> {
     let per_channel = |t: &Tensor<(Ch,), E, D>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
+    if training && !forma_core::graph::capturing() {
+        // One node on the tape, three passes each way (see
+        // `Tensor::try_batch_norm_train`); a capture records the composed
+        // ops below, which export knows.
+        let (n, c, h, w) = x.shape();
+        let x3 = x.try_reshape_to((n, c, Dyn(h.size() * w.size())))?;
+        let bn = x3.try_batch_norm_train(
+            weight.map(Tensor::into_dyn).as_ref(),
+            bias.map(Tensor::into_dyn).as_ref(),
+            eps,
+        )?;
+        if let (Some(rm), Some(rv)) = (running_mean, running_var) {
+            let count = n.size() * h.size() * w.size();
+            update_running_stats(rm, rv, &bn.mean, &bn.var, momentum, count)?;
+        }
+        return bn.out.try_reshape_to((n, c, h, w));
+    }
     let (mean, var) = if training {
         let mean = x
             .mean_keepdim::<0>()
@@ -244,7 +261,9 @@ pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
             .mean_keepdim::<3>();
         let n = x.numel() / x.size(1).max(1);
         if let (Some(rm), Some(rv)) = (running_mean, running_var) {
-            update_running_stats(rm, rv, &mean, &var, momentum, n)?;
+            let ch = (Dyn(x.size(1)),);
+            let (m, v) = (mean.try_reshape_to(ch)?, var.try_reshape_to(ch)?);
+            update_running_stats(rm, rv, &m, &v, momentum, n)?;
         }
         (mean, var)
     } else {
@@ -278,16 +297,15 @@ pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
 fn update_running_stats<Ch: Dim, E: Float, D: Device<E>>(
     running_mean: &Tensor<(Ch,), E, D>,
     running_var: &Tensor<(Ch,), E, D>,
-    mean: &Tensor<(One, Dyn, One, One), E, D>,
-    var: &Tensor<(One, Dyn, One, One), E, D>,
+    mean: &Tensor<(Dyn,), E, D>,
+    var: &Tensor<(Dyn,), E, D>,
     m: f64,
     n: usize,
 ) -> Result<()> {
     let _g = no_grad();
     let unbiased = n as f64 / (n.max(2) - 1) as f64;
-    let ch = (Dyn(running_mean.size(0)),);
-    let mean_c = mean.detach().try_reshape_to(ch)?;
-    let var_c = var.detach().try_reshape_to(ch)?.mul_scalar(unbiased);
+    let mean_c = mean.detach();
+    let var_c = var.detach().mul_scalar(unbiased);
     let rm = &running_mean.into_dyn().mul_scalar(1.0 - m) + &mean_c.mul_scalar(m);
     let rv = &running_var.into_dyn().mul_scalar(1.0 - m) + &var_c.mul_scalar(m);
     running_mean.try_assign(&rm)?;

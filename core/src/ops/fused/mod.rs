@@ -1,5 +1,5 @@
 //! Fused elementwise expressions: [`fused`] evaluates an expression over up
-//! to four tensors in one pass over memory, like the kernel `torch.compile`
+//! to six tensors in one pass over memory, like the kernel `torch.compile`
 //! generates for a chain of pointwise ops.
 //!
 //! `gelu(x * w + b)` as three ops reads and writes memory three times, with
@@ -73,7 +73,7 @@ pub trait FusedKernel<E: Float>: Backend {
     }
 }
 
-/// The tensors a fused expression reads: a tuple of one to four tensor
+/// The tensors a fused expression reads: a tuple of one to six tensor
 /// references with one element type and device, whose shapes broadcast.
 pub trait Inputs {
     /// The element type.
@@ -135,6 +135,28 @@ inputs!(
         A: BroadcastShape<B>,
         <A as BroadcastShape<B>>::Output: BroadcastShape<C>,
         <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: BroadcastShape<F>
+);
+/// The broadcast shape of four inputs' shapes.
+type Out4<A, B, C, F> =
+    <<<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output as BroadcastShape<F>>::Output;
+inputs!(
+    <Out4<A, B, C, F> as BroadcastShape<G>>::Output;
+    A 0, B 1, C 2, F 3, G 4;
+    where
+        A: BroadcastShape<B>,
+        <A as BroadcastShape<B>>::Output: BroadcastShape<C>,
+        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: BroadcastShape<F>,
+        Out4<A, B, C, F>: BroadcastShape<G>
+);
+inputs!(
+    <<Out4<A, B, C, F> as BroadcastShape<G>>::Output as BroadcastShape<H>>::Output;
+    A 0, B 1, C 2, F 3, G 4, H 5;
+    where
+        A: BroadcastShape<B>,
+        <A as BroadcastShape<B>>::Output: BroadcastShape<C>,
+        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: BroadcastShape<F>,
+        Out4<A, B, C, F>: BroadcastShape<G>,
+        <Out4<A, B, C, F> as BroadcastShape<G>>::Output: BroadcastShape<H>
 );
 
 /// Evaluates the expression `f` builds over `inputs` in one pass: a new
@@ -270,13 +292,15 @@ fn backward<X: Expr, E: Float, D: Device<E>, const N: usize>(
             ins[i] = (&*guards[i], &x[i].layout);
         }
         for i in (0..N).filter(|&i| need[i]) {
-            // The inputs, then the gradient: the first `N + 1` views (`N <= 4`).
+            // The inputs, then the gradient: the first `N + 1` views (`N <= 6`).
             let s = match N {
                 1 => g.device.fused_backward(expr, first::<_, 2>(&ins), i)?,
                 2 => g.device.fused_backward(expr, first::<_, 3>(&ins), i)?,
                 3 => g.device.fused_backward(expr, first::<_, 4>(&ins), i)?,
                 4 => g.device.fused_backward(expr, first::<_, 5>(&ins), i)?,
-                _ => unreachable!("fused expressions take at most four inputs"),
+                5 => g.device.fused_backward(expr, first::<_, 6>(&ins), i)?,
+                6 => g.device.fused_backward(expr, first::<_, 7>(&ins), i)?,
+                _ => unreachable!("fused expressions take at most six inputs"),
             };
             let Some(s) = s else {
                 fallback = true;
