@@ -49,3 +49,4 @@ mod ops_shape;
 mod ops_softmax;
 mod ops_sort;
 mod ops_unary;
+mod shape_soundness;
