@@ -266,12 +266,14 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     for (_, field) in &layers {
         concrete_steps.push(concrete(field.ty.to_token_stream()));
     }
-    let in_sizes: Vec<Option<TokenStream>> = in_shape
-        .0
+    // The input's sizes as `Size`s, written with the struct's params (for
+    // the `ShapeStep` impl) and with f32 on the CPU (for the free consts).
+    let in_step: Vec<TokenStream> = in_dims
         .iter()
         .enumerate()
-        .map(|(j, (d, _))| concrete(size_expr(d, j, &[])))
+        .map(|(j, d)| size_expr(d, j, &[]))
         .collect();
+    let in_sizes: Vec<Option<TokenStream>> = in_step.iter().cloned().map(concrete).collect();
 
     let in_names: Vec<String> = in_dims.iter().map(SDim::show).collect();
     let in_idents: Vec<String> = in_dims
@@ -372,11 +374,6 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     let (impl_generics, _, _) = impl_generics.split_for_impl();
     let (_, ty_generics, where_clause) = input.generics.split_for_impl();
     let name = ident.to_string();
-    let in_step: Vec<TokenStream> = in_dims
-        .iter()
-        .enumerate()
-        .map(|(j, d)| size_expr(d, j, &[]))
-        .collect();
     let struct_impl = input.generics.split_for_impl().0;
     quote! {
         const _: () = {
