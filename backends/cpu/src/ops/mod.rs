@@ -18,5 +18,7 @@ mod sdot;
 #[cfg(target_arch = "x86_64")]
 mod sgemm;
 mod softmax;
+#[cfg(target_arch = "x86_64")]
+mod srow;
 mod unary;
 mod update;

@@ -310,7 +310,8 @@ unsafe impl Sync for Out {}
 /// it is written, so it may be uninitialised. `parallel` lets a large
 /// product use several threads (`crate::par`). Thin products whose left rows and right
 /// columns are contiguous (`x @ w.t()` for a few rows of `x`) are computed
-/// as dot products (`super::sdot`) instead of packed blocks.
+/// as dot products (`super::sdot`) instead of packed blocks, and one row of
+/// `a` reads `b` in place too (`super::srow`).
 ///
 /// With a `bias` (`n` values), `bias[j]` is added to column `j` of the
 /// product once all of its terms are summed: the same bits as adding it
@@ -335,6 +336,10 @@ pub(crate) fn sgemm(
     }
     if super::sdot::fits(m, n, k, &a, &b) {
         super::sdot::sdot(dst, m, n, k, a, b, bias, parallel);
+        return;
+    }
+    if super::srow::fits(m, n, k, &a, &b) {
+        super::srow::srow(dst, n, k, a, b, bias, parallel);
         return;
     }
     let bias = bias.map_or(Bias::None, Bias::Cols);
