@@ -644,14 +644,14 @@ fn workloads() -> Vec<Workload> {
         "lstm step",
         "LSTM 2x128->256 b32 s64 Adam step",
         Unit::Millis,
-        1.0,
+        0.8,
         Box::new(lstm_step),
     ));
     w.push(Workload::new(
         "gru step",
         "GRU 2x128->256 b32 s64 Adam step",
         Unit::Millis,
-        1.0,
+        0.8,
         Box::new(gru_step),
     ));
     w.push(Workload::new(
