@@ -7,13 +7,14 @@
 //! square, the normalisation, the scale, the shift) and several times that
 //! backward, each allocating a tensor. Here the forward makes three: the
 //! per-channel sum, the sum of squared deviations (the two-pass variance,
-//! exact where the one-pass `E[x^2] - E[x]^2` cancels), and the output; the
+//! accurate where the one-pass `E[x^2] - E[x]^2` cancels), and the output; the
 //! backward three, as cuDNN's and PyTorch's CPU kernel: the per-channel sums
 //! of `g` and `g * xhat`, then
 //! `dx = weight * rstd * (g - mean(g) - xhat * mean(g * xhat))` with
 //! `xhat = (x - mean) * rstd`, `dweight = sum(g * xhat)`, `dbias = sum(g)`.
-//! The passes are existing ops (reductions over the last axis, [`fused`]
-//! expressions), so every backend runs it with no kernel of its own.
+//! The passes are existing ops (reductions over the last axis,
+//! [`fused`](crate::ops::fused::fused) expressions), so every backend runs
+//! it with no kernel of its own.
 
 use crate::device::Device;
 use crate::dtype::Float;
@@ -46,8 +47,9 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
     /// Batch normalisation of `[n, c, l]` with the batch's statistics over
     /// `n` and `l` for each channel:
     /// `(x - mean) / sqrt(var + eps) * weight + bias` with the biased
-    /// variance, `weight` and `bias` `[c]` (either may be left out). Returns the output (one node on the tape) and the
-    /// statistics, for the running averages.
+    /// variance, `weight` and `bias` `[c]` (either may be left out).
+    /// Returns the output (one node on the tape) and the statistics, for
+    /// the running averages.
     ///
     /// ```
     /// use forma::prelude::*;
