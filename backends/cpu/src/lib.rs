@@ -237,6 +237,23 @@ impl Backend for Cpu {
         dst_layout: &Layout,
     ) -> Result<()> {
         debug_assert_eq!(src_layout.dims, dst_layout.dims);
+        // Rows contiguous on both sides (a `cat` or `stack` along an outer
+        // axis, a KV cache's append): one slice copy per row, where the
+        // element walk below costs several times a `memcpy`.
+        let rank = src_layout.rank();
+        if let Some(&n) = src_layout.dims.last() {
+            let last = rank - 1;
+            if n >= 8 && src_layout.strides[last] == 1 && dst_layout.strides[last] == 1 {
+                let (so, dl) = (src_layout.remove_axis(last), dst_layout.remove_axis(last));
+                let mut si = StridedIter::new(&so, 0);
+                let mut di = StridedIter::new(&dl, 0);
+                for _ in 0..so.numel() {
+                    let (s, d) = (si.next_offset(), di.next_offset());
+                    dst[d..d + n].copy_from_slice(&src[s..s + n]);
+                }
+                return Ok(());
+            }
+        }
         if let Some(r) = dst_layout.contiguous_range() {
             fill_strided(&mut dst[r], src_layout, |o| src[o]);
             return Ok(());
