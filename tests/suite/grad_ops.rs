@@ -478,6 +478,50 @@ mod gradcheck_fused_forward {
         g.finish();
     }
 
+    /// A recurrent layer's loop as one op (`try_rnn_layer`), LSTM and GRU,
+    /// forward and reverse: every operand, batch 2, 3 steps, hidden 2, the
+    /// CPU's fused cells and the composed ones (CUDA's).
+    #[test]
+    fn rnn_layer() {
+        use forma::core::ops::rnn::{with_composed_cells, RnnMode};
+        type T2 = T<(Dyn, Dyn)>;
+        let mut g = Gc::default();
+        let d2 = |r: usize, c: usize, s: &str| rand_t((Dyn(r), Dyn(c)), seed(s), Dom::U(-1.0, 1.0));
+        let (h0, c0) = (d2(2, 2, "rnn h0"), d2(2, 2, "rnn c0"));
+        for (mode, gates) in [
+            (RnnMode::LongShortTermMemory, 4),
+            (RnnMode::GatedRecurrentUnit, 3),
+        ] {
+            let xp = rand_t(
+                (Dyn(2), Dyn(3), Dyn(gates * 2)),
+                seed("rnn xp"),
+                Dom::U(-2.0, 2.0),
+            );
+            let w = d2(gates * 2, 2, "rnn w");
+            let b = rand_t((Dyn(gates * 2),), seed("rnn b"), Dom::U(-1.0, 1.0));
+            let c0 = (mode == RnnMode::LongShortTermMemory).then_some(&c0);
+            for reverse in [false, true] {
+                let run =
+                    |xp: &T<(Dyn, Dyn, Dyn)>, w: &T2, b: &T<(Dyn,)>, h0: &T2, c0: Option<&T2>| {
+                        wsum(&xp.try_rnn_layer(mode, w, Some(b), h0, c0, reverse).unwrap())
+                    };
+                let l = format!("{mode:?} reverse={reverse}");
+                let checks = |g: &mut Gc, l: &str| {
+                    g.check(&format!("{l}: xp"), &xp, |x| run(x, &w, &b, &h0, c0));
+                    g.check(&format!("{l}: w_hh"), &w, |w| run(&xp, w, &b, &h0, c0));
+                    g.check(&format!("{l}: b_hh"), &b, |b| run(&xp, &w, b, &h0, c0));
+                    g.check(&format!("{l}: h0"), &h0, |h| run(&xp, &w, &b, h, c0));
+                    if let Some(c0) = c0 {
+                        g.check(&format!("{l}: c0"), c0, |c| run(&xp, &w, &b, &h0, Some(c)));
+                    }
+                };
+                checks(&mut g, &l);
+                with_composed_cells(|| checks(&mut g, &format!("{l} composed")));
+            }
+        }
+        g.finish();
+    }
+
     #[test]
     fn linear() {
         let mut g = Gc::default();

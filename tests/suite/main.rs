@@ -45,6 +45,7 @@ mod ops_matmul;
 mod ops_norm;
 mod ops_rearrange;
 mod ops_reduce;
+mod ops_rnn;
 mod ops_shape;
 mod ops_softmax;
 mod ops_sort;

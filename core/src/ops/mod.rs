@@ -39,6 +39,7 @@ macro_rules! kernel_ops {
             attention::AttentionKernel,
             norm::NormKernel,
             linear::LinearKernel,
+            rnn::RnnKernel,
         }
     };
 }
@@ -61,6 +62,7 @@ pub mod pad;
 pub mod pool;
 pub mod reduce;
 pub mod resample;
+pub mod rnn;
 pub mod roll;
 pub mod softmax;
 pub mod sort;

@@ -10,7 +10,8 @@ use crate::module::py_float;
 use crate::module::Phase;
 use crate::{Cx, Forward, Module, Role, Training, Visitor, VisitorMut};
 use forma_core::device::Device;
-use forma_core::ops::cat::{cat, stack};
+use forma_core::ops::cat::{cat, stack, try_cat};
+use forma_core::ops::rnn::RnnMode;
 use forma_core::shape::check::ConstMsg;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
@@ -328,6 +329,8 @@ trait RnnCell<const H: usize, const R: usize, E: Float, D: Device<E>> {
     const GATES: usize;
     /// The layer's name in messages (`LSTM`, `GRU`).
     const NAME: &'static str;
+    /// The recurrence of the fused layer op.
+    const MODE: RnnMode;
     /// One layer's and direction's state, erased.
     type State;
     /// The state the caller passes in and gets back, one
@@ -342,6 +345,10 @@ trait RnnCell<const H: usize, const R: usize, E: Float, D: Device<E>> {
     ) -> Self::State;
     /// A state's output `[batch, R]`.
     fn output(state: &Self::State) -> Tensor<(Dyn, Dyn), E, D>;
+    /// A state's `h` and (LSTM) `c`, `[batch, H]` each.
+    fn parts(state: &Self::State) -> (Tensor<(Dyn, Dyn), E, D>, Option<Tensor<(Dyn, Dyn), E, D>>);
+    /// The state made of `h` and (LSTM) `c`.
+    fn from_parts(h: Tensor<(Dyn, Dyn), E, D>, c: Option<Tensor<(Dyn, Dyn), E, D>>) -> Self::State;
     /// `n` per-layer states from the caller's (zeros when `None`).
     fn split<B: Dim>(
         outer: Option<&Self::Outer<B>>,
@@ -360,6 +367,7 @@ struct LstmCell;
 impl<const H: usize, const R: usize, E: Float, D: Device<E>> RnnCell<H, R, E, D> for LstmCell {
     const GATES: usize = 4;
     const NAME: &'static str = "LSTM";
+    const MODE: RnnMode = RnnMode::LongShortTermMemory;
     type State = (Tensor<(Dyn, Dyn), E, D>, Tensor<(Dyn, Dyn), E, D>);
     type Outer<B: Dim> = LstmState<B, H, E, D, R>;
 
@@ -380,6 +388,15 @@ impl<const H: usize, const R: usize, E: Float, D: Device<E>> RnnCell<H, R, E, D>
 
     fn output((h, _): &Self::State) -> Tensor<(Dyn, Dyn), E, D> {
         h.clone()
+    }
+
+    fn parts((h, c): &Self::State) -> (Tensor<(Dyn, Dyn), E, D>, Option<Tensor<(Dyn, Dyn), E, D>>) {
+        (h.clone(), Some(c.clone()))
+    }
+
+    fn from_parts(h: Tensor<(Dyn, Dyn), E, D>, c: Option<Tensor<(Dyn, Dyn), E, D>>) -> Self::State {
+        let c = c.expect("an LSTM state has a cell");
+        (h, c)
     }
 
     fn split<B: Dim>(
@@ -409,6 +426,7 @@ struct GruCell;
 impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, H, E, D> for GruCell {
     const GATES: usize = 3;
     const NAME: &'static str = "GRU";
+    const MODE: RnnMode = RnnMode::GatedRecurrentUnit;
     type State = Tensor<(Dyn, Dyn), E, D>;
     type Outer<B: Dim> = Tensor<(Dyn, B, C<H>), E, D>;
 
@@ -427,6 +445,14 @@ impl<const H: usize, E: Float, D: Device<E>> RnnCell<H, H, E, D> for GruCell {
 
     fn output(h: &Self::State) -> Tensor<(Dyn, Dyn), E, D> {
         h.clone()
+    }
+
+    fn parts(h: &Self::State) -> (Tensor<(Dyn, Dyn), E, D>, Option<Tensor<(Dyn, Dyn), E, D>>) {
+        (h.clone(), None)
+    }
+
+    fn from_parts(h: Tensor<(Dyn, Dyn), E, D>, _: Option<Tensor<(Dyn, Dyn), E, D>>) -> Self::State {
+        h
     }
 
     fn split<B: Dim>(
@@ -498,8 +524,14 @@ where
     let dev = x.device().clone();
     let mut init = K::split(state.as_ref(), params.cells.len(), b, &dev)?;
     let x: Tensor<(Dyn, Dyn, Dyn), E, D> = restore(x);
+    if captured.is_none() && R == H {
+        init.reverse(); // popped in order
+        let (y, finals) = fused_layers::<K, H, R, E, D>(params, options, training, drop, x, init)?;
+        return Ok((restore(y), K::join(finals)));
+    }
     let features = x.size(2);
-    // Each layer reads the one below it step by step, `[batch, features]`
+    // With `proj_size` or under capture, the composed loop. Each layer
+    // reads the one below it step by step, `[batch, features]`
     // per step, so that no step's gradient is spread over a whole sequence:
     // projecting the sequence at once and narrowing it per step made each
     // step's backward write a sequence-sized tensor of zeros and add it up
@@ -551,6 +583,87 @@ where
         forma_core::graph::note(op, &ins, &output.val());
     }
     Ok((restore(output), K::join(finals)))
+}
+
+/// [`run_stack`] without `proj_size` and outside graph capture: per layer
+/// and direction, the input projections of every step as one GEMM, then
+/// the recurrence as one op ([`Tensor::try_rnn_layer`]), whose backward
+/// runs through time by itself. `init` holds the initial states, last
+/// layer first; returns the last layer's outputs and the final states.
+fn fused_layers<K, const H: usize, const R: usize, E, D>(
+    params: &RnnParams<H, E, D, R>,
+    options: &RnnOptions,
+    training: &Training,
+    drop: &DropoutRng,
+    x: Tensor<(Dyn, Dyn, Dyn), E, D>,
+    mut init: Vec<K::State>,
+) -> Result<(Tensor<(Dyn, Dyn, Dyn), E, D>, Vec<K::State>)>
+where
+    K: RnnCell<H, R, E, D>,
+    E: Float,
+    D: Device<E>,
+{
+    let (dirs, layers) = (params.directions, params.num_layers());
+    let (b, t) = (x.size(0), x.size(1));
+    let lstm = K::MODE == RnnMode::LongShortTermMemory;
+    let mut finals = Vec::with_capacity(init.len());
+    let mut input = x;
+    for layer in 0..layers {
+        let mut outs = Vec::with_capacity(dirs);
+        for dir in 0..dirs {
+            let w = &params.cells[layer * dirs + dir];
+            let state = init
+                .pop()
+                .expect("one initial state per layer and direction");
+            let (h0, c0) = K::parts(&state);
+            let features = input.size(2);
+            let flat = input.try_reshape_to((Dyn(b * t), Dyn(features)))?;
+            let mut xp = flat.try_matmul(&w.weight_ih.t())?;
+            // An LSTM's two biases meet in one sum; a GRU's `b_hn` sits
+            // inside the reset gate's product, so the op adds `b_hh`.
+            let bias = match (&w.bias_ih, &w.bias_hh) {
+                (Some(bi), Some(bh)) if lstm => Some(bi + bh),
+                (bi, _) => bi.clone(),
+            };
+            if let Some(bias) = &bias {
+                xp = &xp + bias;
+            }
+            let xp = xp.try_reshape_to((Dyn(b), Dyn(t), Dyn(K::GATES * H)))?;
+            let b_hh = if lstm { None } else { w.bias_hh.as_ref() };
+            let y = xp.try_rnn_layer(
+                K::MODE,
+                &w.weight_hh.into_dyn(),
+                b_hh,
+                &h0,
+                c0.as_ref(),
+                dir == 1,
+            )?;
+            // The final state: the last step taken (the first position
+            // for the reverse direction), or the initial one when `t` is 0.
+            if t == 0 {
+                finals.push(state);
+            } else {
+                let last = if dir == 1 { 0 } else { t - 1 };
+                let at = |start: usize| {
+                    y.try_narrow::<1>(last, 1)?
+                        .try_narrow::<2>(start, H)?
+                        .try_reshape_to((Dyn(b), Dyn(H)))
+                };
+                let c = if lstm { Some(at(H)?) } else { None };
+                finals.push(K::from_parts(at(0)?, c));
+            }
+            outs.push(y.try_narrow::<2>(0, H)?);
+        }
+        input = if dirs == 1 {
+            outs.pop().expect("one direction")
+        } else {
+            try_cat::<2, _, E, D>(&outs)?
+        };
+        if training.is_on() && options.dropout > 0.0 && layer + 1 < layers {
+            input = drop.apply(input, options.dropout)?;
+        }
+    }
+    Ok((input, finals))
 }
 
 /// Splits an initial state `[layers * directions, batch, H]` into one

@@ -13,6 +13,7 @@ mod matmul;
 mod norm;
 mod pool;
 mod reduce;
+mod rnn;
 #[cfg(target_arch = "x86_64")]
 mod sdot;
 #[cfg(target_arch = "x86_64")]

@@ -44,11 +44,13 @@ macro_rules! composed_here {
 }
 
 // No fused kernels on CUDA yet: layer norm, linear with bias, attention,
-// optimizer updates and fused expressions run as their composed ops.
+// optimizer updates, fused expressions and recurrent cells run as their
+// composed ops.
 composed_here! {
     norm::NormKernel,
     linear::LinearKernel,
     attention::AttentionKernel,
     update::UpdateKernel,
     fused::FusedKernel,
+    rnn::RnnKernel,
 }
