@@ -12,6 +12,7 @@ use forma_core::dtype::Real;
 use forma_core::ops::rnn::{Operand, RnnKernel};
 use forma_core::{Float, Result};
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// A 2-D operand's rows: row `i` is `data[off + i * stride..][..n]`
 /// (copied first when a row is not contiguous).
@@ -50,7 +51,7 @@ impl<'a, E: Float> Rows<'a, E> {
 }
 
 /// Outputs written row by row from parallel tasks.
-struct Out<E>(*mut E);
+struct Out<E>(*mut MaybeUninit<E>);
 
 // SAFETY: each task of `rows_par` writes only its own rows of each output.
 unsafe impl<E: Send> Sync for Out<E> {}
@@ -61,7 +62,7 @@ impl<E> Out<E> {
     /// # Safety
     /// Only one task may hold a given row, within the buffer's length.
     #[allow(clippy::mut_from_ref)] // disjoint rows, see above
-    unsafe fn row(&self, i: usize, n: usize) -> &mut [E] {
+    unsafe fn row(&self, i: usize, n: usize) -> &mut [MaybeUninit<E>] {
         // SAFETY: the caller holds row `i` alone, inside the allocation.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(i * n), n) }
     }
@@ -81,9 +82,22 @@ fn rows_par(b: usize, width: usize, f: impl Fn(usize) + Sync) {
     });
 }
 
-/// A zeroed output of `len` elements.
-fn zeros<E: Float>(len: usize) -> Vec<E> {
-    vec![E::from_f64(0.0); len]
+/// An output of `len` elements, each written once by the rows.
+fn uninit<E>(len: usize) -> Vec<MaybeUninit<E>> {
+    let mut v = Vec::with_capacity(len);
+    // SAFETY: `MaybeUninit` elements need no initialisation.
+    unsafe { v.set_len(len) };
+    v
+}
+
+/// An output once every element is written.
+///
+/// # Safety
+/// Every element of `v` must have been written.
+unsafe fn written<E>(v: Vec<MaybeUninit<E>>) -> Vec<E> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: `MaybeUninit<E>` has `E`'s layout, and the caller wrote every element.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<E>(), v.len(), v.capacity()) }
 }
 
 #[inline(always)]
@@ -125,9 +139,9 @@ struct LstmRow<'a, E> {
     x: &'a [E],
     g: &'a [E],
     c0: &'a [E],
-    h: &'a mut [E],
-    c: &'a mut [E],
-    act: &'a mut [E],
+    h: &'a mut [MaybeUninit<E>],
+    c: &'a mut [MaybeUninit<E>],
+    act: &'a mut [MaybeUninit<E>],
 }
 
 impl<E: Float> crate::simd::Vectorized for LstmRow<'_, E> {
@@ -150,9 +164,12 @@ impl<E: Float> crate::simd::Vectorized for LstmRow<'_, E> {
             let ig = E::from_acc(i.to_acc() * gg.to_acc());
             let c = E::from_acc(fc.to_acc() + ig.to_acc());
             let tc = E::from_acc(c.to_acc().tanh_fast());
-            hr[j] = E::from_acc(o.to_acc() * tc.to_acc());
-            cr[j] = c;
-            (ai[j], af[j], ag[j], ao[j]) = (i, f, gg, o);
+            hr[j].write(E::from_acc(o.to_acc() * tc.to_acc()));
+            cr[j].write(c);
+            ai[j].write(i);
+            af[j].write(f);
+            ag[j].write(gg);
+            ao[j].write(o);
         }
     }
 }
@@ -164,8 +181,8 @@ struct LstmBackRow<'a, E> {
     c: &'a [E],
     dh: &'a [E],
     dc: &'a [E],
-    dg: &'a mut [E],
-    dc0: &'a mut [E],
+    dg: &'a mut [MaybeUninit<E>],
+    dc0: &'a mut [MaybeUninit<E>],
 }
 
 impl<E: Float> crate::simd::Vectorized for LstmBackRow<'_, E> {
@@ -188,11 +205,11 @@ impl<E: Float> crate::simd::Vectorized for LstmBackRow<'_, E> {
             let tc = E::from_acc(c[j].to_acc().tanh_fast()).to_acc();
             let dh = dhs[j].to_acc();
             let dc = dcs[j].to_acc() + dh * o * (one - tc * tc);
-            di[j] = E::from_acc(dc * g * i * (one - i));
-            df[j] = E::from_acc(dc * c0[j].to_acc() * f * (one - f));
-            dgg[j] = E::from_acc(dc * i * (one - g * g));
-            d_o[j] = E::from_acc(dh * tc * o * (one - o));
-            out[j] = E::from_acc(dc * f);
+            di[j].write(E::from_acc(dc * g * i * (one - i)));
+            df[j].write(E::from_acc(dc * c0[j].to_acc() * f * (one - f)));
+            dgg[j].write(E::from_acc(dc * i * (one - g * g)));
+            d_o[j].write(E::from_acc(dh * tc * o * (one - o)));
+            out[j].write(E::from_acc(dc * f));
         }
     }
 }
@@ -202,8 +219,8 @@ struct GruRow<'a, E> {
     x: &'a [E],
     g: &'a [E],
     h0: &'a [E],
-    h: &'a mut [E],
-    act: &'a mut [E],
+    h: &'a mut [MaybeUninit<E>],
+    act: &'a mut [MaybeUninit<E>],
 }
 
 impl<E: Float> crate::simd::Vectorized for GruRow<'_, E> {
@@ -226,8 +243,11 @@ impl<E: Float> crate::simd::Vectorized for GruRow<'_, E> {
             // PyTorch's form of (1 - z) * n + z * h, as the composed ops.
             let d = E::from_acc(h0[j].to_acc() - nn.to_acc());
             let dz = E::from_acc(d.to_acc() * z.to_acc());
-            hr[j] = E::from_acc(dz.to_acc() + nn.to_acc());
-            (ar[j], az[j], an[j], ahn[j]) = (r, z, nn, hn);
+            hr[j].write(E::from_acc(dz.to_acc() + nn.to_acc()));
+            ar[j].write(r);
+            az[j].write(z);
+            an[j].write(nn);
+            ahn[j].write(hn);
         }
     }
 }
@@ -237,9 +257,9 @@ struct GruBackRow<'a, E> {
     act: &'a [E],
     h0: &'a [E],
     dh: &'a [E],
-    dx: &'a mut [E],
-    dg: &'a mut [E],
-    dh0: &'a mut [E],
+    dx: &'a mut [MaybeUninit<E>],
+    dg: &'a mut [MaybeUninit<E>],
+    dh0: &'a mut [MaybeUninit<E>],
 }
 
 impl<E: Float> crate::simd::Vectorized for GruBackRow<'_, E> {
@@ -263,9 +283,13 @@ impl<E: Float> crate::simd::Vectorized for GruBackRow<'_, E> {
             let dn = E::from_acc(dh * (one - z) * (one - nn * nn));
             let dz = E::from_acc(dh * (h0[j].to_acc() - nn) * z * (one - z));
             let dr = E::from_acc(dn.to_acc() * hn * r * (one - r));
-            (xr[j], xz[j], xn[j]) = (dr, dz, dn);
-            (gr[j], gz[j], gn[j]) = (dr, dz, E::from_acc(dn.to_acc() * r));
-            out[j] = E::from_acc(dh * z);
+            xr[j].write(dr);
+            xz[j].write(dz);
+            xn[j].write(dn);
+            gr[j].write(dr);
+            gz[j].write(dz);
+            gn[j].write(E::from_acc(dn.to_acc() * r));
+            out[j].write(E::from_acc(dh * z));
         }
     }
 }
@@ -279,7 +303,7 @@ impl<E: Float> RnnKernel<E> for Cpu {
     ) -> Result<Option<[Vec<E>; 3]>> {
         let (xp, hg, cp) = (Rows::new(xp), Rows::new(hg), Rows::new(c_prev));
         let (b, h) = (c_prev.1.dims[0], c_prev.1.dims[1]);
-        let (mut hs, mut cs, mut act) = (zeros::<E>(b * h), zeros::<E>(b * h), zeros(b * 4 * h));
+        let (mut hs, mut cs, mut act) = (uninit::<E>(b * h), uninit::<E>(b * h), uninit(b * 4 * h));
         let (ho, co, ao) = (
             Out(hs.as_mut_ptr()),
             Out(cs.as_mut_ptr()),
@@ -297,7 +321,8 @@ impl<E: Float> RnnKernel<E> for Cpu {
                 act,
             });
         });
-        Ok(Some([hs, cs, act]))
+        // SAFETY: every row of every output was written.
+        Ok(Some(unsafe { [written(hs), written(cs), written(act)] }))
     }
 
     fn lstm_cell_backward(
@@ -312,7 +337,7 @@ impl<E: Float> RnnKernel<E> for Cpu {
         let (act, cp, cn) = (Rows::new(act), Rows::new(c_prev), Rows::new(c));
         let dh: Vec<_> = dh.iter().map(|&o| Rows::new(o)).collect();
         let dc: Vec<_> = dc.iter().map(|&o| Rows::new(o)).collect();
-        let (mut dg, mut dcp) = (zeros::<E>(b * 4 * h), zeros::<E>(b * h));
+        let (mut dg, mut dcp) = (uninit::<E>(b * 4 * h), uninit::<E>(b * h));
         let (go, co) = (Out(dg.as_mut_ptr()), Out(dcp.as_mut_ptr()));
         rows_par(b, 4 * h, |r| {
             let (mut bh, mut bc) = (Vec::new(), Vec::new());
@@ -328,7 +353,8 @@ impl<E: Float> RnnKernel<E> for Cpu {
                 dc0,
             });
         });
-        Ok(Some([dg, dcp]))
+        // SAFETY: every row of every output was written.
+        Ok(Some(unsafe { [written(dg), written(dcp)] }))
     }
 
     fn gru_cell(
@@ -339,7 +365,7 @@ impl<E: Float> RnnKernel<E> for Cpu {
     ) -> Result<Option<[Vec<E>; 2]>> {
         let (xp, hg, hp) = (Rows::new(xp), Rows::new(hg), Rows::new(h_prev));
         let (b, h) = (h_prev.1.dims[0], h_prev.1.dims[1]);
-        let (mut hs, mut act) = (zeros::<E>(b * h), zeros::<E>(b * 4 * h));
+        let (mut hs, mut act) = (uninit::<E>(b * h), uninit::<E>(b * 4 * h));
         let (ho, ao) = (Out(hs.as_mut_ptr()), Out(act.as_mut_ptr()));
         rows_par(b, 3 * h, |i| {
             // SAFETY: row `i` belongs to this call alone.
@@ -352,7 +378,8 @@ impl<E: Float> RnnKernel<E> for Cpu {
                 act,
             });
         });
-        Ok(Some([hs, act]))
+        // SAFETY: every row of every output was written.
+        Ok(Some(unsafe { [written(hs), written(act)] }))
     }
 
     fn gru_cell_backward(
@@ -364,8 +391,11 @@ impl<E: Float> RnnKernel<E> for Cpu {
         let (b, h) = (h_prev.1.dims[0], h_prev.1.dims[1]);
         let (act, hp) = (Rows::new(act), Rows::new(h_prev));
         let dh: Vec<_> = dh.iter().map(|&o| Rows::new(o)).collect();
-        let (mut dx, mut dg, mut dhp) =
-            (zeros::<E>(b * 3 * h), zeros::<E>(b * 3 * h), zeros(b * h));
+        let (mut dx, mut dg, mut dhp) = (
+            uninit::<E>(b * 3 * h),
+            uninit::<E>(b * 3 * h),
+            uninit(b * h),
+        );
         let (xo, go, ho) = (
             Out(dx.as_mut_ptr()),
             Out(dg.as_mut_ptr()),
@@ -384,6 +414,7 @@ impl<E: Float> RnnKernel<E> for Cpu {
                 dh0,
             });
         });
-        Ok(Some([dx, dg, dhp]))
+        // SAFETY: every row of every output was written.
+        Ok(Some(unsafe { [written(dx), written(dg), written(dhp)] }))
     }
 }
