@@ -23,6 +23,48 @@ pub trait MatmulKernel<E: Float>: Backend {
         b: &Self::Storage<E>,
         lb: &Layout,
     ) -> Result<Self::Storage<E>>;
+
+    /// `b`, a `[k, n]` matrix (any strides), packed once for many products
+    /// `a @ b` by [`MatmulKernel::matmul_packed`]: a recurrent layer's
+    /// weight, read at every time step, is then packed once per sequence.
+    /// `Ok(None)` (the default): the backend has no packed form, and the
+    /// caller runs [`MatmulKernel::matmul`].
+    fn pack_rhs(&self, b: &Self::Storage<E>, lb: &Layout) -> Result<Option<PackedRhs>> {
+        let _ = (b, lb);
+        Ok(None)
+    }
+
+    /// `a @ b` for an `[m, k]` `a` (any strides) and a `b` packed by this
+    /// backend's [`MatmulKernel::pack_rhs`]; row-major `[m, n]`, the same
+    /// values as [`MatmulKernel::matmul`] on the unpacked `b`. `Ok(None)`
+    /// (the default) when the backend cannot run it.
+    fn matmul_packed(
+        &self,
+        a: &Self::Storage<E>,
+        la: &Layout,
+        b: &PackedRhs,
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (a, la, b);
+        Ok(None)
+    }
+}
+
+/// A right operand a backend packed for repeated products
+/// ([`MatmulKernel::pack_rhs`]).
+#[derive(Clone)]
+pub struct PackedRhs {
+    /// Rows: the products' depth.
+    pub k: usize,
+    /// Columns.
+    pub n: usize,
+    /// The backend's packed copy.
+    pub data: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for PackedRhs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedRhs({} x {})", self.k, self.n)
+    }
 }
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {

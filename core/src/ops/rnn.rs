@@ -18,6 +18,7 @@ use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::ops::cat::try_stack;
+use crate::ops::matmul::PackedRhs;
 use crate::shape::Dyn;
 use crate::tape::{no_grad, Raw};
 use crate::tensor::Tensor;
@@ -148,6 +149,36 @@ macro_rules! operand {
     ($guard:expr, $t:expr) => {
         (&*$guard, &$t.layout)
     };
+}
+
+/// A right operand used at every time step: packed once where the backend
+/// has a packed product (not under autocast, whose products round their
+/// operands first).
+struct Weight<E: Float, D: Device<E>> {
+    b: T2<E, D>,
+    packed: Option<PackedRhs>,
+}
+
+impl<E: Float, D: Device<E>> Weight<E, D> {
+    fn new(b: T2<E, D>) -> Result<Self> {
+        let dev = b.device().clone();
+        let packed = match crate::autocast::autocast_dtype(&dev) {
+            None => dev.pack_rhs(&b.storage(), &b.layout)?,
+            Some(_) => None,
+        };
+        Ok(Weight { b, packed })
+    }
+
+    /// `a @ b`.
+    fn mul(&self, a: &T2<E, D>) -> Result<T2<E, D>> {
+        if let Some(p) = &self.packed {
+            let dev = a.device().clone();
+            if let Some(s) = dev.matmul_packed(&a.storage(), &a.layout, p)? {
+                return Ok(T2::from_storage(s, &[a.size(0), p.n], dev));
+            }
+        }
+        a.try_matmul(&self.b)
+    }
 }
 
 /// Step `step` of `t` (`[b, T, n]`), viewed `[b, n]`.
@@ -397,7 +428,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
         let (y, acts) = {
             let _g = no_grad();
             let xp = self.detach();
-            let wt = w_hh.detach().t();
+            let wt = Weight::new(w_hh.detach().t())?;
             let bias = b_hh.map(Tensor::detach);
             let mut hp = h0.detach();
             let mut cp = c0.map(Tensor::detach);
@@ -406,7 +437,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
             let mut acts = vec![None; t];
             for &s in &order {
                 let xs = flat(&xp, s)?;
-                let mut hg = hp.try_matmul(&wt)?;
+                let mut hg = wt.mul(&hp)?;
                 if let Some(bias) = &bias {
                     hg = &hg + bias;
                 }
@@ -463,7 +494,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
         Ok(y.record(NAME, &inputs, saved, move |g| {
             let y = Tensor::<(Dyn, Dyn, Dyn), E, D>::from_raw(yr.clone())?;
             let g = Tensor::<(Dyn, Dyn, Dyn), E, D>::from_raw(g.clone())?;
-            let w = T2::<E, D>::from_raw(w.clone())?;
+            let w = Weight::new(T2::<E, D>::from_raw(w.clone())?)?;
             let h0 = T2::<E, D>::from_raw(hz.clone())?;
             let c0 = cz.clone().map(T2::<E, D>::from_raw).transpose()?;
             let acts = acts
@@ -496,7 +527,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
                     let mut dc = vec![flat(gy_c, s)?];
                     dc.extend(dc_rec.take());
                     let [dg, dcp] = lstm_step_backward(&acts[s], &c_prev, &cy(s)?, &dh, &dc)?;
-                    dh_rec = vec![dg.try_matmul(&w)?];
+                    dh_rec = vec![w.mul(&dg)?];
                     dc_rec = Some(dcp);
                     dxp[s] = Some(dg);
                 } else {
@@ -505,7 +536,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
                         None => h0.clone(),
                     };
                     let [dx, dg, dhp] = gru_step_backward(&acts[s], &h_prev, &dh)?;
-                    dh_rec = vec![dhp, dg.try_matmul(&w)?];
+                    dh_rec = vec![dhp, w.mul(&dg)?];
                     dhg[s] = Some(dg);
                     dxp[s] = Some(dx);
                 }

@@ -21,7 +21,7 @@ use crate::strided::StridedIter;
 use crate::{fill_strided, Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
-use forma_core::ops::matmul::MatmulKernel;
+use forma_core::ops::matmul::{MatmulKernel, PackedRhs};
 use forma_core::shape::Dims;
 use forma_core::{Error, Float, Layout, Result};
 pub(crate) use gemm::Parallelism;
@@ -421,6 +421,65 @@ fn compact_acc<E: Float>(src: &[E], l: &Layout) -> (Vec<E::Acc>, Layout) {
 }
 
 impl<E: Float> MatmulKernel<E> for Cpu {
+    fn pack_rhs(&self, b: &Vec<E>, lb: &Layout) -> Result<Option<PackedRhs>> {
+        #[cfg(target_arch = "x86_64")]
+        if TypeId::of::<E>() == TypeId::of::<f32>() && super::sgemm::available() && lb.rank() == 2 {
+            let (k, n) = (lb.dims[0], lb.dims[1]);
+            if k == 0 || n == 0 || lb.span() > b.len() {
+                return Ok(None);
+            }
+            // SAFETY: `E` is f32 (same `TypeId`): the same slice at its own type.
+            let data = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len()) };
+            let view = super::sgemm::View {
+                data,
+                off: lb.offset,
+                rs: lb.strides[0],
+                cs: lb.strides[1],
+            };
+            let packed = super::sgemm::PackedB::new(view, k, n, crate::par::threads());
+            return Ok(Some(PackedRhs {
+                k,
+                n,
+                data: std::sync::Arc::new(packed),
+            }));
+        }
+        let _ = (b, lb);
+        Ok(None)
+    }
+
+    fn matmul_packed(&self, a: &Vec<E>, la: &Layout, b: &PackedRhs) -> Result<Option<Vec<E>>> {
+        #[cfg(target_arch = "x86_64")]
+        if TypeId::of::<E>() == TypeId::of::<f32>() && la.rank() == 2 && la.dims[1] == b.k {
+            let Some(packed) = b.data.downcast_ref::<super::sgemm::PackedB>() else {
+                return Ok(None);
+            };
+            if la.span() > a.len() {
+                return Ok(None);
+            }
+            let m = la.dims[0];
+            // SAFETY: `E` is f32, as above.
+            let data = unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<f32>(), a.len()) };
+            let view = super::sgemm::View {
+                data,
+                off: la.offset,
+                rs: la.strides[0],
+                cs: la.strides[1],
+            };
+            let mut out: Vec<f32> = Vec::with_capacity(m * b.n);
+            packed.sgemm(&mut out.spare_capacity_mut()[..m * b.n], m, view, true);
+            // SAFETY: `sgemm` wrote all `m * n` elements.
+            unsafe { out.set_len(m * b.n) };
+            let mut out = std::mem::ManuallyDrop::new(out);
+            // SAFETY: `E` is f32: the same allocation at its own type.
+            let out = unsafe {
+                Vec::from_raw_parts(out.as_mut_ptr().cast::<E>(), out.len(), out.capacity())
+            };
+            return Ok(Some(out));
+        }
+        let _ = (a, la, b);
+        Ok(None)
+    }
+
     fn matmul(&self, a: &Vec<E>, la: &Layout, b: &Vec<E>, lb: &Layout) -> Result<Vec<E>> {
         let r = la.rank();
         if r < 2
