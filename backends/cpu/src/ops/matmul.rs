@@ -420,6 +420,23 @@ fn compact_acc<E: Float>(src: &[E], l: &Layout) -> (Vec<E::Acc>, Layout) {
     (out, c)
 }
 
+/// A 2-D f32 storage and layout as an sgemm operand.
+///
+/// # Panics
+/// If `E` is not f32.
+#[cfg(target_arch = "x86_64")]
+fn f32_view<'a, E: Float>(data: &'a [E], l: &Layout) -> super::sgemm::View<'a> {
+    assert_eq!(TypeId::of::<E>(), TypeId::of::<f32>(), "an f32 operand");
+    // SAFETY: `E` is f32 (same `TypeId`): the same slice at its own type.
+    let data = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<f32>(), data.len()) };
+    super::sgemm::View {
+        data,
+        off: l.offset,
+        rs: l.strides[0],
+        cs: l.strides[1],
+    }
+}
+
 impl<E: Float> MatmulKernel<E> for Cpu {
     fn pack_rhs(&self, b: &Vec<E>, lb: &Layout) -> Result<Option<PackedRhs>> {
         #[cfg(target_arch = "x86_64")]
@@ -428,15 +445,7 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             if k == 0 || n == 0 || lb.span() > b.len() {
                 return Ok(None);
             }
-            // SAFETY: `E` is f32 (same `TypeId`): the same slice at its own type.
-            let data = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len()) };
-            let view = super::sgemm::View {
-                data,
-                off: lb.offset,
-                rs: lb.strides[0],
-                cs: lb.strides[1],
-            };
-            let packed = super::sgemm::PackedB::new(view, k, n, crate::par::threads());
+            let packed = super::sgemm::PackedB::new(f32_view(b, lb), k, n, crate::par::threads());
             return Ok(Some(PackedRhs {
                 k,
                 n,
@@ -457,14 +466,7 @@ impl<E: Float> MatmulKernel<E> for Cpu {
                 return Ok(None);
             }
             let m = la.dims[0];
-            // SAFETY: `E` is f32, as above.
-            let data = unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<f32>(), a.len()) };
-            let view = super::sgemm::View {
-                data,
-                off: la.offset,
-                rs: la.strides[0],
-                cs: la.strides[1],
-            };
+            let view = f32_view(a, la);
             let mut out: Vec<f32> = Vec::with_capacity(m * b.n);
             packed.sgemm(&mut out.spare_capacity_mut()[..m * b.n], m, view, true);
             // SAFETY: `sgemm` wrote all `m * n` elements.
