@@ -46,6 +46,7 @@ pub use forma_cpu::Cpu;
 /// macro namespace), as with serde's `Serialize`; `Shape` and `Tensor` are
 /// both a type and a macro that writes one (`Tensor![B, 3, 224, 224]`).
 pub use forma_macros::{Module, Sequential, Shape, Tensor};
+pub use forma_nn::compile::{compile, compile_with};
 pub use forma_nn::{Forward, Module};
 
 /// A tensor of shape `S`, element type `E` (default f32) on device `D`

@@ -4,6 +4,7 @@
 //! embedding) are in `forma-core`.
 
 pub mod capture;
+pub mod compile;
 pub mod data;
 pub mod hooks;
 pub mod init;

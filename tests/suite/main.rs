@@ -16,6 +16,7 @@ mod autograd_inplace;
 mod checkpoint_hostile;
 mod checkpoint_lenient;
 mod checkpoint_resume;
+mod compile;
 mod display;
 mod grad_composite;
 mod grad_ops;

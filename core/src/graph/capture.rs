@@ -53,6 +53,11 @@ impl Val {
     fn dims(&self) -> &[usize] {
         &self.key.1.dims
     }
+
+    /// The tensor's element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
 }
 
 /// What capture can read a forward's inputs and outputs from: a tensor,

@@ -29,6 +29,7 @@
 mod capture;
 mod dim;
 mod op;
+mod replay;
 
 pub(crate) use capture::{
     alias, born, host_read, note_arange, note_expand, note_reshape, note_slice, write,
@@ -47,6 +48,7 @@ macro_rules! note_op {
 pub use dim::{product, Dim, Expr};
 pub(crate) use note_op;
 pub use op::{Elem, Op};
+pub use replay::{narrow_to, widen, Replay, Slot, Slots, Tensor6};
 
 use crate::dtype::DType;
 use crate::tensor::TensorData;

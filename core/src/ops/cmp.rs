@@ -192,7 +192,7 @@ pub(crate) fn expand_layout(op: &'static str, l: &Layout, dims: &[usize]) -> Res
 }
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
-    fn try_compare<S2: Shape>(
+    pub(crate) fn try_compare<S2: Shape>(
         &self,
         op: CmpOp,
         rhs: &Tensor<S2, E, D>,

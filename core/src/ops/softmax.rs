@@ -23,7 +23,7 @@ pub trait SoftmaxKernel<E: Float>: Backend {
 }
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
-    fn softmax_impl(&self, axis: usize, log: bool) -> Self {
+    pub(crate) fn softmax_impl(&self, axis: usize, log: bool) -> Self {
         let s = ok(self
             .device
             .softmax(&self.storage(), &self.layout, axis, log));

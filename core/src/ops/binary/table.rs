@@ -31,6 +31,22 @@ macro_rules! binary_table {
 
         impl<X: Expr> BinaryExprs for X {}
 
+        /// Row `name` applied to `a` and `b` (how a replayed graph runs a
+        /// binary node); `None` when no row has that name.
+        pub(crate) fn zip_row<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>(
+            a: &Tensor<S, E, D>,
+            b: &Tensor<S2, E, D>,
+            name: &str,
+        ) -> Option<Result<Tensor<<S as BroadcastShape<S2>>::Output, E, D>>>
+        where
+            S: BroadcastShape<S2>,
+        {
+            match name {
+                $(stringify!($method) => Some(a.try_zip($op, b)),)*
+                _ => None,
+            }
+        }
+
         $(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -1,0 +1,244 @@
+//! `forma::compile`: a compiled model gives the eager outputs and gradients
+//! bit for bit, at batch sizes and sequence lengths other than the one it
+//! was captured at; it captures once per signature and counts hits; a
+//! forward that capture cannot follow runs eagerly and is explained; an
+//! optimizer step on the model is seen by the next compiled call.
+
+use forma::nn::compile::{compile_with, CompileOptions};
+use forma::nn::layers::{
+    Conv2d, Embedding, Flatten, Linear, MaxPool2d, Relu, TransformerEncoderLayer,
+};
+use forma::nn::optim::{Optimizer, Sgd, SgdOptions};
+use forma::prelude::*;
+
+#[derive(Module, Sequential)]
+#[sequential(input = [B, 1, 12, 12], output = [B, 10])]
+struct Cnn {
+    conv: Conv2d<1, 4, 3>,
+    act: Relu,
+    pool: MaxPool2d<2>,
+    flatten: Flatten,
+    fc: Linear<100, 10>,
+}
+
+fn cnn(seed: u64) -> Cnn {
+    let mut rng = Rng::seed_from(seed);
+    Cnn {
+        conv: Conv2d::new(&Cpu, &mut rng),
+        act: Relu,
+        pool: MaxPool2d,
+        flatten: Flatten,
+        fc: Linear::new(&Cpu, &mut rng),
+    }
+}
+
+fn image(b: usize, seed: u64) -> Tensor<(Dyn, C<1>, C<12>, C<12>)> {
+    Tensor::randn((Dyn(b), C, C, C), &mut Rng::seed_from(seed))
+}
+
+#[test]
+fn a_compiled_cnn_gives_the_eager_outputs_at_every_batch_size() {
+    let model = forma::compile(cnn(0));
+    for (i, b) in [2, 3, 7, 1].into_iter().enumerate() {
+        let x = image(b, i as u64);
+        let eager = model.eager().forward(x.clone());
+        let y = model.forward(x);
+        assert_eq!(y.shape().dims(), eager.shape().dims());
+        assert_eq!(y.to_vec(), eager.to_vec(), "batch {b}");
+    }
+    let s = model.stats();
+    assert_eq!((s.compiles, s.cache_hits, s.fallbacks), (1, 3, 0));
+    assert!(model.explain().is_empty());
+}
+
+#[test]
+fn a_compiled_encoder_layer_gives_the_eager_outputs_at_other_lengths() {
+    let mut rng = Rng::seed_from(1);
+    let mut layer = TransformerEncoderLayer::<16, 4, 32>::new(&Cpu, &mut rng);
+    layer.eval();
+    let model = forma::compile(layer);
+    for (b, s) in [(2, 5), (3, 9), (1, 1)] {
+        let x = Tensor::<(Dyn, Dyn, C<16>)>::randn((Dyn(b), Dyn(s), C), &mut rng);
+        let eager = model.eager().forward(x.clone()).to_vec();
+        assert_eq!(model.forward(x).to_vec(), eager, "batch {b}, length {s}");
+    }
+    assert_eq!(model.stats().compiles, 1);
+    assert_eq!(model.stats().fallbacks, 0, "{:?}", model.explain());
+}
+
+/// Token ids in, through an embedding (an index input), a softmax along a
+/// runtime axis, a transpose and a broadcast mean.
+#[derive(Module)]
+struct Bag {
+    emb: Embedding<10, 4>,
+    fc: Linear<4, 3>,
+}
+
+impl Forward<Tensor<(Dyn, Dyn), i64>, Tensor<(Dyn, Dyn, C<3>)>> for Bag {
+    fn try_forward(&self, ids: Tensor<(Dyn, Dyn), i64>) -> forma::Result<Tensor<(Dyn, Dyn, C<3>)>> {
+        let h: Tensor<(Dyn, Dyn, C<4>)> = child!(self.emb, ids)?;
+        let h = h.gelu().softmax::<1>();
+        let y: Tensor<(Dyn, Dyn, C<3>)> = child!(self.fc, h)?;
+        let t = y.transpose::<0, 1>().contiguous().transpose::<0, 1>();
+        t.try_add(&y.mean_keepdim::<1>())
+    }
+}
+
+#[test]
+fn token_ids_replay_through_an_embedding_and_runtime_axes() {
+    let mut rng = Rng::seed_from(3);
+    let model = forma::compile(Bag {
+        emb: Embedding::new(&Cpu, &mut rng),
+        fc: Linear::new(&Cpu, &mut rng),
+    });
+    for (b, s) in [(2, 3), (4, 6)] {
+        let ids: Vec<i64> = (0..b * s).map(|i| (i * 7 % 10) as i64).collect();
+        let ids = Tensor::<(Dyn, Dyn), i64>::from_vec(ids, (Dyn(b), Dyn(s))).unwrap();
+        let eager = model.eager().forward(ids.clone()).to_vec();
+        assert_eq!(model.forward(ids).to_vec(), eager);
+    }
+    let s = model.stats();
+    assert_eq!(
+        (s.compiles, s.cache_hits, s.fallbacks),
+        (1, 1, 0),
+        "{:?}",
+        model.explain()
+    );
+}
+
+#[test]
+fn training_through_a_compiled_model_gives_the_eager_gradients_and_sees_each_step() {
+    let (compiled, eager) = (forma::compile(cnn(5)), cnn(5));
+    let mut opts = (
+        Sgd::new(SgdOptions::default().lr(0.1).momentum(0.9)),
+        Sgd::new(SgdOptions::default().lr(0.1).momentum(0.9)),
+    );
+    for step in 0..3 {
+        let x = image(4 + step, 10 + step as u64);
+        let a = compiled.forward(x.clone()).square().mean_all();
+        let b = eager.forward(x).square().mean_all();
+        assert_eq!(a.to_vec(), b.to_vec(), "loss at step {step}");
+        a.backward();
+        b.backward();
+        let ga = compiled.eager().fc.weight.grad().unwrap().to_vec();
+        let gb = eager.fc.weight.grad().unwrap().to_vec();
+        assert_eq!(ga, gb, "fc.weight's gradient at step {step}");
+        let ga = compiled.eager().conv.weight.grad().unwrap().to_vec();
+        let gb = eager.conv.weight.grad().unwrap().to_vec();
+        assert_eq!(ga, gb, "conv.weight's gradient at step {step}");
+        opts.0.step(&compiled);
+        opts.1.step(&eager);
+        opts.0.zero_grad(&compiled);
+        opts.1.zero_grad(&eager);
+    }
+    let keys = |m: &[(String, forma::nn::TensorInfo)]| -> Vec<String> {
+        m.iter().map(|(k, _)| k.clone()).collect()
+    };
+    assert_eq!(
+        keys(&compiled.named_parameters()),
+        keys(&eager.named_parameters())
+    );
+    let s = compiled.stats();
+    assert_eq!((s.compiles, s.cache_hits), (1, 2));
+}
+
+/// A forward that reads its own activations on the host.
+#[derive(Module)]
+struct Peeks {
+    fc: Linear<4, 4>,
+}
+
+impl Forward<Tensor<(Dyn, C<4>)>, Tensor<(Dyn, C<4>)>> for Peeks {
+    fn try_forward(&self, x: Tensor<(Dyn, C<4>)>) -> forma::Result<Tensor<(Dyn, C<4>)>> {
+        let h: Tensor<(Dyn, C<4>)> = child!(self.fc, x)?;
+        if h.to_vec()[0] > 0.0 {
+            Ok(h.relu())
+        } else {
+            Ok(h)
+        }
+    }
+}
+
+#[test]
+fn a_forward_capture_cannot_follow_runs_eagerly_and_is_explained() {
+    let mut rng = Rng::seed_from(2);
+    let model = forma::compile(Peeks {
+        fc: Linear::new(&Cpu, &mut rng),
+    });
+    for _ in 0..2 {
+        let x = Tensor::<(Dyn, C<4>)>::randn((Dyn(3), C), &mut rng);
+        let eager = model.eager().forward(x.clone()).to_vec();
+        assert_eq!(model.forward(x).to_vec(), eager);
+    }
+    let s = model.stats();
+    assert_eq!((s.compiles, s.cache_hits, s.fallbacks), (1, 0, 2));
+    let breaks = model.explain();
+    assert_eq!(breaks.len(), 1);
+    assert!(
+        breaks[0].reason.contains("`to_vec`"),
+        "{}",
+        breaks[0].reason
+    );
+    assert!(
+        breaks[0].signature.contains("f32[_, _]"),
+        "{}",
+        breaks[0].signature
+    );
+}
+
+#[test]
+fn train_and_eval_are_two_signatures_and_the_cache_keeps_the_newest() {
+    let mut rng = Rng::seed_from(7);
+    let net = ConvBn {
+        conv: Conv2d::new(&Cpu, &mut rng),
+        bn: forma::nn::layers::BatchNorm2d::new(&Cpu),
+    };
+    let mut model = compile_with(net, CompileOptions { cache_size: 1 });
+    let x = image(2, 0);
+    for training in [true, false, true] {
+        model.eager_mut().set_training(training);
+        let eager = model.eager().forward(x.clone()).to_vec();
+        assert_eq!(model.forward(x.clone()).to_vec(), eager);
+    }
+    // Cache of one: each switch evicts the other signature.
+    assert_eq!(model.stats().compiles, 3);
+    model.reset();
+    assert_eq!(model.stats(), Default::default());
+    let _ = model.forward(x);
+    assert_eq!(model.stats().compiles, 1);
+}
+
+#[derive(Module, Sequential)]
+#[sequential(input = [B, 1, 12, 12], output = [B, 2, 10, 10])]
+struct ConvBn {
+    conv: Conv2d<1, 2, 3>,
+    bn: forma::nn::layers::BatchNorm2d<2>,
+}
+
+#[test]
+fn batch_norm_in_training_updates_its_statistics_once_per_compiled_call() {
+    let build = || {
+        let mut rng = Rng::seed_from(9);
+        ConvBn {
+            conv: Conv2d::new(&Cpu, &mut rng),
+            bn: forma::nn::layers::BatchNorm2d::new(&Cpu),
+        }
+    };
+    let (compiled, eager) = (forma::compile(build()), build());
+    for i in 0..2 {
+        let x = image(3, 20 + i);
+        assert_eq!(
+            compiled.forward(x.clone()).to_vec(),
+            eager.forward(x).to_vec()
+        );
+        let stats = |m: &ConvBn| m.bn.running_mean.as_ref().unwrap().to_vec();
+        assert_eq!(stats(compiled.eager()), stats(&eager), "call {i}");
+    }
+    // The running-statistics update is an in-place write capture refuses:
+    // the forward runs eagerly, and the statistics the capture's runs
+    // changed were put back (else they would have moved three times).
+    let breaks = compiled.explain();
+    assert_eq!(breaks.len(), 1);
+    assert!(breaks[0].reason.contains("`bn`"), "{}", breaks[0].reason);
+    assert_eq!(compiled.stats().fallbacks, 2);
+}
