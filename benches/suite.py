@@ -90,6 +90,35 @@ def mlp_step(amp=False):
     return timed(5, 50, train_step(model, opt, x, y, amp))
 
 
+def first_call(what, f):
+    """Runs `f` once, printing how long it took (torch.compile's compile)."""
+    s = time.perf_counter()
+    f()
+    print(f"torch.compile, {what}: first call (compile) {(time.perf_counter() - s) * 1e3:.1f} ms", file=sys.stderr)
+
+
+def mlp_step_compiled():
+    model = torch.compile(mlp())
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(128, 784)
+    y = torch.arange(128) % 10
+    step = train_step(model, opt, x, y)
+    first_call("mlp step", step)
+    return timed(5, 50, step)
+
+
+def encoder_compiled(batch, seq):
+    model = torch.compile(encoder_model())
+    x = torch.randn(batch, seq, 384)
+
+    def run():
+        with torch.inference_mode():
+            model(x)
+
+    first_call(f"encoder b{batch} s{seq}", run)
+    return timed(2, 10 if batch * seq >= 512 else 50, run)
+
+
 def matmul_bf16(n):
     a = torch.randn(n, n).bfloat16()
     b = torch.randn(n, n).bfloat16()
@@ -295,6 +324,9 @@ WORKLOADS = {
     "encoder b8 s128": lambda t: encoder(8, 128),
     "encoder b32 s128": lambda t: encoder(32, 128),
     "encoder b1 s16": lambda t: encoder(1, 16),
+    "compiled mlp step": lambda t: mlp_step_compiled(),
+    "compiled encoder b1 s16": lambda t: encoder_compiled(1, 16),
+    "compiled encoder b8 s128": lambda t: encoder_compiled(8, 128),
     "gelu chain": lambda t: gelu_chain(),
     "export encoder": lambda t: export_encoder(),
     "rss export": rss_export,

@@ -302,6 +302,21 @@ fn mlp_step(rng: &mut Rng, amp: Option<DType>) -> Sample {
     Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y, amp))
 }
 
+/// The MLP step through `forma::compile`; the first call (the capture) is
+/// timed apart and printed.
+fn mlp_step_compiled(rng: &mut Rng) -> Sample {
+    let model = forma::compile(Mlp::new(rng));
+    let mut opt: Adam = Adam::new(AdamOptions::default());
+    let (x, y) = mlp_batch(rng);
+    let start = Instant::now();
+    train_step(&model, &mut opt, &x, &y, None);
+    eprintln!(
+        "forma compile, mlp step: first call (capture) {:.1} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y, None))
+}
+
 /// LeNet-5 as usually written today: ReLU and max pooling.
 #[derive(Module, Sequential, Debug)]
 #[sequential(input = [B, 1, 28, 28], output = [B, 10])]
@@ -492,6 +507,25 @@ fn eval_encoder(rng: &mut Rng) -> Encoder {
     model
 }
 
+/// The encoder through `forma::compile`; the first call (the capture) is
+/// timed apart and printed.
+fn encoder_compiled(batch: usize, seq: usize, rng: &mut Rng) -> Sample {
+    let model = forma::compile(eval_encoder(rng));
+    let x = Tensor::<(Dyn, Dyn, C<384>)>::randn((Dyn(batch), Dyn(seq), C), rng);
+    let run = || {
+        let _guard = no_grad();
+        std::hint::black_box(model.forward(x.clone()));
+    };
+    let start = Instant::now();
+    run();
+    eprintln!(
+        "forma compile, encoder b{batch} s{seq}: first call (capture) {:.1} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    let reps = if batch * seq >= 512 { 10 } else { 50 };
+    Sample::time(2, reps, run)
+}
+
 /// The encoder exported to ONNX bytes (capture, lowering, encoding; the
 /// file write is left out on both sides), batch and sequence symbolic.
 fn export_onnx_bytes(model: &Encoder, x: &Tensor<(Dyn, Dyn, C<384>)>) -> usize {
@@ -674,6 +708,27 @@ fn workloads() -> Vec<Workload> {
         Unit::Millis,
         0.5,
         Box::new(|rng| encoder(1, 16, rng, None)),
+    ));
+    w.push(Workload::new(
+        "compiled mlp step",
+        "MLP step, forma::compile vs torch.compile",
+        Unit::Millis,
+        1.0,
+        Box::new(mlp_step_compiled),
+    ));
+    w.push(Workload::new(
+        "compiled encoder b1 s16",
+        "encoder b1 s16, forma::compile vs torch.compile",
+        Unit::Millis,
+        1.0,
+        Box::new(|rng| encoder_compiled(1, 16, rng)),
+    ));
+    w.push(Workload::new(
+        "compiled encoder b8 s128",
+        "encoder b8 s128, forma::compile vs torch.compile",
+        Unit::Millis,
+        1.0,
+        Box::new(|rng| encoder_compiled(8, 128, rng)),
     ));
     w.push(Workload::new(
         "gelu chain",

@@ -46,10 +46,15 @@
 //! `compile` never changes a result: [`Compiled::eager`] is the model
 //! itself, and [`Compiled::into_inner`] gives it back.
 //!
-//! **Not yet.** No pass rewrites the graph yet (fusion, pre-packed
-//! weights, memory planning, BatchNorm folding), so a compiled call costs
-//! what the eager one does plus the replay's bookkeeping; a break sends
-//! the whole forward to eager rather than only the part around it.
+//! **Passes.** Weights pre-packed: in inference (no gradient wanted), a
+//! `linear` runs on its weight packed once for the GEMM instead of at
+//! every call, until an optimizer step or a load writes the weight
+//! ([`CompileStats::packed_weights`]; values unchanged, bit for bit).
+//!
+//! **Not yet.** Elementwise fusion, matmul epilogues, memory planning and
+//! BatchNorm folding; a training step replays the eager ops one by one
+//! (one tape node each); a break sends the whole forward to eager rather
+//! than only the part around it.
 
 use crate::capture::capture;
 use crate::module::{Cx, Forward, Module, ReprNode, Role, Visitor, VisitorMut};
@@ -83,6 +88,9 @@ pub struct CompileStats {
     pub cache_hits: usize,
     /// Calls that ran eagerly because their signature's forward breaks.
     pub fallbacks: usize,
+    /// Weights the cached graphs hold packed for the GEMM (the pass
+    /// "weights pre-packed", which runs where no gradient is wanted).
+    pub packed_weights: usize,
 }
 
 /// A signature whose forward runs eagerly, and why.
@@ -188,7 +196,17 @@ impl<M> Compiled<M> {
 
     /// The counters so far.
     pub fn stats(&self) -> CompileStats {
-        self.lock().stats
+        let c = self.lock();
+        let mut stats = c.stats;
+        stats.packed_weights = c
+            .entries
+            .iter()
+            .map(|(_, e)| match e {
+                Entry::Plan(p) => packed_weights(p.as_ref()),
+                Entry::Break(_) => 0,
+            })
+            .sum();
+        stats
     }
 
     /// Every cached signature whose forward runs eagerly, with the reason.
@@ -230,6 +248,20 @@ impl<M: Module> Module for Compiled<M> {
     fn describe(&self) -> Option<ReprNode> {
         self.model.describe()
     }
+}
+
+/// How many weights plan `p` (a `Replay` of f32 or f64 on a device this
+/// crate knows) holds packed.
+fn packed_weights(p: &(dyn Any + Send + Sync)) -> usize {
+    macro_rules! on {
+        ($($e:ty, $d:ty);*) => {
+            $(if let Some(r) = p.downcast_ref::<Replay<$e, $d>>() {
+                return r.packed_weights();
+            })*
+        };
+    }
+    on!(f32, forma_cpu::Cpu; f64, forma_cpu::Cpu);
+    0
 }
 
 /// The float type of a graph: that of its first float value.

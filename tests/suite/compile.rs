@@ -242,3 +242,31 @@ fn batch_norm_in_training_updates_its_statistics_once_per_compiled_call() {
     assert!(breaks[0].reason.contains("`bn`"), "{}", breaks[0].reason);
     assert_eq!(compiled.stats().fallbacks, 2);
 }
+
+#[test]
+fn inference_packs_each_weight_once_and_repacks_after_an_update() {
+    let mut rng = Rng::seed_from(11);
+    let mut layer = TransformerEncoderLayer::<16, 4, 32>::new(&Cpu, &mut rng);
+    layer.eval();
+    let model = forma::compile(layer);
+    let guard = forma::core::tape::no_grad();
+    let x = Tensor::<(Dyn, Dyn, C<16>)>::randn((Dyn(4), Dyn(9), C), &mut rng);
+    for _ in 0..2 {
+        let eager = model.eager().forward(x.clone()).to_vec();
+        assert_eq!(model.forward(x.clone()).to_vec(), eager);
+    }
+    let packed = model.stats().packed_weights;
+    assert!(packed > 0, "{:?}", model.stats());
+    // A write into a weight (what an optimizer step does) is seen: the
+    // packed copy is made again from the new values.
+    let w = &model.eager().linear1.weight;
+    let doubled = w.mul_scalar(2.0).try_to_data().unwrap();
+    w.try_assign_data(&doubled).unwrap();
+    let eager = model.eager().forward(x.clone()).to_vec();
+    assert_eq!(model.forward(x.clone()).to_vec(), eager);
+    assert_eq!(model.stats().packed_weights, packed);
+    // With a gradient wanted, the plain op runs (and the tape records it).
+    drop(guard);
+    let y = model.forward(x);
+    assert!(y.needs_grad());
+}

@@ -15,6 +15,16 @@
 //! the forward eagerly) and uploads the constants; [`Replay::run`] binds
 //! the inputs and the live parameters and runs the nodes, dropping each
 //! value after its last use.
+//!
+//! **Passes.** One so far, weights pre-packed: where no gradient is wanted
+//! and autocast is off, a `linear` whose weight is a parameter runs on a
+//! copy of the weight packed once for the backend's GEMM
+//! ([`crate::ops::matmul::MatmulKernel::pack_rhs`]), kept until the
+//! weight's storage is written (its version counter moves: an optimizer
+//! step, a load) or replaced. It runs only where the backend's plain
+//! product packs the weight the same way, so the values are the plain
+//! op's, bit for bit; elsewhere (one row, AVX-512's narrow kernel, CUDA)
+//! the plain op runs.
 
 use super::{Elem, Graph, Op, Source, ValueId};
 use crate::device::{Backend, Device};
@@ -22,10 +32,13 @@ use crate::dtype::{DType, Dtype, Float};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::ops::cmp::CmpOp;
+use crate::ops::matmul::PackedRhs;
 use crate::shape::{Dyn, Shape};
 use crate::tape::Raw;
+use crate::tensor::StorageCell;
 use crate::tensor::{Tensor, TensorData};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// The rank every replayed value is held at.
 const RANK: usize = 6;
@@ -249,6 +262,22 @@ pub struct Replay<E: Float, D: Backend> {
     constants: HashMap<ValueId, Slot<E, D>>,
     /// For each node, the values whose last use it is.
     frees: Vec<Vec<ValueId>>,
+    /// Weights packed for the GEMM, by graph value.
+    packs: Mutex<HashMap<ValueId, Packed<E, D>>>,
+}
+
+/// A weight packed once: the storage it was packed from (kept, so its
+/// address is not reused), the version it had, and the packed copy.
+struct Packed<E: Float, D: Backend> {
+    storage: Arc<StorageCell<D::Storage<E>>>,
+    version: u64,
+    packed: PackedRhs,
+}
+
+impl<E: Float, D: Backend> std::fmt::Debug for Packed<E, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Packed(version {}, {:?})", self.version, self.packed)
+    }
 }
 
 /// Why node `i` of `g` cannot replay, if it cannot.
@@ -326,7 +355,83 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
             device: device.clone(),
             constants,
             frees,
+            packs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// How many weights are held packed for the GEMM (the module docs'
+    /// pass).
+    pub fn packed_weights(&self) -> usize {
+        self.packs.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// `x @ w^T + b` from `w` packed once (the pass "weights pre-packed"),
+    /// or `None` where the plain op must run: when a gradient is wanted,
+    /// under autocast, or where the backend would not pack `w` itself
+    /// (then its values would differ). Graph value `id` (a parameter)
+    /// keeps its packed copy while `w`'s storage is the same and unwritten:
+    /// an optimizer step or a load bumps its version and packs it again.
+    fn packed_linear(
+        &self,
+        id: ValueId,
+        x: &Tensor6<E, D>,
+        r: usize,
+        w: &Tensor<(Dyn, Dyn), E, D>,
+        b: Option<&Tensor<(Dyn,), E, D>>,
+    ) -> Result<Option<Tensor6<E, D>>> {
+        let param = matches!(self.graph.values[id].source, Source::Param(_));
+        if !param
+            || x.needs_grad()
+            || w.needs_grad()
+            || b.is_some_and(|b| b.needs_grad())
+            || crate::autocast::target::<E, D>(&self.device).is_some()
+        {
+            return Ok(None);
+        }
+        let dims = true_dims(x, r);
+        let (n, k) = (w.layout.dims[0], w.layout.dims[1]);
+        let m: usize = dims[..r - 1].iter().product();
+        let Some(lx) = x.layout.reshape(&[m, k]) else {
+            return Ok(None);
+        };
+        let version = w.storage.version();
+        let packed = {
+            let mut packs = self.packs.lock().unwrap_or_else(|e| e.into_inner());
+            match packs.get(&id) {
+                Some(p) if Arc::ptr_eq(&p.storage, &w.storage) && p.version == version => {
+                    p.packed.clone()
+                }
+                _ => {
+                    let wt = w.layout.swap(0, 1);
+                    let Some(packed) = self.device.pack_rhs(&w.storage(), &wt)? else {
+                        return Ok(None);
+                    };
+                    packs.insert(
+                        id,
+                        Packed {
+                            storage: Arc::clone(&w.storage),
+                            version,
+                            packed: packed.clone(),
+                        },
+                    );
+                    packed
+                }
+            }
+        };
+        let bias = b.map(|b| (b.storage(), b.layout));
+        let y = self.device.linear_packed(
+            (&x.storage(), &lx),
+            &packed,
+            bias.as_ref().map(|(s, l)| (&**s, l)),
+        )?;
+        let Some(y) = y else { return Ok(None) };
+        let mut out = dims.to_vec();
+        out[r - 1] = n;
+        Ok(Some(Tensor6::from_storage(
+            y,
+            &six(&out)?.dims(),
+            self.device.clone(),
+        )))
     }
 
     /// The graph this replays.
@@ -395,7 +500,7 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
                 .collect::<Option<_>>()
                 .ok_or_else(|| Error::invalid("compile", "a size the graph cannot evaluate"))?;
             let y = self
-                .node(&n.op, &ins, &out_dims, g.values[n.output].dtype, &env)
+                .node(n, &ins, &out_dims, g.values[n.output].dtype, &env)
                 .map_err(|e| {
                     if n.path.is_empty() {
                         e
@@ -422,12 +527,13 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
     /// One node.
     fn node(
         &self,
-        op: &Op,
+        node: &super::Node,
         ins: &[&Slot<E, D>],
         out: &[usize],
         out_dtype: DType,
         env: &HashMap<String, usize>,
     ) -> Result<Slot<E, D>> {
+        let op = &node.op;
         if let Op::Arange { start, step, .. } = op {
             let n = out[0];
             let vals = (0..n).map(|i| start + step * i as f64);
@@ -508,7 +614,11 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
             Op::Affine => {
                 let w: Tensor<(Dyn, Dyn), E, D> = ins[1].to()?;
                 let b: Option<Tensor<(Dyn,), E, D>> = ins.get(2).map(|b| b.to()).transpose()?;
-                f(x.float()?.try_linear(&w, b.as_ref())?)
+                let x = x.float()?;
+                match self.packed_linear(node.inputs[1], x, r, &w, b.as_ref())? {
+                    Some(y) => f(y),
+                    None => f(x.try_linear(&w, b.as_ref())?),
+                }
             }
             Op::Conv(p) => {
                 let x4: Tensor<(Dyn, Dyn, Dyn, Dyn), E, D> = x.to()?;

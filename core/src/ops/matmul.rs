@@ -47,6 +47,23 @@ pub trait MatmulKernel<E: Float>: Backend {
         let _ = (a, la, b);
         Ok(None)
     }
+
+    /// `x @ w^T + bias` for an `[m, k]` `x` and `w^T` packed by this
+    /// backend's [`MatmulKernel::pack_rhs`] (a compiled model's weight,
+    /// packed once for every call): the same values as
+    /// [`crate::ops::linear::LinearKernel::linear`] gives for these
+    /// operands. `Ok(None)` (the default) when the backend cannot, or when
+    /// its unpacked product would not pack the weight either (a single
+    /// row, a product read in place): the caller then runs the plain op.
+    fn linear_packed(
+        &self,
+        x: (&Self::Storage<E>, &Layout),
+        w: &PackedRhs,
+        bias: Option<(&Self::Storage<E>, &Layout)>,
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (x, w, bias);
+        Ok(None)
+    }
 }
 
 /// A right operand a backend packed for repeated products

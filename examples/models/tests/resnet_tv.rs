@@ -471,3 +471,37 @@ fn forma_saves_load_back_and_print_like_torchvision() {
         assert!(repr.contains(line), "no {line:?} in\n{repr}");
     }
 }
+
+/// `forma::compile` on a twin: in eval mode the whole forward (convolutions,
+/// BatchNorm with running statistics, pooling, the residual adds, the
+/// head) replays from its graph and gives the eager logits bit for bit, in
+/// f32 and f64; in training mode BatchNorm's statistics update is an
+/// in-place write capture refuses, so the forward runs eagerly (explained)
+/// and still gives the eager logits.
+fn compiled_matches<E: Float>() {
+    let io = io();
+    for training in [false, true] {
+        let mut net: Twin18Of<E> = load("resnet18_w8.safetensors");
+        net.set_training(training);
+        let model = forma::compile(net);
+        let x: Tensor<(Dyn, C<3>, C<48>, C<48>), E> = input(&io);
+        let eager: Tensor<(Dyn, C<CLASSES>), E> = model.eager().forward(x.clone());
+        let got: Tensor<(Dyn, C<CLASSES>), E> = model.forward(x);
+        assert_eq!(got.to_vec(), eager.to_vec(), "training {training}");
+        let stats = model.stats();
+        assert_eq!(
+            stats.fallbacks,
+            usize::from(training),
+            "{:?}",
+            model.explain()
+        );
+    }
+}
+
+type Twin18Of<E> = ResNet<BasicBlock, CLASSES, E>;
+
+#[test]
+fn a_compiled_twin_gives_the_eager_logits() {
+    compiled_matches::<f32>();
+    compiled_matches::<f64>();
+}

@@ -468,7 +468,13 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             let m = la.dims[0];
             let view = f32_view(a, la);
             let mut out: Vec<f32> = Vec::with_capacity(m * b.n);
-            packed.sgemm(&mut out.spare_capacity_mut()[..m * b.n], m, view, true);
+            packed.sgemm(
+                &mut out.spare_capacity_mut()[..m * b.n],
+                m,
+                view,
+                None,
+                true,
+            );
             // SAFETY: `sgemm` wrote all `m * n` elements.
             unsafe { out.set_len(m * b.n) };
             let mut out = std::mem::ManuallyDrop::new(out);
@@ -479,6 +485,51 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             return Ok(Some(out));
         }
         let _ = (a, la, b);
+        Ok(None)
+    }
+
+    fn linear_packed(
+        &self,
+        (x, lx): (&Vec<E>, &Layout),
+        w: &PackedRhs,
+        bias: Option<(&Vec<E>, &Layout)>,
+    ) -> Result<Option<Vec<E>>> {
+        #[cfg(target_arch = "x86_64")]
+        if TypeId::of::<E>() == TypeId::of::<f32>() && lx.rank() == 2 && lx.dims[1] == w.k {
+            let Some(packed) = w.data.downcast_ref::<super::sgemm::PackedB>() else {
+                return Ok(None);
+            };
+            let m = lx.dims[0];
+            if lx.span() > x.len() || !packed.as_unpacked(m) {
+                return Ok(None);
+            }
+            let bias = match bias {
+                Some((b, lb)) if lb.dims[..] == [w.n] => Some(dense_acc(b, lb)),
+                Some(_) => return Ok(None),
+                None => None,
+            };
+            // SAFETY: `E` is f32, its own accumulation type: the same slice.
+            let bias: Option<&[f32]> = bias
+                .as_deref()
+                .map(|b| unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len()) });
+            let mut out: Vec<f32> = Vec::with_capacity(m * w.n);
+            packed.sgemm(
+                &mut out.spare_capacity_mut()[..m * w.n],
+                m,
+                f32_view(x, lx),
+                bias,
+                true,
+            );
+            // SAFETY: `sgemm` wrote all `m * n` elements.
+            unsafe { out.set_len(m * w.n) };
+            let mut out = std::mem::ManuallyDrop::new(out);
+            // SAFETY: `E` is f32: the same allocation at its own type.
+            let out = unsafe {
+                Vec::from_raw_parts(out.as_mut_ptr().cast::<E>(), out.len(), out.capacity())
+            };
+            return Ok(Some(out));
+        }
+        let _ = (x, lx, w, bias);
         Ok(None)
     }
 

@@ -411,22 +411,34 @@ impl PackedB {
     }
 
     /// `dst = a @ b` (row-major `m x n`, written in full) for an `m x k`
-    /// `a`; the parts in parallel when `parallel` and the product is large.
+    /// `a`, plus `bias[j]` on column `j` when given (after the sum, as
+    /// [`sgemm`] adds it); the parts in parallel when `parallel` and the
+    /// product is large.
     ///
     /// # Panics
-    /// If `dst` is not `m * n` long or `a` does not fit its storage.
+    /// If `dst` is not `m * n` long, `bias` not `n`, or `a` does not fit
+    /// its storage.
     pub(crate) fn sgemm(
         &self,
         dst: &mut [MaybeUninit<f32>],
         m: usize,
         a: View<'_>,
+        bias: Option<&[f32]>,
         parallel: bool,
     ) {
         if self.avx512 {
-            self.sgemm_with::<Avx512>(dst, m, a, parallel);
+            self.sgemm_with::<Avx512>(dst, m, a, bias, parallel);
         } else {
-            self.sgemm_with::<Avx2>(dst, m, a, parallel);
+            self.sgemm_with::<Avx2>(dst, m, a, bias, parallel);
         }
+    }
+
+    /// Whether [`sgemm`] on an unpacked `b` would pack it the way this
+    /// copy is packed, so [`PackedB::sgemm`] gives its very values: not
+    /// for one row or a product [`super::sdot`] takes, nor for the narrow
+    /// kernel AVX-512 reads a weight in place with.
+    pub(crate) fn as_unpacked(&self, m: usize) -> bool {
+        m > 1 && !(self.avx512 && m.min(self.n) <= Avx512Narrow::NR)
     }
 
     fn sgemm_with<K: Kernel>(
@@ -434,10 +446,14 @@ impl PackedB {
         dst: &mut [MaybeUninit<f32>],
         m: usize,
         a: View<'_>,
+        bias: Option<&[f32]>,
         parallel: bool,
     ) {
         let (k, n) = (self.k, self.n);
         assert_eq!(dst.len(), m * n, "sgemm destination length");
+        if let Some(v) = bias {
+            assert_eq!(v.len(), n, "sgemm bias length");
+        }
         if m == 0 {
             return;
         }
@@ -458,11 +474,12 @@ impl PackedB {
             let (s, l, buf, skip) = &self.parts[i];
             let len = k * l.div_ceil(K::NR) * K::NR;
             let packed = Shared::B(&buf[*skip..*skip + len]);
+            let bias = bias.map_or(Bias::None, |v| Bias::Cols(&v[*s..*s + *l]));
             // SAFETY: part `i` owns columns `s..s + l` of the `m x n`
             // output, which `dst` holds and this call borrows exclusively;
             // `a` was checked to hold `m x k`, and the packed copy is all of
             // those columns of `b`, packed for `K` with `block`'s depth blocks.
-            unsafe { block::<K>(out.shifted(*s), m, *l, k, a, unused, Bias::None, packed) };
+            unsafe { block::<K>(out.shifted(*s), m, *l, k, a, unused, bias, packed) };
         };
         let work = m.saturating_mul(n).saturating_mul(k);
         if parallel && self.parts.len() > 1 && work >= PAR_WORK {
@@ -1799,7 +1816,7 @@ mod tests {
                     let b = Mat::new(k, n, lb, &mut rng);
                     let packed = PackedB::new(b.view(), k, n, parts);
                     let mut got = vec![f32::NAN; m * n];
-                    packed.sgemm(w(&mut got), m, a.view(), true);
+                    packed.sgemm(w(&mut got), m, a.view(), None, true);
                     let bound = 2e-6 * (k as f64).sqrt();
                     for i in 0..m {
                         for j in 0..n {
@@ -1814,6 +1831,34 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// With a bias, where [`PackedB::as_unpacked`] says the unpacked
+    /// product packs the same way, [`PackedB::sgemm`] gives [`sgemm`]'s
+    /// very bits (what a compiled model's `linear` relies on).
+    #[test]
+    fn packed_product_with_bias_is_the_unpacked_one_bit_for_bit() {
+        for (m, n, k) in [(16, 1152, 384), (36, 48, 16), (2, 5, 40), (130, 70, 300)] {
+            let mut rng = Rng::seed_from((m + n + k) as u64);
+            let a = Mat::new(m, k, Layout::RowMajor, &mut rng);
+            let b = Mat::new(k, n, Layout::ColMajor, &mut rng);
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 3.0).collect();
+            let mut want = vec![f32::NAN; m * n];
+            sgemm(w(&mut want), m, n, k, a.view(), b.view(), Some(&bias), true);
+            for parts in [1, 2] {
+                let packed = PackedB::new(b.view(), k, n, parts);
+                if !packed.as_unpacked(m) {
+                    continue;
+                }
+                let mut got = vec![f32::NAN; m * n];
+                packed.sgemm(w(&mut got), m, a.view(), Some(&bias), true);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits());
+                assert!(same, "{m}x{n}x{k}, {parts} parts");
             }
         }
     }
