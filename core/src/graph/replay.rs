@@ -280,7 +280,7 @@ impl<E: Float, D: Backend> std::fmt::Debug for Packed<E, D> {
     }
 }
 
-/// Why node `i` of `g` cannot replay, if it cannot.
+/// Why node `n` of `g` cannot replay, if it cannot.
 fn unsupported(g: &Graph, n: &super::Node, float: DType) -> Option<String> {
     let dtype_ok = |id: ValueId| {
         let d = g.values[id].dtype;
