@@ -437,6 +437,26 @@ fn f32_view<'a, E: Float>(data: &'a [E], l: &Layout) -> super::sgemm::View<'a> {
     }
 }
 
+/// `a @ b (+ bias)` by `packed.sgemm` into a new row-major `[m, n]`
+/// vector, returned at type `E` (which is f32).
+#[cfg(target_arch = "x86_64")]
+fn packed_product<E: Float>(
+    packed: &super::sgemm::PackedB,
+    m: usize,
+    a: super::sgemm::View<'_>,
+    bias: Option<&[f32]>,
+) -> Vec<E> {
+    assert_eq!(TypeId::of::<E>(), TypeId::of::<f32>(), "an f32 product");
+    let len = m * packed.n();
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    packed.sgemm(&mut out.spare_capacity_mut()[..len], m, a, bias, true);
+    // SAFETY: `sgemm` wrote all `m * n` elements.
+    unsafe { out.set_len(len) };
+    let mut out = std::mem::ManuallyDrop::new(out);
+    // SAFETY: `E` is f32 (checked above): the same allocation at its own type.
+    unsafe { Vec::from_raw_parts(out.as_mut_ptr().cast::<E>(), out.len(), out.capacity()) }
+}
+
 impl<E: Float> MatmulKernel<E> for Cpu {
     fn pack_rhs(&self, b: &Vec<E>, lb: &Layout) -> Result<Option<PackedRhs>> {
         #[cfg(target_arch = "x86_64")]
@@ -467,22 +487,7 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             }
             let m = la.dims[0];
             let view = f32_view(a, la);
-            let mut out: Vec<f32> = Vec::with_capacity(m * b.n);
-            packed.sgemm(
-                &mut out.spare_capacity_mut()[..m * b.n],
-                m,
-                view,
-                None,
-                true,
-            );
-            // SAFETY: `sgemm` wrote all `m * n` elements.
-            unsafe { out.set_len(m * b.n) };
-            let mut out = std::mem::ManuallyDrop::new(out);
-            // SAFETY: `E` is f32: the same allocation at its own type.
-            let out = unsafe {
-                Vec::from_raw_parts(out.as_mut_ptr().cast::<E>(), out.len(), out.capacity())
-            };
-            return Ok(Some(out));
+            return Ok(Some(packed_product::<E>(packed, m, view, None)));
         }
         let _ = (a, la, b);
         Ok(None)
@@ -512,22 +517,7 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             let bias: Option<&[f32]> = bias
                 .as_deref()
                 .map(|b| unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len()) });
-            let mut out: Vec<f32> = Vec::with_capacity(m * w.n);
-            packed.sgemm(
-                &mut out.spare_capacity_mut()[..m * w.n],
-                m,
-                f32_view(x, lx),
-                bias,
-                true,
-            );
-            // SAFETY: `sgemm` wrote all `m * n` elements.
-            unsafe { out.set_len(m * w.n) };
-            let mut out = std::mem::ManuallyDrop::new(out);
-            // SAFETY: `E` is f32: the same allocation at its own type.
-            let out = unsafe {
-                Vec::from_raw_parts(out.as_mut_ptr().cast::<E>(), out.len(), out.capacity())
-            };
-            return Ok(Some(out));
+            return Ok(Some(packed_product::<E>(packed, m, f32_view(x, lx), bias)));
         }
         let _ = (x, lx, w, bias);
         Ok(None)

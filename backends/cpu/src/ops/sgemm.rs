@@ -433,6 +433,11 @@ impl PackedB {
         }
     }
 
+    /// Columns of the packed operand.
+    pub(crate) fn n(&self) -> usize {
+        self.n
+    }
+
     /// Whether [`sgemm`] on an unpacked `b` would pack it the way this
     /// copy is packed, so [`PackedB::sgemm`] gives its very values: not
     /// for one row or a product [`super::sdot`] takes, nor for the narrow
