@@ -219,7 +219,7 @@ impl Drop for Suspend {
 }
 
 /// `r` rounded to `low` and back: the values a cast to `low` would hold.
-fn round_raw<E: Dtype, D: Backend>(r: &Raw<E, D>, low: DType) -> Result<Raw<E, D>> {
+pub(crate) fn round_raw<E: Dtype, D: Backend>(r: &Raw<E, D>, low: DType) -> Result<Raw<E, D>> {
     let dev = &r.device;
     let s = match low {
         DType::BF16 => {

@@ -16,6 +16,7 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
+use crate::ops::matmul::{product, rounded};
 use crate::shape::{Dim, Dyn, MatmulShape, Shape};
 use crate::tape::util::{reshape, sum_to};
 use crate::tape::Raw;
@@ -80,7 +81,10 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: MatmulShape<(I, O)>,
     {
-        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+        let low = crate::autocast::target::<E, D>(&self.device);
+        if let Some(low) = low.filter(|&l| !self.device.has_matmul_low(l)) {
+            // No low-precision kernel: round the operands and the result as
+            // ops of their own around the plain op.
             let _inner = crate::autocast::suspend();
             let x = self.try_round_to(low)?;
             let w = weight.try_round_to(low)?;
@@ -111,11 +115,22 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         // The rows of `x` as one `[rows, k]` matrix (a view when they fold).
         let rows = dims[..dims.len() - 1].iter().product();
         let x2 = self.try_reshape_to((Dyn(rows), Dyn(k)))?;
-        let fused = self.device.linear(
-            (&x2.storage(), &x2.layout),
-            (&weight.storage(), &weight.layout),
-            (&b.storage(), &b.layout),
-        )?;
+        let fused = match low {
+            // Autocast: the product of the rounded operands, the rounded
+            // bias added, the sums rounded, in one kernel.
+            Some(low) => Some(self.device.matmul_low(
+                (&x2.storage(), &x2.layout),
+                (&weight.storage(), &weight.layout.swap(0, 1)),
+                Some((&b.storage(), &b.layout)),
+                low,
+                true,
+            )?),
+            None => self.device.linear(
+                (&x2.storage(), &x2.layout),
+                (&weight.storage(), &weight.layout),
+                (&b.storage(), &b.layout),
+            )?,
+        };
         let Some(s) = fused else {
             return composed(self, weight, b);
         };
@@ -136,27 +151,40 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 // as `g^T @ x` (row-major in `w`'s orientation, as matmul's
                 // backward gives a transposed right operand), the bias's
                 // summed over the rows as the broadcast add's backward does.
+                // Under autocast (`low`) each product rounds its operands
+                // and result, and the bias's gradient is the rounded sum of
+                // the rounded `g`, as for the ops composed around bf16 ones.
                 let gx = match need[0] {
                     true => {
-                        let s = dev.matmul(&g.storage(), &g.layout, &wr.storage(), &wr.layout)?;
+                        let s = product(
+                            dev,
+                            (&g.storage(), &g.layout),
+                            (&wr.storage(), &wr.layout),
+                            low,
+                            true,
+                        )?;
                         Some(reshape(&Raw::new(s, &[rows, k], dev.clone()), &xdims)?)
                     }
                     false => None,
                 };
                 let gw = match need[1] {
                     true => {
-                        let s = dev.matmul(
-                            &g.storage(),
-                            &g.layout.swap(0, 1),
-                            &xr.storage(),
-                            &xr.layout,
+                        let s = product(
+                            dev,
+                            (&g.storage(), &g.layout.swap(0, 1)),
+                            (&xr.storage(), &xr.layout),
+                            low,
+                            true,
                         )?;
                         Some(Raw::new(s, &[n, k], dev.clone()))
                     }
                     false => None,
                 };
                 let gb = match need[2] {
-                    true => Some(sum_to(&g, &[n])?),
+                    true => {
+                        let g = rounded(g, low, true)?;
+                        Some(rounded(sum_to(&g, &[n])?, low, true)?)
+                    }
                     false => None,
                 };
                 Ok(vec![gx, gw, gb])

@@ -3,7 +3,7 @@
 //! inner dimensions are checked at compile time when static ([`MatmulShape`]).
 
 use crate::device::Backend;
-use crate::dtype::Float;
+use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::{broadcast_dims, Layout};
 use crate::shape::{MatmulShape, Shape};
@@ -64,6 +64,38 @@ pub trait MatmulKernel<E: Float>: Backend {
         let _ = (x, w, bias);
         Ok(None)
     }
+
+    /// Whether [`MatmulKernel::matmul_low`] runs for this dtype and `low`
+    /// (bf16 or f16): then autocast's products call it, one kernel each,
+    /// instead of rounding their operands and result as ops of their own.
+    /// `false` (the default): autocast rounds around [`MatmulKernel::matmul`].
+    fn has_matmul_low(&self, low: DType) -> bool {
+        let _ = low;
+        false
+    }
+
+    /// `a @ b (+ bias)` as autocast computes it in `low`: each operand's
+    /// values rounded to `low`, the products summed in f32, then the bias
+    /// (rounded to `low`, `[n]`, only with rank-2 operands) added to each
+    /// finished sum, and the results rounded to `low` when `round` (left as
+    /// they are when the caller sums them further), all stored in `E`.
+    /// Operands as for [`MatmulKernel::matmul`]. Called only where
+    /// [`MatmulKernel::has_matmul_low`] says yes; the default is an error.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_low(
+        &self,
+        a: (&Self::Storage<E>, &Layout),
+        b: (&Self::Storage<E>, &Layout),
+        bias: Option<(&Self::Storage<E>, &Layout)>,
+        low: DType,
+        round: bool,
+    ) -> Result<Self::Storage<E>> {
+        let _ = (a, b, bias, round);
+        Err(Error::invalid(
+            "matmul",
+            format!("{} has no {low} product for {}", self.name(), E::DTYPE),
+        ))
+    }
 }
 
 /// A right operand a backend packed for repeated products
@@ -116,7 +148,10 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         S: MatmulShape<S2>,
     {
         self.same_device("matmul", rhs)?;
-        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+        let low = crate::autocast::target::<E, D>(&self.device);
+        if let Some(low) = low.filter(|&l| !self.device.has_matmul_low(l)) {
+            // No low-precision kernel: round the operands and the result as
+            // ops of their own around the plain product.
             let _inner = crate::autocast::suspend();
             let (a, b) = (self.try_round_to(low)?, rhs.try_round_to(low)?);
             return a.try_matmul_unnoted(&b)?.try_round_to(low);
@@ -169,9 +204,13 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             out.remove(out.len() - if S2::RANK == 1 { 1 } else { 2 });
         }
         crate::ops::binary::check_broadcast_type::<<S as MatmulShape<S2>>::Output>("matmul", &out)?;
-        let s = self
-            .device
-            .matmul(&self.storage(), &la, &rhs.storage(), &lb)?;
+        let s = product(
+            &self.device,
+            (&self.storage(), &la),
+            (&rhs.storage(), &lb),
+            low,
+            true,
+        )?;
         let (ar, br) = (
             Raw {
                 layout: la,
@@ -183,6 +222,9 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
             },
         );
         let (da, db, gfull) = (self.layout.dims, rhs.layout.dims, full([m, n]));
+        // Whether an operand's gradient is summed over broadcast batch dims
+        // (then autocast rounds the sum, not each product).
+        let (sum_a, sum_b) = (la.dims != pa, lb.dims != pb);
         let (need_a, need_b) = (self.var.is_some(), rhs.var.is_some());
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
             "matmul",
@@ -199,16 +241,15 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                 // dims; only operands on the tape get one (an input batch needs none).
                 let ga = match need_a {
                     true => {
-                        let ga = dev.matmul(
-                            &g.storage(),
-                            &g.layout,
-                            &br.storage(),
-                            &br.layout.swap(r - 2, r - 1),
+                        let ga = product(
+                            dev,
+                            (&g.storage(), &g.layout),
+                            (&br.storage(), &br.layout.swap(r - 2, r - 1)),
+                            low,
+                            !sum_a,
                         )?;
-                        Some(reshape(
-                            &sum_to(&Raw::new(ga, &ar.layout.dims, dev.clone()), &pa)?,
-                            &da,
-                        )?)
+                        let ga = sum_to(&Raw::new(ga, &ar.layout.dims, dev.clone()), &pa)?;
+                        Some(reshape(&rounded(ga, low, sum_a)?, &da)?)
                     }
                     false => None,
                 };
@@ -218,11 +259,12 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                     // in `w`'s own orientation, so the transpose's backward hands
                     // `w` a dense gradient instead of a strided one to copy.
                     true if transposed(&br.layout) => {
-                        let gbt = dev.matmul(
-                            &g.storage(),
-                            &g.layout.swap(r - 2, r - 1),
-                            &ar.storage(),
-                            &ar.layout,
+                        let gbt = product(
+                            dev,
+                            (&g.storage(), &g.layout.swap(r - 2, r - 1)),
+                            (&ar.storage(), &ar.layout),
+                            low,
+                            !sum_b,
                         )?;
                         let mut tdims = br.layout.dims;
                         tdims.swap(r - 2, r - 1);
@@ -231,19 +273,18 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
                             layout: gbt.layout.swap(r - 2, r - 1),
                             ..gbt
                         };
-                        Some(reshape(&sum_to(&gb, &pb)?, &db)?)
+                        Some(reshape(&rounded(sum_to(&gb, &pb)?, low, sum_b)?, &db)?)
                     }
                     true => {
-                        let gb = dev.matmul(
-                            &ar.storage(),
-                            &ar.layout.swap(r - 2, r - 1),
-                            &g.storage(),
-                            &g.layout,
+                        let gb = product(
+                            dev,
+                            (&ar.storage(), &ar.layout.swap(r - 2, r - 1)),
+                            (&g.storage(), &g.layout),
+                            low,
+                            !sum_b,
                         )?;
-                        Some(reshape(
-                            &sum_to(&Raw::new(gb, &br.layout.dims, dev.clone()), &pb)?,
-                            &db,
-                        )?)
+                        let gb = sum_to(&Raw::new(gb, &br.layout.dims, dev.clone()), &pb)?;
+                        Some(reshape(&rounded(gb, low, sum_b)?, &db)?)
                     }
                     false => None,
                 };
@@ -265,6 +306,34 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     {
         let y = self.try_matmul_unnoted(rhs)?;
         Ok(y.noted(|| (crate::graph::Op::Matmul, vec![self.val(), rhs.val()])))
+    }
+}
+
+/// `a @ b` by the backend: its plain product, or under autocast (`low`)
+/// its low-precision one, rounding the result when `round`.
+pub(crate) fn product<E: Float, D: MatmulKernel<E>>(
+    dev: &D,
+    a: (&D::Storage<E>, &Layout),
+    b: (&D::Storage<E>, &Layout),
+    low: Option<DType>,
+    round: bool,
+) -> Result<D::Storage<E>> {
+    match low {
+        Some(low) => dev.matmul_low(a, b, None, low, round),
+        None => dev.matmul(a.0, a.1, b.0, b.1),
+    }
+}
+
+/// `r` rounded to `low` when autocast is on (`low`) and the product that
+/// made it did not round it already (`pending`).
+pub(crate) fn rounded<E: Float, D: crate::device::Device<E>>(
+    r: Raw<E, D>,
+    low: Option<DType>,
+    pending: bool,
+) -> Result<Raw<E, D>> {
+    match low {
+        Some(low) if pending => crate::autocast::round_raw(&r, low),
+        _ => Ok(r),
     }
 }
 

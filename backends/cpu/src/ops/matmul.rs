@@ -23,8 +23,9 @@ use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
 use forma_core::ops::matmul::{MatmulKernel, PackedRhs};
 use forma_core::shape::Dims;
-use forma_core::{Error, Float, Layout, Result};
+use forma_core::{DType, Error, Float, Layout, Result};
 pub(crate) use gemm::Parallelism;
+use half::bf16;
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
@@ -116,6 +117,19 @@ impl<A> Operand<'_, A> {
         );
         // Each stride times (size - 1) is below `data.len() <= isize::MAX`.
         (rs as isize, cs as isize)
+    }
+
+    /// This operand with the strides of size-1 dims zeroed, after checking
+    /// that its `rows x cols` matrix lies inside `data` (see
+    /// `checked_strides`).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn clamped(self, rows: usize, cols: usize) -> Self {
+        let (rs, cs) = self.checked_strides(rows, cols);
+        Operand {
+            rs: rs as usize,
+            cs: cs as usize,
+            ..self
+        }
     }
 
     fn at(&self, i: usize, j: usize) -> &A {
@@ -317,9 +331,30 @@ fn batch_layout(l: &Layout) -> Layout {
     }
 }
 
+/// One product of a batch: `(dst, m, n, k, lhs, rhs, parallelism)`.
+type Gemm<'g, T, O> = dyn Fn(&mut [MaybeUninit<O>], usize, usize, usize, Operand<'_, T>, Operand<'_, T>, Parallelism)
+    + Sync
+    + 'g;
+
 /// The batched product on operands of a gemm type (the accumulation type).
 /// The caller has validated the layouts and handled empty outputs and k = 0.
 fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
+    batched(a, la, b, lb, &|o, m, n, k, l, r, par| {
+        gemm_uninit(o, m, n, k, l, r, None, par);
+    })
+}
+
+/// The batched product of validated, non-empty layouts, each matrix by
+/// `gemm`: one tall product when `b` is shared by the batch and `a`'s batch
+/// dims fold into its rows, else one product per matrix (in parallel when
+/// [`batch_parallel`] says so).
+fn batched<T: Sync, O: Send>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    gemm: &Gemm<'_, T, O>,
+) -> Vec<O> {
     let r = la.rank();
     let (m, k, n) = (la.dims[r - 2], la.dims[r - 1], lb.dims[r - 1]);
     let batch: usize = la.dims[..r - 2].iter().product();
@@ -348,14 +383,13 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
                 rs,
                 cs: acs,
             };
-            gemm_uninit(
+            gemm(
                 out,
                 batch * m,
                 n,
                 k,
                 lhs,
                 rhs_at(lb.offset),
-                None,
                 solo_parallelism(),
             );
             // SAFETY: the product wrote all `len` elements.
@@ -369,14 +403,14 @@ fn matmul_acc<A: Real>(a: &[A], la: &Layout, b: &[A], lb: &Layout) -> Vec<A> {
         .map(|_| (ia.next_offset(), ib.next_offset()))
         .collect();
     let ars = la.strides[r - 2];
-    let one = |o: &mut [MaybeUninit<A>], (ao, bo): (usize, usize), par| {
+    let one = |o: &mut [MaybeUninit<O>], (ao, bo): (usize, usize), par| {
         let lhs = Operand {
             data: a,
             off: ao,
             rs: ars,
             cs: acs,
         };
-        gemm_uninit(o, m, n, k, lhs, rhs_at(bo), None, par);
+        gemm(o, m, n, k, lhs, rhs_at(bo), par);
     };
     let work = m * n * k;
     if batch_parallel(batch, work) {
@@ -457,6 +491,39 @@ fn packed_product<E: Float>(
     unsafe { Vec::from_raw_parts(out.as_mut_ptr().cast::<E>(), out.len(), out.capacity()) }
 }
 
+/// Checks that `a` and `b` are `[batch.., m, k]` and `[batch.., k, n]`
+/// views inside storages of `a.0` and `b.0` elements.
+fn check_operands((alen, la): (usize, &Layout), (blen, lb): (usize, &Layout)) -> Result<()> {
+    let r = la.rank();
+    if r < 2
+        || lb.rank() != r
+        || la.dims[..r - 2] != lb.dims[..r - 2]
+        || la.dims[r - 1] != lb.dims[r - 2]
+    {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "operands {} and {} are not [batch.., m, k] and [batch.., k, n]",
+                fmt_dims(&la.dims),
+                fmt_dims(&lb.dims)
+            ),
+        ));
+    }
+    if la.span() > alen || lb.span() > blen {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "a view reaches past its storage ({} of {}, {} of {})",
+                la.span(),
+                alen,
+                lb.span(),
+                blen
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl<E: Float> MatmulKernel<E> for Cpu {
     fn pack_rhs(&self, b: &Vec<E>, lb: &Layout) -> Result<Option<PackedRhs>> {
         #[cfg(target_arch = "x86_64")]
@@ -524,33 +591,8 @@ impl<E: Float> MatmulKernel<E> for Cpu {
     }
 
     fn matmul(&self, a: &Vec<E>, la: &Layout, b: &Vec<E>, lb: &Layout) -> Result<Vec<E>> {
+        check_operands((a.len(), la), (b.len(), lb))?;
         let r = la.rank();
-        if r < 2
-            || lb.rank() != r
-            || la.dims[..r - 2] != lb.dims[..r - 2]
-            || la.dims[r - 1] != lb.dims[r - 2]
-        {
-            return Err(Error::invalid(
-                "matmul",
-                format!(
-                    "operands {} and {} are not [batch.., m, k] and [batch.., k, n]",
-                    fmt_dims(&la.dims),
-                    fmt_dims(&lb.dims)
-                ),
-            ));
-        }
-        if la.span() > a.len() || lb.span() > b.len() {
-            return Err(Error::invalid(
-                "matmul",
-                format!(
-                    "a view reaches past its storage ({} of {}, {} of {})",
-                    la.span(),
-                    a.len(),
-                    lb.span(),
-                    b.len()
-                ),
-            ));
-        }
         let (m, k, n) = (la.dims[r - 2], la.dims[r - 1], lb.dims[r - 1]);
         let numel = la.dims[..r - 2].iter().product::<usize>() * m * n;
         if numel == 0 || k == 0 {
@@ -560,11 +602,118 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             // f32, f64: gemm reads the views in place.
             return Ok(from_acc_vec::<E>(matmul_acc(a, la, b, lb)));
         }
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(a), Some(b), true) = (
+            same_ref::<E, bf16>(a),
+            same_ref::<E, bf16>(b),
+            super::bgemm::available(),
+        ) {
+            // bf16 on AMX tiles, read in place; the f32 sums rounded once.
+            let sums = batched(a, la, b, lb, &|o, m, n, k, l, r, par| {
+                let par = !matches!(par, Parallelism::None);
+                super::bgemm::bgemm(o, m, n, k, l, r, None, false, par);
+            });
+            let sums =
+                same_vec::<f32, E::Acc>(sums).unwrap_or_else(|_| unreachable!("bf16 sums are f32"));
+            return Ok(from_acc_vec::<E>(sums));
+        }
         // f16, bf16: widen once to f32 (O(size) against O(m n k) products).
         let (ca, cla) = compact_acc(a, la);
         let (cb, clb) = compact_acc(b, lb);
         Ok(from_acc_vec::<E>(matmul_acc(&ca, &cla, &cb, &clb)))
     }
+
+    fn has_matmul_low(&self, low: DType) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if low == DType::BF16 && TypeId::of::<E>() == TypeId::of::<f32>() {
+            return super::bgemm::available();
+        }
+        let _ = low;
+        false
+    }
+
+    fn matmul_low(
+        &self,
+        (a, la): (&Vec<E>, &Layout),
+        (b, lb): (&Vec<E>, &Layout),
+        bias: Option<(&Vec<E>, &Layout)>,
+        low: DType,
+        round: bool,
+    ) -> Result<Vec<E>> {
+        if !MatmulKernel::<E>::has_matmul_low(self, low) {
+            return Err(Error::invalid(
+                "matmul",
+                format!("this CPU has no {low} product for {}", E::DTYPE),
+            ));
+        }
+        check_operands((a.len(), la), (b.len(), lb))?;
+        let r = la.rank();
+        let n = lb.dims[r - 1];
+        let bias = match bias {
+            Some((v, lv)) if r == 2 && lv.dims[..] == [n] && lv.span() <= v.len() => {
+                let v = same_ref::<E, f32>(v).expect("has_matmul_low holds only for f32");
+                let mut out = vec![0f32; n];
+                fill_strided(&mut out, lv, |o| round_low(v[o]));
+                Some(out)
+            }
+            Some((_, lv)) => {
+                return Err(Error::invalid(
+                    "linear",
+                    format!(
+                        "a bias of {} for a product of {} columns",
+                        fmt_dims(&lv.dims),
+                        n
+                    ),
+                ))
+            }
+            None => None,
+        };
+        low_product(a, la, b, lb, bias.as_deref(), round)
+    }
+}
+
+/// bf16 rounding of an f32, kept in f32.
+#[cfg(target_arch = "x86_64")]
+fn round_low(x: f32) -> f32 {
+    super::bgemm::round_f32(x)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn round_low(x: f32) -> f32 {
+    bf16::from_f32(x).to_f32()
+}
+
+/// Autocast's bf16 product of f32 operands on AMX tiles (see
+/// [`MatmulKernel::matmul_low`]); the layouts are checked.
+#[cfg(target_arch = "x86_64")]
+fn low_product<E: Float>(
+    a: &Vec<E>,
+    la: &Layout,
+    b: &Vec<E>,
+    lb: &Layout,
+    bias: Option<&[f32]>,
+    round: bool,
+) -> Result<Vec<E>> {
+    let (Some(a), Some(b)) = (same_ref::<E, f32>(a), same_ref::<E, f32>(b)) else {
+        unreachable!("has_matmul_low holds only for f32");
+    };
+    let sums = batched(a, la, b, lb, &|o, m, n, k, l, r, par| {
+        let par = !matches!(par, Parallelism::None);
+        super::bgemm::bgemm(o, m, n, k, l, r, bias, round, par);
+    });
+    Ok(same_vec::<f32, E>(sums).unwrap_or_else(|_| unreachable!("E is f32")))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn low_product<E: Float>(
+    _: &Vec<E>,
+    _: &Layout,
+    _: &Vec<E>,
+    _: &Layout,
+    _: Option<&[f32]>,
+    _: bool,
+) -> Result<Vec<E>> {
+    unreachable!("has_matmul_low holds only on x86_64")
 }
 
 #[cfg(test)]

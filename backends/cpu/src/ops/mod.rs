@@ -2,6 +2,8 @@
 //! `forma_core::ops` for [`crate::Cpu`].
 
 mod attention;
+#[cfg(target_arch = "x86_64")]
+mod bgemm;
 mod binary;
 mod cmp;
 mod conv;

@@ -1,0 +1,633 @@
+//! bf16 products with f32 sums on Intel AMX tiles (`tdpbf16ps`), for CPUs
+//! that have them (Sapphire Rapids and later), chosen at run time.
+//!
+//! One `tdpbf16ps` multiplies a 16 x 32 tile of bf16 by a 32 x 16 one and
+//! adds the 16 x 16 f32 products to an accumulator tile: 8192 multiply-adds
+//! per instruction, where an AVX-512 FMA does 16. The operands are packed
+//! first, as the tiles read them: the left one in 16-row blocks of 16 x 32
+//! values, the right one in 16-column blocks in the pairs layout the
+//! instruction takes (two consecutive depths of one column side by side).
+//! Packing is also where an f32 operand is rounded to bf16 (autocast's
+//! cast, fused into the copy), and where padding to whole tiles is added
+//! (zeros, which add nothing). A block of 32 x 32 outputs keeps its four
+//! accumulator tiles for the whole depth, so each output is written once,
+//! its sum in f32, then the bias (if any) and the rounding (if asked).
+//!
+//! Sums are accumulated in f32 in a fixed order for given sizes (depth in
+//! chunks of 32, pairs within), whatever the threads: the same inputs give
+//! the same bits on every AMX CPU. Like every AMX and AVX-512 BF16
+//! instruction, `tdpbf16ps` treats subnormal inputs and results as zero.
+//!
+//! Linux hands the tile state to a process only when asked
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), which [`available`] does once; each
+//! thread loads the tile configuration before it uses the tiles and
+//! releases it after ([`Tiles`]). `FORMA_AMX=0` in the environment turns the
+//! kernel off (the products then widen to f32, as on other CPUs).
+
+use super::matmul::Operand;
+use half::bf16;
+use std::arch::asm;
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
+
+/// Rows of a tile, and columns of an f32 tile.
+const T: usize = 16;
+/// Depth of one tile product: 32 bf16 values in a 64-byte tile row.
+const KC: usize = 32;
+/// 16-bit values in one packed tile (1 KiB).
+const TILE: usize = T * KC;
+/// Bytes of packed left operand kept hot across the right operand's
+/// column panels (a part of the 2 MiB L2 of the CPUs with AMX).
+const A_BLOCK_BYTES: usize = 512 << 10;
+
+/// Whether this CPU and OS run AMX bf16 tiles for this process (asked for
+/// once; `FORMA_AMX=0` says no).
+pub(crate) fn available() -> bool {
+    static AMX: OnceLock<bool> = OnceLock::new();
+    *AMX.get_or_init(|| std::env::var("FORMA_AMX").map_or(true, |v| v != "0") && detect())
+}
+
+#[cfg(target_os = "linux")]
+fn detect() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    if __cpuid(0).eax < 7 {
+        return false;
+    }
+    // CPUID.7.0:EDX bit 22 AMX-BF16, bit 24 AMX-TILE; CPUID.1:ECX bit 27
+    // OSXSAVE (XGETBV usable).
+    let edx = __cpuid_count(7, 0).edx;
+    if (edx >> 22) & 1 == 0 || (edx >> 24) & 1 == 0 || (__cpuid(1).ecx >> 27) & 1 == 0 {
+        return false;
+    }
+    // SAFETY: OSXSAVE is set, so XGETBV runs; it reads a register.
+    let xcr0 = unsafe { xgetbv0() };
+    // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves tile state.
+    if (xcr0 >> 17) & 3 != 3 {
+        return false;
+    }
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    const SYS_ARCH_PRCTL: i64 = 158;
+    let ret: i64;
+    // SAFETY: the `arch_prctl` system call with these arguments asks for
+    // permission to use the tile data state; it reads and writes no memory
+    // of ours, and `syscall` clobbers only rcx and r11 (declared).
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn detect() -> bool {
+    false
+}
+
+#[cfg(target_os = "linux")]
+#[target_feature(enable = "xsave")]
+fn xgetbv0() -> u64 {
+    // SAFETY: the caller checked OSXSAVE; `xsave` is enabled here.
+    unsafe { std::arch::x86_64::_xgetbv(0) }
+}
+
+/// A value packed as bf16: bf16 as it is, f32 rounded to the nearest
+/// (ties to even), as `half::bf16::from_f32` does.
+pub(crate) trait ToBf16: Copy + Send + Sync {
+    /// The bf16 bits of the value.
+    fn bits(self) -> u16;
+}
+
+impl ToBf16 for bf16 {
+    #[inline(always)]
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
+}
+
+impl ToBf16 for f32 {
+    #[inline(always)]
+    fn bits(self) -> u16 {
+        round_bits(self)
+    }
+}
+
+/// `x` rounded to bf16 (nearest, ties to even; NaN stays a quiet NaN).
+#[inline(always)]
+pub(crate) fn round_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    if b & 0x7fff_ffff > 0x7f80_0000 {
+        ((b >> 16) | 0x40) as u16
+    } else {
+        (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
+    }
+}
+
+/// `x` rounded to bf16 and widened back to f32.
+#[inline(always)]
+pub(crate) fn round_f32(x: f32) -> f32 {
+    f32::from_bits(u32::from(round_bits(x)) << 16)
+}
+
+/// A 64-byte aligned buffer of packed 16-bit values.
+struct Packed {
+    buf: Vec<u16>,
+    skip: usize,
+}
+
+impl Packed {
+    fn zeroed(len: usize) -> Self {
+        let buf = vec![0u16; len + 32];
+        let skip = buf.as_ptr().align_offset(64);
+        Packed { buf, skip }
+    }
+
+    fn slice_mut(&mut self) -> &mut [u16] {
+        let len = self.buf.len() - 32;
+        &mut self.buf[self.skip..self.skip + len]
+    }
+
+    fn ptr(&self) -> *const u16 {
+        self.buf[self.skip..].as_ptr()
+    }
+}
+
+/// Packs `a` (`m x k`) as 16-row blocks, each `chunks` tiles of 16 x 32.
+fn pack_a<A: ToBf16>(a: &Operand<'_, A>, m: usize, k: usize, chunks: usize) -> Packed {
+    let mut p = Packed::zeroed(m.div_ceil(T) * chunks * TILE);
+    crate::par::units_mut(p.slice_mut(), chunks * TILE, |first, out| {
+        for (bi, block) in out.chunks_mut(chunks * TILE).enumerate() {
+            let r0 = (first + bi) * T;
+            for r in 0..T.min(m - r0) {
+                let row = a.off + (r0 + r) * a.rs;
+                for c in 0..chunks {
+                    let dst = &mut block[c * TILE + r * KC..][..KC];
+                    let depth = KC.min(k - c * KC);
+                    for (kk, d) in dst[..depth].iter_mut().enumerate() {
+                        *d = a.data[row + (c * KC + kk) * a.cs].bits();
+                    }
+                }
+            }
+        }
+    });
+    p
+}
+
+/// Packs `b` (`k x n`) as 16-column blocks, each `chunks` tiles in the
+/// pairs layout: depth `2q + s` of column `j` at `q * 32 + j * 2 + s`.
+fn pack_b<B: ToBf16>(b: &Operand<'_, B>, k: usize, n: usize, chunks: usize) -> Packed {
+    let mut p = Packed::zeroed(n.div_ceil(T) * chunks * TILE);
+    crate::par::units_mut(p.slice_mut(), chunks * TILE, |first, out| {
+        for (bi, block) in out.chunks_mut(chunks * TILE).enumerate() {
+            let c0 = (first + bi) * T;
+            for j in 0..T.min(n - c0) {
+                let col = b.off + (c0 + j) * b.cs;
+                for kk in 0..k {
+                    let (c, d) = (kk / KC, kk % KC);
+                    block[c * TILE + (d / 2) * KC + j * 2 + d % 2] = b.data[col + kk * b.rs].bits();
+                }
+            }
+        }
+    });
+    p
+}
+
+/// The tile configuration of this kernel: tiles 0-7 all 16 rows of 64
+/// bytes (0-3 accumulators, 4-5 left blocks, 6-7 right blocks).
+#[repr(C, align(64))]
+struct Config([u8; 64]);
+
+/// The tiles configured on this thread; released when dropped.
+struct Tiles(());
+
+impl Tiles {
+    fn load() -> Self {
+        let mut cfg = Config([0; 64]);
+        cfg.0[0] = 1; // palette 1
+        for t in 0..8 {
+            cfg.0[16 + 2 * t] = (KC * 2) as u8; // bytes per row
+            cfg.0[48 + t] = T as u8; // rows
+        }
+        // SAFETY: `available()` was checked by the caller (the only way
+        // here is `bgemm`, which asserts it); the configuration is a valid
+        // palette-1 one, read from an aligned 64-byte buffer.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
+        Tiles(())
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: the tiles were configured by `load`.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// Where one block of outputs goes: row-major f32 with `ld` floats a row.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    ld: usize,
+    m: usize,
+    n: usize,
+}
+
+// SAFETY: threads write disjoint blocks of the output through it.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+/// Multiplies `MR` packed left blocks by `NR` packed right blocks over
+/// `chunks` depth tiles and stores the `16 MR x 16 NR` sums at output row
+/// `r0`, column `c0` (clipped to the output).
+///
+/// # Safety
+/// The tiles are loaded on this thread (`Tiles`); `a[i]` and `b[j]` (for
+/// `i < MR`, `j < NR`) point at `chunks` packed tiles each; `out` is valid
+/// for writes of its `m x n` floats, and no other thread writes this block.
+#[inline(always)]
+unsafe fn block<const MR: usize, const NR: usize>(
+    a: [*const u16; 2],
+    b: [*const u16; 2],
+    chunks: usize,
+    out: Out,
+    r0: usize,
+    c0: usize,
+) {
+    const S: usize = KC * 2;
+    // SAFETY (every asm! below): tile instructions on the configured
+    // tiles; the loads read one packed tile each (within the caller's
+    // buffers), the stores write 16 rows of 64 bytes inside `out` or `tmp`.
+    unsafe {
+        asm!("tilezero tmm0", options(nostack, nomem));
+        if NR == 2 {
+            asm!("tilezero tmm1", options(nostack, nomem));
+        }
+        if MR == 2 {
+            asm!("tilezero tmm2", options(nostack, nomem));
+            if NR == 2 {
+                asm!("tilezero tmm3", options(nostack, nomem));
+            }
+        }
+        for c in 0..chunks {
+            let o = c * TILE;
+            asm!("tileloadd tmm4, [{p} + {s}*1]", p = in(reg) a[0].add(o), s = in(reg) S, options(nostack, readonly));
+            if MR == 2 {
+                asm!("tileloadd tmm5, [{p} + {s}*1]", p = in(reg) a[1].add(o), s = in(reg) S, options(nostack, readonly));
+            }
+            asm!("tileloadd tmm6, [{p} + {s}*1]", p = in(reg) b[0].add(o), s = in(reg) S, options(nostack, readonly));
+            if NR == 2 {
+                asm!("tileloadd tmm7, [{p} + {s}*1]", p = in(reg) b[1].add(o), s = in(reg) S, options(nostack, readonly));
+            }
+            asm!("tdpbf16ps tmm0, tmm4, tmm6", options(nostack, nomem));
+            if NR == 2 {
+                asm!("tdpbf16ps tmm1, tmm4, tmm7", options(nostack, nomem));
+            }
+            if MR == 2 {
+                asm!("tdpbf16ps tmm2, tmm5, tmm6", options(nostack, nomem));
+                if NR == 2 {
+                    asm!("tdpbf16ps tmm3, tmm5, tmm7", options(nostack, nomem));
+                }
+            }
+        }
+        let mut tmp = [0f32; T * T];
+        macro_rules! store {
+            ($tile:literal, $i:expr, $j:expr) => {{
+                let (r, c) = (r0 + $i * T, c0 + $j * T);
+                if r + T <= out.m && c + T <= out.n {
+                    let p = out.ptr.add(r * out.ld + c);
+                    asm!(concat!("tilestored [{p} + {s}*1], tmm", $tile), p = in(reg) p, s = in(reg) out.ld * 4, options(nostack));
+                } else {
+                    asm!(concat!("tilestored [{p} + {s}*1], tmm", $tile), p = in(reg) tmp.as_mut_ptr(), s = in(reg) T * 4, options(nostack));
+                    for i in 0..T.min(out.m - r) {
+                        let row = out.ptr.add((r + i) * out.ld + c);
+                        std::ptr::copy_nonoverlapping(tmp.as_ptr().add(i * T), row, T.min(out.n - c));
+                    }
+                }
+            }};
+        }
+        store!("0", 0, 0);
+        if NR == 2 && c0 + T < out.n {
+            store!("1", 0, 1);
+        }
+        if MR == 2 && r0 + T < out.m {
+            store!("2", 1, 0);
+            if NR == 2 && c0 + T < out.n {
+                store!("3", 1, 1);
+            }
+        }
+    }
+}
+
+/// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`, each value rounded
+/// to bf16 as it is packed, the products summed in f32; then `bias[j]`
+/// added to column `j` (when given) and the result rounded to bf16 (when
+/// `round`, kept in f32). `dst` is row-major `m x n`, written in full.
+/// Runs on the threads when `parallel` and the product is large.
+///
+/// # Panics
+/// If the CPU has no AMX bf16 tiles ([`available`]), `dst` is not `m * n`
+/// long, `bias` not `n`, or an operand does not fit its storage.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
+    dst: &mut [MaybeUninit<f32>],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, A>,
+    b: Operand<'_, B>,
+    bias: Option<&[f32]>,
+    round: bool,
+    parallel: bool,
+) {
+    assert!(available(), "the CPU has no AMX bf16 tiles");
+    assert_eq!(dst.len(), m * n, "bgemm destination length");
+    if let Some(v) = bias {
+        assert_eq!(v.len(), n, "bgemm bias length");
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for row in dst.chunks_exact_mut(n) {
+            for (j, d) in row.iter_mut().enumerate() {
+                let v = bias.map_or(0.0, |b| b[j]);
+                d.write(if round { round_f32(v) } else { v });
+            }
+        }
+        return;
+    }
+    let chunks = k.div_ceil(KC);
+    let (a, b) = (a.clamped(m, k), b.clamped(k, n));
+    let pa = pack_a(&a, m, k, chunks);
+    let pb = pack_b(&b, k, n, chunks);
+    let out = Out {
+        ptr: dst.as_mut_ptr().cast::<f32>(),
+        ld: n,
+        m,
+        n,
+    };
+    // Row panels and column panels of 32 (two tiles).
+    let (rp, cp) = (m.div_ceil(2 * T), n.div_ceil(2 * T));
+    // Row panels whose packed left blocks stay hot while every column
+    // panel passes.
+    let hot = (A_BLOCK_BYTES / (2 * T * chunks.max(1) * KC * 2)).max(1);
+    let threads = if parallel && m * n * k >= 1 << 20 {
+        crate::par::threads()
+    } else {
+        1
+    };
+    // Tasks: column ranges when there are enough column panels, else row
+    // ranges.
+    let by_cols = cp >= threads * 2 || cp >= rp;
+    let tasks = threads.min(if by_cols { cp } else { rp });
+    let (pa_ptr, pb_ptr) = (pa.ptr() as usize, pb.ptr() as usize);
+    let task = |t: usize| {
+        let (cols, rows) = if by_cols {
+            (cp * t / tasks..cp * (t + 1) / tasks, 0..rp)
+        } else {
+            (0..cp, rp * t / tasks..rp * (t + 1) / tasks)
+        };
+        let _tiles = Tiles::load();
+        let (pa, pb) = (pa_ptr as *const u16, pb_ptr as *const u16);
+        let blk = chunks * TILE;
+        let (mb, nb) = (m.div_ceil(T), n.div_ceil(T));
+        let mut hot_start = rows.start;
+        while hot_start < rows.end {
+            let hot_end = (hot_start + hot).min(rows.end);
+            for j in cols.clone() {
+                for i in hot_start..hot_end {
+                    let (ti, tj) = (2 * i, 2 * j);
+                    // SAFETY: the packed buffers hold `mb` and `nb` blocks
+                    // of `blk` values; blocks past them are not read (MR,
+                    // NR 1). Tasks own disjoint panels of `out`.
+                    unsafe {
+                        let ap = [pa.add(ti * blk), pa.add((ti + 1).min(mb - 1) * blk)];
+                        let bp = [pb.add(tj * blk), pb.add((tj + 1).min(nb - 1) * blk)];
+                        let (r0, c0) = (ti * T, tj * T);
+                        match (ti + 1 < mb, tj + 1 < nb) {
+                            (true, true) => block::<2, 2>(ap, bp, chunks, out, r0, c0),
+                            (true, false) => block::<2, 1>(ap, bp, chunks, out, r0, c0),
+                            (false, true) => block::<1, 2>(ap, bp, chunks, out, r0, c0),
+                            (false, false) => block::<1, 1>(ap, bp, chunks, out, r0, c0),
+                        }
+                    }
+                }
+            }
+            hot_start = hot_end;
+        }
+        // The epilogue on this task's outputs, while they are in cache.
+        if bias.is_some() || round {
+            let (r, c) = (
+                rows.start * 2 * T..(rows.end * 2 * T).min(m),
+                cols.start * 2 * T..(cols.end * 2 * T).min(n),
+            );
+            for i in r {
+                // SAFETY: the blocks above wrote these outputs, which this
+                // task alone owns.
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(out.ptr.add(i * n + c.start), c.len())
+                };
+                epilogue(row, bias.map(|v| &v[c.clone()]), round);
+            }
+        }
+    };
+    if tasks > 1 {
+        crate::par::run(tasks, &task);
+    } else {
+        task(0);
+    }
+    drop((pa, pb));
+}
+
+/// Adds the bias to a row of sums and rounds them to bf16 when asked.
+fn epilogue(row: &mut [f32], bias: Option<&[f32]>, round: bool) {
+    match (bias, round) {
+        (Some(b), true) => row
+            .iter_mut()
+            .zip(b)
+            .for_each(|(o, &b)| *o = round_f32(*o + b)),
+        (Some(b), false) => row.iter_mut().zip(b).for_each(|(o, &b)| *o += b),
+        (None, true) => row.iter_mut().for_each(|o| *o = round_f32(*o)),
+        (None, false) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forma_core::Rng;
+
+    /// `a @ b (+ bias)` in f64 from the bf16-rounded operands.
+    fn reference(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &Operand<'_, f32>,
+        b: &Operand<'_, f32>,
+        bias: Option<&[f32]>,
+    ) -> Vec<f64> {
+        let r = |x: f32| f64::from(round_f32(x));
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = bias.map_or(0.0, |b| f64::from(b[j]));
+                for p in 0..k {
+                    s += r(a.data[a.off + i * a.rs + p * a.cs])
+                        * r(b.data[b.off + p * b.rs + j * b.cs]);
+                }
+                out[i * n + j] = s;
+            }
+        }
+        out
+    }
+
+    fn run(
+        m: usize,
+        n: usize,
+        k: usize,
+        transposed: bool,
+        bias: bool,
+        round: bool,
+        parallel: bool,
+    ) {
+        let mut rng = Rng::seed_from(m as u64 * 7919 + n as u64 * 31 + k as u64);
+        let av: Vec<f32> = (0..m * k + 3).map(|_| rng.normal() as f32).collect();
+        let bv: Vec<f32> = (0..k * n + 5).map(|_| rng.normal() as f32).collect();
+        let biasv: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+        let a = Operand {
+            data: &av,
+            off: 3,
+            rs: k,
+            cs: 1,
+        };
+        // `b` stored as `n x k` and read transposed (a linear layer's
+        // weight), or `k x n` row-major.
+        let b = if transposed {
+            Operand {
+                data: &bv,
+                off: 5,
+                rs: 1,
+                cs: k,
+            }
+        } else {
+            Operand {
+                data: &bv,
+                off: 5,
+                rs: n,
+                cs: 1,
+            }
+        };
+        let bias = bias.then_some(&biasv[..]);
+        let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
+        bgemm(&mut dst, m, n, k, a, b, bias, round, parallel);
+        let want = reference(m, n, k, &a, &b, bias);
+        for (e, (d, w)) in dst.iter().zip(&want).enumerate() {
+            // SAFETY: bgemm wrote every element.
+            let d = f64::from(unsafe { d.assume_init() });
+            // f32 sums of k products of magnitude ~1, then a bf16 rounding.
+            let tol = if round { w.abs() / 128.0 } else { 0.0 } + 1e-5 * (k as f64).max(1.0);
+            assert!(
+                (d - w).abs() <= tol,
+                "{m}x{n}x{k} (transposed {transposed}, bias {}, round {round}) at {e}: {d} vs {w}",
+                bias.is_some()
+            );
+            if round {
+                assert_eq!(
+                    round_f32(d as f32),
+                    d as f32,
+                    "a rounded output is bf16-exact"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn amx_products_match_f64_sums_of_the_rounded_operands() {
+        if !available() {
+            eprintln!("no AMX bf16 tiles on this CPU: the kernel is not run here");
+            return;
+        }
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (16, 16, 32),
+            (17, 15, 33),
+            (33, 47, 31),
+            (2, 70, 100),
+            (64, 64, 64),
+            (100, 3, 257),
+            (5, 33, 0),
+        ] {
+            for transposed in [false, true] {
+                run(m, n, k, transposed, false, false, false);
+                run(m, n, k, transposed, true, true, false);
+            }
+        }
+        // Large enough to split over threads, both ways.
+        run(300, 70, 200, true, true, false, true);
+        run(70, 300, 200, false, false, true, true);
+    }
+
+    #[test]
+    fn threads_do_not_change_the_bits() {
+        if !available() {
+            eprintln!("no AMX bf16 tiles on this CPU: the kernel is not run here");
+            return;
+        }
+        let (m, n, k) = (130, 260, 300);
+        let mut rng = Rng::seed_from(5);
+        let av: Vec<f32> = (0..m * k).map(|_| rng.normal() as f32).collect();
+        let bv: Vec<f32> = (0..k * n).map(|_| rng.normal() as f32).collect();
+        let a = Operand {
+            data: &av,
+            off: 0,
+            rs: k,
+            cs: 1,
+        };
+        let b = Operand {
+            data: &bv,
+            off: 0,
+            rs: n,
+            cs: 1,
+        };
+        let go = |parallel| {
+            let mut dst = vec![MaybeUninit::new(0f32); m * n];
+            bgemm(&mut dst, m, n, k, a, b, None, false, parallel);
+            // SAFETY: bgemm wrote every element.
+            dst.iter()
+                .map(|d| unsafe { d.assume_init() }.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(go(false), go(true));
+    }
+
+    #[test]
+    fn rounding_is_half_s() {
+        let mut rng = Rng::seed_from(9);
+        let mut xs: Vec<f32> = (0..10_000).map(|_| (rng.normal() * 1e3) as f32).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1.0 + 1.0 / 256.0, // a tie, to even (1.0)
+            1.0 + 3.0 / 256.0, // a tie, to even (up)
+            f32::from_bits(0x7f7f_ffff),
+            f32::from_bits(0x0000_8000),
+        ]);
+        for x in xs {
+            let want = bf16::from_f32(x).to_bits();
+            assert_eq!(round_bits(x), want, "{x:e} ({:#x})", x.to_bits());
+        }
+    }
+}
