@@ -4,6 +4,7 @@
 //! pool, sized by rayon's thread count), compute half types in f32, and are
 //! generic over the op so hot loops have no dispatch.
 
+mod cast;
 mod dense;
 pub mod ops;
 mod par;
@@ -267,6 +268,9 @@ impl Backend for Cpu {
     }
 
     fn cast<E: Dtype, F: Dtype>(&self, src: &Vec<E>, layout: &Layout) -> Result<Vec<F>> {
+        if let Some(out) = cast::fast::<E, F>(src, layout) {
+            return Ok(out);
+        }
         Ok(collect_strided([layout], |[o]| src[o].cast::<F>()))
     }
 }

@@ -25,6 +25,7 @@
 //! kernel off (the products then widen to f32, as on other CPUs).
 
 use super::matmul::Operand;
+use crate::cast::{round_bits, round_f32};
 use half::bf16;
 use std::arch::asm;
 use std::mem::MaybeUninit;
@@ -44,7 +45,12 @@ const A_BLOCK_BYTES: usize = 512 << 10;
 /// once; `FORMA_AMX=0` says no).
 pub(crate) fn available() -> bool {
     static AMX: OnceLock<bool> = OnceLock::new();
-    *AMX.get_or_init(|| std::env::var("FORMA_AMX").map_or(true, |v| v != "0") && detect())
+    // Every CPU with AMX has AVX-512, which packing uses.
+    *AMX.get_or_init(|| {
+        std::env::var("FORMA_AMX").map_or(true, |v| v != "0")
+            && crate::simd::has_avx512()
+            && detect()
+    })
 }
 
 #[cfg(target_os = "linux")]
@@ -119,23 +125,6 @@ impl ToBf16 for f32 {
     }
 }
 
-/// `x` rounded to bf16 (nearest, ties to even; NaN stays a quiet NaN).
-#[inline(always)]
-pub(crate) fn round_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    if b & 0x7fff_ffff > 0x7f80_0000 {
-        ((b >> 16) | 0x40) as u16
-    } else {
-        (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
-    }
-}
-
-/// `x` rounded to bf16 and widened back to f32.
-#[inline(always)]
-pub(crate) fn round_f32(x: f32) -> f32 {
-    f32::from_bits(u32::from(round_bits(x)) << 16)
-}
-
 /// A 64-byte aligned buffer of packed 16-bit values.
 struct Packed {
     buf: Vec<u16>,
@@ -165,19 +154,43 @@ fn pack_a<A: ToBf16>(a: &Operand<'_, A>, m: usize, k: usize, chunks: usize) -> P
     crate::par::units_mut(p.slice_mut(), chunks * TILE, |first, out| {
         for (bi, block) in out.chunks_mut(chunks * TILE).enumerate() {
             let r0 = (first + bi) * T;
-            for r in 0..T.min(m - r0) {
-                let row = a.off + (r0 + r) * a.rs;
-                for c in 0..chunks {
-                    let dst = &mut block[c * TILE + r * KC..][..KC];
-                    let depth = KC.min(k - c * KC);
-                    for (kk, d) in dst[..depth].iter_mut().enumerate() {
-                        *d = a.data[row + (c * KC + kk) * a.cs].bits();
-                    }
-                }
-            }
+            // SAFETY: `bgemm` checked `available()`, which includes AVX-512.
+            unsafe { pack_a_block(a, r0, T.min(m - r0), k, block) };
         }
     });
     p
+}
+
+/// One 16-row block of [`pack_a`]: rows `r0..r0 + rows` of `a`.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+fn pack_a_block<A: ToBf16>(
+    a: &Operand<'_, A>,
+    r0: usize,
+    rows: usize,
+    k: usize,
+    block: &mut [u16],
+) {
+    if a.cs == 1 || k == 1 {
+        // Rows read along memory, 32 values a tile row.
+        for r in 0..rows {
+            let start = a.off + (r0 + r) * a.rs;
+            for (c, piece) in a.data[start..start + k].chunks(KC).enumerate() {
+                let dst = &mut block[c * TILE + r * KC..][..piece.len()];
+                for (d, &v) in dst.iter_mut().zip(piece) {
+                    *d = v.bits();
+                }
+            }
+        }
+    } else {
+        // A transposed view: depth-major, so that reads follow memory
+        // when the rows are adjacent.
+        for kk in 0..k {
+            let (c, d) = (kk / KC, kk % KC);
+            for r in 0..rows {
+                block[c * TILE + r * KC + d] = a.data[a.off + (r0 + r) * a.rs + kk * a.cs].bits();
+            }
+        }
+    }
 }
 
 /// Packs `b` (`k x n`) as 16-column blocks, each `chunks` tiles in the
@@ -187,16 +200,51 @@ fn pack_b<B: ToBf16>(b: &Operand<'_, B>, k: usize, n: usize, chunks: usize) -> P
     crate::par::units_mut(p.slice_mut(), chunks * TILE, |first, out| {
         for (bi, block) in out.chunks_mut(chunks * TILE).enumerate() {
             let c0 = (first + bi) * T;
-            for j in 0..T.min(n - c0) {
-                let col = b.off + (c0 + j) * b.cs;
-                for kk in 0..k {
-                    let (c, d) = (kk / KC, kk % KC);
-                    block[c * TILE + (d / 2) * KC + j * 2 + d % 2] = b.data[col + kk * b.rs].bits();
-                }
-            }
+            // SAFETY: as in `pack_a`.
+            unsafe { pack_b_block(b, c0, T.min(n - c0), k, block) };
         }
     });
     p
+}
+
+/// One 16-column block of [`pack_b`]: columns `c0..c0 + cols` of `b`.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+fn pack_b_block<B: ToBf16>(
+    b: &Operand<'_, B>,
+    c0: usize,
+    cols: usize,
+    k: usize,
+    block: &mut [u16],
+) {
+    let at = |kk: usize| (kk / KC) * TILE + ((kk % KC) / 2) * KC + kk % 2;
+    if b.cs == 1 || cols == 1 {
+        // Rows read along memory, two depths interleaved.
+        for kk in (0..k).step_by(2) {
+            let dst = &mut block[at(kk)..][..2 * cols];
+            let start = b.off + kk * b.rs + c0 * b.cs;
+            let r0 = &b.data[start..start + cols];
+            if kk + 1 < k {
+                let r1 = &b.data[start + b.rs..start + b.rs + cols];
+                for (j, (&x, &y)) in r0.iter().zip(r1).enumerate() {
+                    dst[2 * j] = x.bits();
+                    dst[2 * j + 1] = y.bits();
+                }
+            } else {
+                for (j, &x) in r0.iter().enumerate() {
+                    dst[2 * j] = x.bits();
+                }
+            }
+        }
+    } else {
+        // Columns along memory when `b` is a transposed view (a linear
+        // layer's weight).
+        for j in 0..cols {
+            let col = b.off + (c0 + j) * b.cs;
+            for kk in 0..k {
+                block[at(kk) + 2 * j] = b.data[col + kk * b.rs].bits();
+            }
+        }
+    }
 }
 
 /// The tile configuration of this kernel: tiles 0-7 all 16 rows of 64
@@ -435,7 +483,8 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
                 let row = unsafe {
                     std::slice::from_raw_parts_mut(out.ptr.add(i * n + c.start), c.len())
                 };
-                epilogue(row, bias.map(|v| &v[c.clone()]), round);
+                // SAFETY: the CPU has AVX-512, as in `pack_a`.
+                unsafe { epilogue(row, bias.map(|v| &v[c.clone()]), round) };
             }
         }
     };
@@ -448,6 +497,7 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
 }
 
 /// Adds the bias to a row of sums and rounds them to bf16 when asked.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
 fn epilogue(row: &mut [f32], bias: Option<&[f32]>, round: bool) {
     match (bias, round) {
         (Some(b), true) => row
@@ -502,14 +552,15 @@ mod tests {
         let av: Vec<f32> = (0..m * k + 3).map(|_| rng.normal() as f32).collect();
         let bv: Vec<f32> = (0..k * n + 5).map(|_| rng.normal() as f32).collect();
         let biasv: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+        // Both operands row-major, or both stored the other way round and
+        // read transposed (the `g^T @ x` and `x @ w^T` of a linear layer).
+        let (rs, cs) = if transposed { (1, m) } else { (k, 1) };
         let a = Operand {
             data: &av,
             off: 3,
-            rs: k,
-            cs: 1,
+            rs,
+            cs,
         };
-        // `b` stored as `n x k` and read transposed (a linear layer's
-        // weight), or `k x n` row-major.
         let b = if transposed {
             Operand {
                 data: &bv,
@@ -606,28 +657,5 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(go(false), go(true));
-    }
-
-    #[test]
-    fn rounding_is_half_s() {
-        let mut rng = Rng::seed_from(9);
-        let mut xs: Vec<f32> = (0..10_000).map(|_| (rng.normal() * 1e3) as f32).collect();
-        xs.extend([
-            0.0,
-            -0.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            f32::MAX,
-            f32::MIN_POSITIVE,
-            1.0 + 1.0 / 256.0, // a tie, to even (1.0)
-            1.0 + 3.0 / 256.0, // a tie, to even (up)
-            f32::from_bits(0x7f7f_ffff),
-            f32::from_bits(0x0000_8000),
-        ]);
-        for x in xs {
-            let want = bf16::from_f32(x).to_bits();
-            assert_eq!(round_bits(x), want, "{x:e} ({:#x})", x.to_bits());
-        }
     }
 }

@@ -653,7 +653,7 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             Some((v, lv)) if r == 2 && lv.dims[..] == [n] && lv.span() <= v.len() => {
                 let v = same_ref::<E, f32>(v).expect("has_matmul_low holds only for f32");
                 let mut out = vec![0f32; n];
-                fill_strided(&mut out, lv, |o| round_low(v[o]));
+                fill_strided(&mut out, lv, |o| crate::cast::round_f32(v[o]));
                 Some(out)
             }
             Some((_, lv)) => {
@@ -670,17 +670,6 @@ impl<E: Float> MatmulKernel<E> for Cpu {
         };
         low_product(a, la, b, lb, bias.as_deref(), round)
     }
-}
-
-/// bf16 rounding of an f32, kept in f32.
-#[cfg(target_arch = "x86_64")]
-fn round_low(x: f32) -> f32 {
-    super::bgemm::round_f32(x)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn round_low(x: f32) -> f32 {
-    bf16::from_f32(x).to_f32()
 }
 
 /// Autocast's bf16 product of f32 operands on AMX tiles (see
