@@ -181,9 +181,28 @@ fn pack_a_block<A: ToBf16>(
                 }
             }
         }
+    } else if a.rs == 1 {
+        // A transposed view (the `g^T` of a weight's gradient): the 16
+        // rows of one depth are adjacent; read them so, a tile at a time,
+        // and transpose the tile in registers.
+        for c in 0..k.div_ceil(KC) {
+            let depth = KC.min(k - c * KC);
+            let mut tile = [[0u16; T]; KC];
+            for (d, t) in tile[..depth].iter_mut().enumerate() {
+                let start = a.off + r0 + (c * KC + d) * a.cs;
+                for (t, &v) in t.iter_mut().zip(&a.data[start..start + rows]) {
+                    *t = v.bits();
+                }
+            }
+            let dst = &mut block[c * TILE..][..TILE];
+            for r in 0..T {
+                for d in 0..KC {
+                    dst[r * KC + d] = tile[d][r];
+                }
+            }
+        }
     } else {
-        // A transposed view: depth-major, so that reads follow memory
-        // when the rows are adjacent.
+        // Any other strides: element by element.
         for kk in 0..k {
             let (c, d) = (kk / KC, kk % KC);
             for r in 0..rows {
@@ -235,9 +254,29 @@ fn pack_b_block<B: ToBf16>(
                 }
             }
         }
+    } else if b.rs == 1 {
+        // A transposed view (a linear layer's weight): each column's depths
+        // are adjacent; read 32 of them a column, then lay the 16 x 16
+        // pairs out transposed.
+        for c in 0..k.div_ceil(KC) {
+            let depth = KC.min(k - c * KC);
+            let mut tile = [[0u16; KC]; T];
+            for (j, t) in tile[..cols].iter_mut().enumerate() {
+                let start = b.off + (c0 + j) * b.cs + c * KC;
+                for (t, &v) in t.iter_mut().zip(&b.data[start..start + depth]) {
+                    *t = v.bits();
+                }
+            }
+            let dst = &mut block[c * TILE..][..TILE];
+            for q in 0..KC / 2 {
+                for j in 0..T {
+                    dst[q * KC + 2 * j] = tile[j][2 * q];
+                    dst[q * KC + 2 * j + 1] = tile[j][2 * q + 1];
+                }
+            }
+        }
     } else {
-        // Columns along memory when `b` is a transposed view (a linear
-        // layer's weight).
+        // Any other strides: element by element.
         for j in 0..cols {
             let col = b.off + (c0 + j) * b.cs;
             for kk in 0..k {
@@ -539,42 +578,39 @@ mod tests {
         out
     }
 
-    fn run(
-        m: usize,
-        n: usize,
-        k: usize,
-        transposed: bool,
-        bias: bool,
-        round: bool,
-        parallel: bool,
-    ) {
+    /// How the test operands are stored.
+    #[derive(Clone, Copy, Debug)]
+    enum Store {
+        /// Row-major.
+        Rows,
+        /// The other way round, read transposed (the `g^T @ x` and
+        /// `x @ w^T` of a linear layer).
+        Transposed,
+        /// Every other element of a row-major matrix twice as wide.
+        Sparse,
+    }
+
+    fn run(m: usize, n: usize, k: usize, store: Store, bias: bool, round: bool, parallel: bool) {
         let mut rng = Rng::seed_from(m as u64 * 7919 + n as u64 * 31 + k as u64);
-        let av: Vec<f32> = (0..m * k + 3).map(|_| rng.normal() as f32).collect();
-        let bv: Vec<f32> = (0..k * n + 5).map(|_| rng.normal() as f32).collect();
+        let av: Vec<f32> = (0..2 * m * k + 3).map(|_| rng.normal() as f32).collect();
+        let bv: Vec<f32> = (0..2 * k * n + 5).map(|_| rng.normal() as f32).collect();
         let biasv: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
-        // Both operands row-major, or both stored the other way round and
-        // read transposed (the `g^T @ x` and `x @ w^T` of a linear layer).
-        let (rs, cs) = if transposed { (1, m) } else { (k, 1) };
+        let ((ars, acs), (brs, bcs)) = match store {
+            Store::Rows => ((k, 1), (n, 1)),
+            Store::Transposed => ((1, m), (1, k)),
+            Store::Sparse => ((2 * k, 2), (2 * n, 2)),
+        };
         let a = Operand {
             data: &av,
             off: 3,
-            rs,
-            cs,
+            rs: ars,
+            cs: acs,
         };
-        let b = if transposed {
-            Operand {
-                data: &bv,
-                off: 5,
-                rs: 1,
-                cs: k,
-            }
-        } else {
-            Operand {
-                data: &bv,
-                off: 5,
-                rs: n,
-                cs: 1,
-            }
+        let b = Operand {
+            data: &bv,
+            off: 5,
+            rs: brs,
+            cs: bcs,
         };
         let bias = bias.then_some(&biasv[..]);
         let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
@@ -587,7 +623,7 @@ mod tests {
             let tol = if round { w.abs() / 128.0 } else { 0.0 } + 1e-5 * (k as f64).max(1.0);
             assert!(
                 (d - w).abs() <= tol,
-                "{m}x{n}x{k} (transposed {transposed}, bias {}, round {round}) at {e}: {d} vs {w}",
+                "{m}x{n}x{k} ({store:?}, bias {}, round {round}) at {e}: {d} vs {w}",
                 bias.is_some()
             );
             if round {
@@ -616,14 +652,14 @@ mod tests {
             (100, 3, 257),
             (5, 33, 0),
         ] {
-            for transposed in [false, true] {
-                run(m, n, k, transposed, false, false, false);
-                run(m, n, k, transposed, true, true, false);
+            for store in [Store::Rows, Store::Transposed, Store::Sparse] {
+                run(m, n, k, store, false, false, false);
+                run(m, n, k, store, true, true, false);
             }
         }
         // Large enough to split over threads, both ways.
-        run(300, 70, 200, true, true, false, true);
-        run(70, 300, 200, false, false, true, true);
+        run(300, 70, 200, Store::Transposed, true, false, true);
+        run(70, 300, 200, Store::Rows, false, true, true);
     }
 
     #[test]
