@@ -113,6 +113,92 @@ fn batched_matmul_computes_in_the_low_type_as_pytorch_does() {
     }
 }
 
+/// `t` rounded to bf16, in f32, by casts outside autocast.
+fn rounded<S: Shape>(t: &Tensor<S>) -> Tensor<S> {
+    t.to_dtype::<bf16>().to_dtype::<f32>()
+}
+
+/// Checks `got` against `want` computed from explicitly rounded operands
+/// in f32: every value bf16, each within one bf16 rounding (the sums run
+/// in another order, and on CPUs with AMX in another kernel), most equal.
+#[track_caller]
+fn within_a_rounding(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let mut same = 0;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            is_low(g, DType::BF16),
+            "{what}[{i}]: {g} is not a bf16 value"
+        );
+        assert!(
+            (g - w).abs() <= w.abs() * 2f32.powi(-7) + 1e-6,
+            "{what}[{i}]: {g} vs {w}"
+        );
+        same += usize::from(g == w);
+    }
+    assert!(
+        same * 10 >= got.len() * 8,
+        "{what}: only {same} of {} equal",
+        got.len()
+    );
+}
+
+/// A weight shared by a batch: its gradient is a sum over the batch, which
+/// autocast rounds once (not each image's part), on every product path.
+#[test]
+fn a_broadcast_weights_gradient_is_rounded_after_the_batch_sum() {
+    let mut rng = Rng::seed_from(31);
+    let x = Tensor::<(C<3>, C<5>, C<40>)>::randn((C, C, C), &mut rng).requires_grad();
+    let w = Tensor::<(C<40>, C<6>)>::randn((C, C), &mut rng).requires_grad();
+    let b = Tensor::<(C<6>,)>::randn((C,), &mut rng).requires_grad();
+    let r = Tensor::<(C<3>, C<5>, C<6>)>::randn((C, C, C), &mut rng);
+    let wt = Tensor::<(C<6>, C<40>)>::randn((C, C), &mut rng).requires_grad();
+    let (y, z) = {
+        let _amp = autocast(DType::BF16);
+        (x.matmul(&w), x.linear(&wt, Some(&b)))
+    };
+    ((&y * &r).sum_all() + (&z * &r).sum_all()).backward();
+
+    // The same from rounded operands in f32, rounding each result.
+    let g = rounded(&r);
+    let (xr, wr) = (rounded(&x.detach()), rounded(&w.detach()));
+    within_a_rounding("matmul", &y.to_vec(), &rounded(&xr.matmul(&wr)).to_vec());
+    let want_gw = rounded(&xr.transpose::<1, 2>().matmul(&g).sum::<0>());
+    let want_gx_w = rounded(&g.matmul(&wr.t()));
+    let (wtr, br) = (rounded(&wt.detach()), rounded(&b.detach()));
+    within_a_rounding(
+        "linear",
+        &z.to_vec(),
+        &rounded(&(&xr.matmul(&wtr.t()) + &br)).to_vec(),
+    );
+    within_a_rounding(
+        "matmul grad w",
+        &w.grad().unwrap().to_vec(),
+        &want_gw.to_vec(),
+    );
+    let want_gwt = rounded(&g.transpose::<1, 2>().matmul(&xr).sum::<0>());
+    within_a_rounding(
+        "linear grad w",
+        &wt.grad().unwrap().to_vec(),
+        &want_gwt.to_vec(),
+    );
+    let want_gb = rounded(&g.sum::<0>().sum::<0>());
+    within_a_rounding(
+        "linear grad b",
+        &b.grad().unwrap().to_vec(),
+        &want_gb.to_vec(),
+    );
+    // x's gradient: the rounded gradients of both ops, summed in f32.
+    let want_gx = &want_gx_w + &rounded(&g.matmul(&wtr));
+    let got_gx = x.grad().unwrap().to_vec();
+    for (i, (&got, &want)) in got_gx.iter().zip(&want_gx.to_vec()).enumerate() {
+        assert!(
+            (got - want).abs() <= want.abs() * 2f32.powi(-6) + 1e-6,
+            "grad x[{i}]: {got} vs {want}"
+        );
+    }
+}
+
 #[derive(Module)]
 struct Mlp {
     fc1: Linear<16, 32>,

@@ -472,9 +472,15 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
         1
     };
     // Tasks: column ranges when there are enough column panels, else row
-    // ranges.
+    // ranges; four a thread, so that a helper that wakes late still finds
+    // work (with one task a thread, the caller ran both halves of a
+    // 2048-square product on its own in some runs: half the speed).
     let by_cols = cp >= threads * 2 || cp >= rp;
-    let tasks = threads.min(if by_cols { cp } else { rp });
+    let tasks = if threads > 1 {
+        (4 * threads).min(if by_cols { cp } else { rp })
+    } else {
+        1
+    };
     let (pa_ptr, pb_ptr) = (pa.ptr() as usize, pb.ptr() as usize);
     let task = |t: usize| {
         let (cols, rows) = if by_cols {
