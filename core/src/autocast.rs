@@ -30,6 +30,12 @@
 //!   input" (the tensor's own type). f64 tensors are never cast, as in
 //!   PyTorch.
 //!
+//! A backend with a low-precision product ([`crate::ops::matmul::MatmulKernel::matmul_low`],
+//! the CPU's on AMX tiles) runs matmul and linear, forward and backward, as
+//! one kernel that rounds as it reads and writes; the other ops and backends
+//! round their operands and result as ops of their own. The values are the
+//! same but for the order of the f32 sums.
+//!
 //! Guards nest, and [`autocast_disabled`] turns it off inside an autocast
 //! region (PyTorch's `autocast(enabled=False)`). The state is per thread, as
 //! PyTorch's is. Backward ignores it: the backward of an op recorded under

@@ -2,10 +2,13 @@
 //! AVX2 and FMA through Forma's own kernel (`sgemm.rs`).
 //!
 //! f32 and f64 operands go to gemm in place, with their own strides (transposed
-//! and broadcast views are not copied). f16 and bf16 are widened to f32 (their
+//! and broadcast views are not copied). bf16 on a CPU with AMX tiles runs
+//! there (`bgemm.rs`); otherwise f16 and bf16 are widened to f32 (their
 //! [`Float::Acc`]), multiplied with f32 accumulation and rounded once at the
-//! end, like PyTorch's CPU kernels. The dtype is resolved once per call through
-//! `Any` downcasts, never per element.
+//! end, like PyTorch's CPU kernels. Autocast's bf16 products of f32 operands
+//! ([`MatmulKernel::matmul_low`]) run on AMX too, rounding the operands as
+//! they are packed. The dtype is resolved once per call through `Any`
+//! downcasts, never per element.
 //!
 //! Parallelism: one large product is split over the threads inside the
 //! product (Forma's sgemm, or gemm on rayon's threads); a batch of small
