@@ -18,6 +18,14 @@
 //! the same bits on every AMX CPU. Like every AMX and AVX-512 BF16
 //! instruction, `tdpbf16ps` treats subnormal inputs and results as zero.
 //!
+//! On a CPU with AVX-512 BF16 but no tiles (AMD Zen 4, Intel Cooper Lake)
+//! the same packed operands can feed `vdpbf16ps` instead ([`block_dp`]):
+//! each instruction multiplies a broadcast pair of one left row's depths by
+//! a packed pair row of 16 right columns, 32 multiply-adds. It runs only
+//! when `FORMA_BF16_DOT=1` asks: measured on an Intel Xeon (where the
+//! instruction has an f32 FMA pair's throughput) it is slower than the f32
+//! kernel, and Zen 4, whose throughput tables say twice, was not measured.
+//!
 //! Linux hands the tile state to a process only when asked
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), which [`available`] does once; each
 //! thread loads the tile configuration before it uses the tiles and
@@ -41,16 +49,45 @@ const TILE: usize = T * KC;
 /// column panels (a part of the 2 MiB L2 of the CPUs with AMX).
 const A_BLOCK_BYTES: usize = 512 << 10;
 
-/// Whether this CPU and OS run AMX bf16 tiles for this process (asked for
-/// once; `FORMA_AMX=0` says no).
-pub(crate) fn available() -> bool {
-    static AMX: OnceLock<bool> = OnceLock::new();
-    // Every CPU with AMX has AVX-512, which packing uses.
-    *AMX.get_or_init(|| {
-        std::env::var("FORMA_AMX").map_or(true, |v| v != "0")
-            && crate::simd::has_avx512()
-            && detect()
+/// Which bf16 instructions the products run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AMX tiles (`tdpbf16ps`).
+    Amx,
+    /// AVX-512 BF16 (`vdpbf16ps`: 16 lanes, each a pair of products),
+    /// where there are no tiles (AMD Zen 4, Intel Cooper Lake).
+    Avx512Bf16,
+}
+
+/// The bf16 instructions this process runs products on (the tile state
+/// asked for once; `FORMA_AMX=0` leaves the tiles out; AVX-512 BF16 only
+/// with `FORMA_BF16_DOT=1`), or `None`: products widen to f32.
+pub(crate) fn isa() -> Option<Isa> {
+    static ISA: OnceLock<Option<Isa>> = OnceLock::new();
+    // Every CPU with either has AVX-512, which packing uses.
+    *ISA.get_or_init(|| {
+        if !crate::simd::has_avx512() {
+            return None;
+        }
+        let amx_allowed = std::env::var("FORMA_AMX").map_or(true, |v| v != "0");
+        if amx_allowed && detect() {
+            Some(Isa::Amx)
+        } else if std::env::var("FORMA_BF16_DOT").is_ok_and(|v| v == "1")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+        {
+            // Only when asked: on the one CPU measured (an Intel Xeon, run
+            // with the tiles left out) it reached 150-165 GFLOP/s against
+            // the f32 kernel's 246-274, so products widen to f32 there.
+            Some(Isa::Avx512Bf16)
+        } else {
+            None
+        }
     })
+}
+
+/// Whether [`bgemm`] runs on this CPU.
+pub(crate) fn available() -> bool {
+    isa().is_some()
 }
 
 #[cfg(target_os = "linux")]
@@ -302,8 +339,8 @@ impl Tiles {
             cfg.0[16 + 2 * t] = (KC * 2) as u8; // bytes per row
             cfg.0[48 + t] = T as u8; // rows
         }
-        // SAFETY: `available()` was checked by the caller (the only way
-        // here is `bgemm`, which asserts it); the configuration is a valid
+        // SAFETY: the caller runs on AMX (`isa()` said so: the only way
+        // here is `bgemm_on` with `Isa::Amx`); the configuration is a valid
         // palette-1 one, read from an aligned 64-byte buffer.
         unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
         Tiles(())
@@ -413,6 +450,85 @@ unsafe fn block<const MR: usize, const NR: usize>(
     }
 }
 
+/// The AVX-512 BF16 form of [`block`] for one 16-row left block: `16 x
+/// 16 NR` sums, eight rows at a time in 8 NR accumulators of 16 lanes.
+/// Each `vdpbf16ps` multiplies one row's pair of depths (broadcast) by a
+/// packed pair row of the right block, which is laid out for it as for
+/// the tiles.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BF16; `a` and `b[j]` (`j < NR`) point at
+/// `chunks` packed tiles each; `out` as for [`block`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn block_dp<const NR: usize>(
+    a: *const u16,
+    b: [*const u16; 2],
+    chunks: usize,
+    out: Out,
+    r0: usize,
+    c0: usize,
+) {
+    use std::arch::x86_64::{
+        __m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_set1_epi32,
+        _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+    /// 32 bf16 bit patterns as the vector type `vdpbf16ps` takes.
+    #[inline(always)]
+    fn bh(v: __m512i) -> __m512bh {
+        // SAFETY: both are 64 bytes of plain bits, any pattern valid.
+        unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+    const H: usize = T / 2;
+    let mut tmp = [0f32; T * 2 * T];
+    for half in 0..2 {
+        let mut acc: [[__m512; 2]; H] = [[_mm512_setzero_ps(); 2]; H];
+        for c in 0..chunks {
+            let at = c * TILE;
+            for q in 0..KC / 2 {
+                // SAFETY (the loads): inside the packed tiles, as the
+                // caller promises; vectors of 32 bf16 bit patterns are
+                // `__m512bh` values, unaligned loads.
+                let (b0, b1) = unsafe {
+                    let b0 = bh(_mm512_loadu_si512(b[0].add(at + q * KC).cast()));
+                    let b1 = if NR == 2 {
+                        bh(_mm512_loadu_si512(b[1].add(at + q * KC).cast()))
+                    } else {
+                        b0
+                    };
+                    (b0, b1)
+                };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let row = half * H + r;
+                    // SAFETY: as above; the pair is two adjacent depths.
+                    let pair =
+                        unsafe { a.add(at + row * KC + 2 * q).cast::<i32>().read_unaligned() };
+                    let va = bh(_mm512_set1_epi32(pair));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], va, b0);
+                    if NR == 2 {
+                        acc[1] = _mm512_dpbf16_ps(acc[1], va, b1);
+                    }
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, &v) in acc.iter().enumerate().take(NR) {
+                // SAFETY: inside `tmp` (rows of 32 floats).
+                unsafe {
+                    _mm512_storeu_ps(tmp.as_mut_ptr().add((half * H + r) * 2 * T + j * T), v)
+                };
+            }
+        }
+    }
+    let cols = (NR * T).min(out.n - c0);
+    for i in 0..T.min(out.m - r0) {
+        // SAFETY: inside `out` (clipped), a block no other thread writes.
+        unsafe {
+            let row = out.ptr.add((r0 + i) * out.ld + c0);
+            std::ptr::copy_nonoverlapping(tmp.as_ptr().add(i * 2 * T), row, cols);
+        }
+    }
+}
+
 /// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`, each value rounded
 /// to bf16 as it is packed, the products summed in f32; then `bias[j]`
 /// added to column `j` (when given) and the result rounded to bf16 (when
@@ -434,7 +550,25 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
     round: bool,
     parallel: bool,
 ) {
-    assert!(available(), "the CPU has no AMX bf16 tiles");
+    let isa = isa().expect("the CPU has no bf16 products (AMX or AVX-512 BF16)");
+    bgemm_on(isa, dst, m, n, k, a, b, bias, round, parallel);
+}
+
+/// [`bgemm`] on the instructions `isa`, which the caller checked this CPU
+/// runs (the tests take each that it does).
+#[allow(clippy::too_many_arguments)]
+fn bgemm_on<A: ToBf16, B: ToBf16>(
+    isa: Isa,
+    dst: &mut [MaybeUninit<f32>],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, A>,
+    b: Operand<'_, B>,
+    bias: Option<&[f32]>,
+    round: bool,
+    parallel: bool,
+) {
     assert_eq!(dst.len(), m * n, "bgemm destination length");
     if let Some(v) = bias {
         assert_eq!(v.len(), n, "bgemm bias length");
@@ -488,7 +622,7 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
         } else {
             (0..cp, rp * t / tasks..rp * (t + 1) / tasks)
         };
-        let _tiles = Tiles::load();
+        let _tiles = (isa == Isa::Amx).then(Tiles::load);
         let (pa, pb) = (pa_ptr as *const u16, pb_ptr as *const u16);
         let blk = chunks * TILE;
         let (mb, nb) = (m.div_ceil(T), n.div_ceil(T));
@@ -505,11 +639,22 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
                         let ap = [pa.add(ti * blk), pa.add((ti + 1).min(mb - 1) * blk)];
                         let bp = [pb.add(tj * blk), pb.add((tj + 1).min(nb - 1) * blk)];
                         let (r0, c0) = (ti * T, tj * T);
-                        match (ti + 1 < mb, tj + 1 < nb) {
-                            (true, true) => block::<2, 2>(ap, bp, chunks, out, r0, c0),
-                            (true, false) => block::<2, 1>(ap, bp, chunks, out, r0, c0),
-                            (false, true) => block::<1, 2>(ap, bp, chunks, out, r0, c0),
-                            (false, false) => block::<1, 1>(ap, bp, chunks, out, r0, c0),
+                        match (isa, ti + 1 < mb, tj + 1 < nb) {
+                            (Isa::Amx, true, true) => block::<2, 2>(ap, bp, chunks, out, r0, c0),
+                            (Isa::Amx, true, false) => block::<2, 1>(ap, bp, chunks, out, r0, c0),
+                            (Isa::Amx, false, true) => block::<1, 2>(ap, bp, chunks, out, r0, c0),
+                            (Isa::Amx, false, false) => block::<1, 1>(ap, bp, chunks, out, r0, c0),
+                            (Isa::Avx512Bf16, two_rows, two_cols) => {
+                                for (t, &a) in ap.iter().enumerate().take(1 + usize::from(two_rows))
+                                {
+                                    let r0 = r0 + t * T;
+                                    if two_cols {
+                                        block_dp::<2>(a, bp, chunks, out, r0, c0);
+                                    } else {
+                                        block_dp::<1>(a, bp, chunks, out, r0, c0);
+                                    }
+                                }
+                            }
                         }
                     }
                 }
@@ -596,7 +741,32 @@ mod tests {
         Sparse,
     }
 
-    fn run(m: usize, n: usize, k: usize, store: Store, bias: bool, round: bool, parallel: bool) {
+    /// The bf16 instructions this CPU runs (both on one with AMX).
+    fn isas() -> Vec<Isa> {
+        let mut v = Vec::new();
+        if isa() == Some(Isa::Amx) {
+            v.push(Isa::Amx);
+        }
+        if crate::simd::has_avx512() && std::arch::is_x86_feature_detected!("avx512bf16") {
+            v.push(Isa::Avx512Bf16);
+        }
+        if v.is_empty() {
+            eprintln!("no AMX or AVX-512 BF16 on this CPU: the kernels are not run here");
+        }
+        v
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        isa: Isa,
+        m: usize,
+        n: usize,
+        k: usize,
+        store: Store,
+        bias: bool,
+        round: bool,
+        parallel: bool,
+    ) {
         let mut rng = Rng::seed_from(m as u64 * 7919 + n as u64 * 31 + k as u64);
         let av: Vec<f32> = (0..2 * m * k + 3).map(|_| rng.normal() as f32).collect();
         let bv: Vec<f32> = (0..2 * k * n + 5).map(|_| rng.normal() as f32).collect();
@@ -620,7 +790,7 @@ mod tests {
         };
         let bias = bias.then_some(&biasv[..]);
         let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
-        bgemm(&mut dst, m, n, k, a, b, bias, round, parallel);
+        bgemm_on(isa, &mut dst, m, n, k, a, b, bias, round, parallel);
         let want = reference(m, n, k, &a, &b, bias);
         for (e, (d, w)) in dst.iter().zip(&want).enumerate() {
             // SAFETY: bgemm wrote every element.
@@ -629,7 +799,7 @@ mod tests {
             let tol = if round { w.abs() / 128.0 } else { 0.0 } + 1e-5 * (k as f64).max(1.0);
             assert!(
                 (d - w).abs() <= tol,
-                "{m}x{n}x{k} ({store:?}, bias {}, round {round}) at {e}: {d} vs {w}",
+                "{isa:?} {m}x{n}x{k} ({store:?}, bias {}, round {round}) at {e}: {d} vs {w}",
                 bias.is_some()
             );
             if round {
@@ -643,37 +813,37 @@ mod tests {
     }
 
     #[test]
-    fn amx_products_match_f64_sums_of_the_rounded_operands() {
-        if !available() {
-            eprintln!("no AMX bf16 tiles on this CPU: the kernel is not run here");
-            return;
-        }
-        for &(m, n, k) in &[
-            (1, 1, 1),
-            (16, 16, 32),
-            (17, 15, 33),
-            (33, 47, 31),
-            (2, 70, 100),
-            (64, 64, 64),
-            (100, 3, 257),
-            (5, 33, 0),
-        ] {
-            for store in [Store::Rows, Store::Transposed, Store::Sparse] {
-                run(m, n, k, store, false, false, false);
-                run(m, n, k, store, true, true, false);
+    fn products_match_f64_sums_of_the_rounded_operands() {
+        for isa in isas() {
+            for &(m, n, k) in &[
+                (1, 1, 1),
+                (16, 16, 32),
+                (17, 15, 33),
+                (33, 47, 31),
+                (2, 70, 100),
+                (64, 64, 64),
+                (100, 3, 257),
+                (5, 33, 0),
+            ] {
+                for store in [Store::Rows, Store::Transposed, Store::Sparse] {
+                    run(isa, m, n, k, store, false, false, false);
+                    run(isa, m, n, k, store, true, true, false);
+                }
             }
+            // Large enough to split over threads, both ways.
+            run(isa, 300, 70, 200, Store::Transposed, true, false, true);
+            run(isa, 70, 300, 200, Store::Rows, false, true, true);
         }
-        // Large enough to split over threads, both ways.
-        run(300, 70, 200, Store::Transposed, true, false, true);
-        run(70, 300, 200, Store::Rows, false, true, true);
     }
 
     #[test]
     fn threads_do_not_change_the_bits() {
-        if !available() {
-            eprintln!("no AMX bf16 tiles on this CPU: the kernel is not run here");
-            return;
+        for isa in isas() {
+            threads_on(isa);
         }
+    }
+
+    fn threads_on(isa: Isa) {
         let (m, n, k) = (130, 260, 300);
         let mut rng = Rng::seed_from(5);
         let av: Vec<f32> = (0..m * k).map(|_| rng.normal() as f32).collect();
@@ -692,7 +862,7 @@ mod tests {
         };
         let go = |parallel| {
             let mut dst = vec![MaybeUninit::new(0f32); m * n];
-            bgemm(&mut dst, m, n, k, a, b, None, false, parallel);
+            bgemm_on(isa, &mut dst, m, n, k, a, b, None, false, parallel);
             // SAFETY: bgemm wrote every element.
             dst.iter()
                 .map(|d| unsafe { d.assume_init() }.to_bits())
