@@ -15,6 +15,7 @@ use crate::common;
 
 use common::Fixture;
 use forma::core::autocast::{autocast, autocast_device, autocast_disabled, try_autocast};
+use forma::core::tape::no_grad;
 use forma::core::{DType, TensorData};
 use forma::nn::layers::Linear;
 use forma::nn::optim::{clip_grad_norm_, GradScaler, OptimError, Optimizer, Sgd, SgdOptions};
@@ -373,6 +374,78 @@ fn causal_attention_under_autocast_matches_pytorch() {
             &want("grad_v"),
             low,
         );
+    }
+}
+
+/// `t` rounded to `low`, in f32, by casts outside autocast.
+fn rounded_to<S: Shape>(t: &Tensor<S>, low: DType) -> Tensor<S> {
+    match low {
+        DType::BF16 => t.to_dtype::<bf16>().to_dtype::<f32>(),
+        _ => t.to_dtype::<f16>().to_dtype::<f32>(),
+    }
+}
+
+/// With nothing on the tape, attention under autocast runs the fused
+/// kernel, which rounds each head's operands as it reads them and the
+/// result as it writes it: PyTorch's values within the tolerance, and to
+/// the bit those of rounding around the f32 attention by hand. The
+/// operands are strided views of one packed projection (as a multi-head
+/// attention layer's are), with an additive mask, and a key length that
+/// splits the queries of a head into blocks.
+#[test]
+fn fused_attention_under_autocast_rounds_as_it_reads_and_writes() {
+    let fx = fixture();
+    for (name, low) in LOWS {
+        type Qkv = (C<2>, C<2>, C<5>, C<8>);
+        let q: Tensor<Qkv> = f32_tensor(&fx, "attn.q");
+        let k: Tensor<Qkv> = f32_tensor(&fx, "attn.k");
+        let v: Tensor<Qkv> = f32_tensor(&fx, "attn.v");
+        let out = {
+            let _off = no_grad();
+            let _amp = autocast(low);
+            q.scaled_dot_product_attention(&k, &v, None::<&Tensor<(C<5>, C<5>)>>, true, None)
+        };
+        let want = fx.f32(&format!("attn.{name}.out")).0;
+        check(&format!("{name} fused out"), &out.to_vec(), &want, low);
+    }
+    let mut rng = Rng::seed_from(7);
+    // [batch, seq, 3, heads, head size], as a packed in-projection gives.
+    let packed = Tensor::<(C<2>, Dyn, C<3>, C<3>, C<8>)>::randn((C, Dyn(1100), C, C, C), &mut rng);
+    let heads = |i: usize| {
+        packed
+            .narrow_static::<2, 1>(i)
+            .squeeze::<2>()
+            .transpose::<1, 2>()
+    };
+    let (q, k, v) = (heads(0), heads(1), heads(2));
+    let mask = Tensor::<(C<2>, One, One, Dyn)>::randn((C, One, One, Dyn(1100)), &mut rng);
+    for (name, low) in LOWS {
+        let fused = {
+            let _off = no_grad();
+            let _amp = autocast(low);
+            q.scaled_dot_product_attention(&k, &v, Some(&mask), false, Some(0.3))
+        };
+        let by_hand = {
+            let _off = no_grad();
+            let (q, k, v) = (
+                rounded_to(&q, low),
+                rounded_to(&k, low),
+                rounded_to(&v, low),
+            );
+            let m = rounded_to(&mask, low);
+            rounded_to(
+                &q.scaled_dot_product_attention(&k, &v, Some(&m), false, Some(0.3)),
+                low,
+            )
+        };
+        assert_eq!(fused.dims(), by_hand.dims());
+        let (f, h) = (fused.to_vec(), by_hand.to_vec());
+        let differ = f
+            .iter()
+            .zip(&h)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differ, 0, "{name}: {differ} of {} values differ", f.len());
     }
 }
 

@@ -15,7 +15,7 @@
 //! sizes are checked when the op runs.
 
 use crate::device::Backend;
-use crate::dtype::Float;
+use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::ops::cmp::expand_layout;
@@ -49,6 +49,30 @@ pub trait AttentionKernel<E: Float>: Backend {
         out: &Layout,
     ) -> Result<Option<Self::Storage<E>>> {
         let _ = (q, k, v, mask, causal, scale, out);
+        Ok(None)
+    }
+
+    /// [`attention`](Self::attention) under autocast: `q`, `k` and `v`
+    /// rounded to `low` (bf16 or f16) as they are read, the products summed
+    /// in `E`, and the result rounded to `low`: the values of rounding the
+    /// operands, calling `attention` and rounding its result, in one pass.
+    /// The mask arrives rounded already.
+    ///
+    /// `Ok(None)` (the default) means the backend has no such kernel, and
+    /// the caller rounds around the plain one.
+    #[allow(clippy::too_many_arguments)] // as `attention`, and the low type
+    fn attention_low(
+        &self,
+        q: (&Self::Storage<E>, &Layout),
+        k: (&Self::Storage<E>, &Layout),
+        v: (&Self::Storage<E>, &Layout),
+        mask: Option<(&Self::Storage<E>, &Layout)>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+        low: DType,
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (q, k, v, mask, causal, scale, out, low);
         Ok(None)
     }
 }
@@ -118,13 +142,45 @@ impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
         self.same_device(NAME, value)?;
         if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
             let _inner = crate::autocast::suspend();
+            let m = attn_mask.map(|m| m.try_round_to(low)).transpose()?;
+            if let Some(y) = self.fused(key, value, m.as_ref(), is_causal, scale, Some(low))? {
+                return Ok(y);
+            }
             let (q, k) = (self.try_round_to(low)?, key.try_round_to(low)?);
             let v = value.try_round_to(low)?;
-            let m = attn_mask.map(|m| m.try_round_to(low)).transpose()?;
             let y =
                 q.try_scaled_dot_product_attention_unnoted(&k, &v, m.as_ref(), is_causal, scale)?;
             return y.try_round_to(low);
         }
+        if let Some(y) = self.fused(key, value, attn_mask, is_causal, scale, None)? {
+            return Ok(y);
+        }
+        let scores = [self.size(0), self.size(1), self.size(2), key.size(2)];
+        let scale = scale.unwrap_or_else(|| 1.0 / (self.size(3) as f64).sqrt());
+        let mask = match attn_mask {
+            Some(m) => Some(m.try_expand_dims::<Dyn4>(&scores)?),
+            None => None,
+        };
+        let (q, k, v) = (self.clone(), key.clone(), value.clone());
+        let y = composed(q.retype(), k.retype(), v.retype(), mask, is_causal, scale)?;
+        Ok(y.retype())
+    }
+
+    /// The fused kernel's result, when the backend has one and nothing
+    /// records a gradient (`None` otherwise), after the shape checks; under
+    /// autocast (`low`) the backend rounds as it reads and writes.
+    fn fused<S: Dim, V: Dim, Sm: Shape>(
+        &self,
+        key: &Tensor<(B, H, S, K), E, D>,
+        value: &Tensor<(B, H, S, V), E, D>,
+        attn_mask: Option<&Tensor<Sm, E, D>>,
+        is_causal: bool,
+        scale: Option<f64>,
+        low: Option<DType>,
+    ) -> Result<Option<Tensor<(B, H, T, V), E, D>>>
+    where
+        Sm: ExpandTo<(B, H, T, S)>,
+    {
         let (q, k, v) = (self.layout.dims, key.layout.dims, value.layout.dims);
         if k[..2] != q[..2] || k[3] != q[3] {
             return Err(Error::shape(
@@ -168,30 +224,30 @@ impl<B: Dim, H: Dim, T: Dim, K: Dim, E: Float, D: crate::device::Device<E>>
                 || key.needs_grad()
                 || value.needs_grad()
                 || attn_mask.is_some_and(|m| m.needs_grad()));
-        if !taped && out.iter().all(|&d| d > 0) && scores[3] > 0 {
-            let lo = heads_inner(out);
-            let ms = attn_mask.map(|m| m.storage());
-            let fused = self.device.attention(
-                (&self.storage(), &self.layout),
-                (&key.storage(), &key.layout),
-                (&value.storage(), &value.layout),
-                ms.as_deref().zip(lm.as_ref()),
-                is_causal,
-                scale,
-                &lo,
-            )?;
-            if let Some(s) = fused {
-                let flat = Tensor::<(B, H, T, V), E, D>::from_storage(s, &out, self.device.clone());
-                return Ok(flat.view_as(lo));
-            }
+        if taped || out.contains(&0) || scores[3] == 0 {
+            return Ok(None);
         }
-        let mask = match attn_mask {
-            Some(m) => Some(m.try_expand_dims::<Dyn4>(&scores)?),
-            None => None,
+        let lo = heads_inner(out);
+        let ms = attn_mask.map(|m| m.storage());
+        let (qs, ks, vs) = (self.storage(), key.storage(), value.storage());
+        let (q, k, v) = (
+            (&*qs, &self.layout),
+            (&*ks, &key.layout),
+            (&*vs, &value.layout),
+        );
+        let mask = ms.as_deref().zip(lm.as_ref());
+        let fused = match low {
+            None => self
+                .device
+                .attention(q, k, v, mask, is_causal, scale, &lo)?,
+            Some(low) => self
+                .device
+                .attention_low(q, k, v, mask, is_causal, scale, &lo, low)?,
         };
-        let (q, k, v) = (self.clone(), key.clone(), value.clone());
-        let y = composed(q.retype(), k.retype(), v.retype(), mask, is_causal, scale)?;
-        Ok(y.retype())
+        Ok(fused.map(|s| {
+            let flat = Tensor::<(B, H, T, V), E, D>::from_storage(s, &out, self.device.clone());
+            flat.view_as(lo)
+        }))
     }
 
     /// Fallible [`Tensor::scaled_dot_product_attention`].

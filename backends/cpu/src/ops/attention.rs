@@ -7,15 +7,17 @@
 //!
 //! It runs for f32 and f64, which are their own accumulation types; f16 and
 //! bf16 take the composed ops, which round after each op as eager PyTorch
-//! does.
+//! does. Under autocast (f32 tensors, bf16 or f16 products) the same pass
+//! rounds each head's queries, keys and values as it gathers them and the
+//! result as it writes it ([`AttentionKernel::attention_low`]).
 
-use super::matmul::{gemm_into, same_ref, Operand};
+use super::matmul::{gemm_into, same_ref, same_vec, Operand};
 use super::reduce::nan_max;
 use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
 use forma_core::ops::attention::AttentionKernel;
-use forma_core::{Error, Float, Layout, Result};
+use forma_core::{DType, Error, Float, Layout, Result};
 use gemm::Parallelism;
 use std::mem::MaybeUninit;
 
@@ -60,6 +62,11 @@ impl<A> Dst<A> {
 /// `v` in its accumulation type, when that is its own type (f32, f64).
 fn acc<E: Float>(v: &Vec<E>) -> Option<&[E::Acc]> {
     same_ref::<E, E::Acc>(v).map(Vec::as_slice)
+}
+
+/// `v` as f32s, when `E` is f32.
+fn f32s<E: Float>(v: &Vec<E>) -> Option<&[f32]> {
+    same_ref::<E, f32>(v).map(Vec::as_slice)
 }
 
 /// One operand: its elements and its `[b, h, rows, cols]` layout.
@@ -178,8 +185,52 @@ fn run_weights<A: Real>(scores: &mut [A], r0: usize, rows: &Rows<'_, A>) {
     crate::simd::run(Weights { scores, r0, rows });
 }
 
+/// Autocast's rounding inside the fused pass: a strided block gathered
+/// rounded, and a result row rounded in place.
+trait Rounding<A>: Sync {
+    /// Copies the `m x n` block of `data` whose element `(i, j)` is at
+    /// `off + i * rs + j * cs` into `dst` (row-major), rounded.
+    fn gather(&self, dst: &mut [A], data: &[A], off: usize, rs_cs: [usize; 2], m_n: [usize; 2]);
+    /// Rounds `xs` in place.
+    fn in_place(&self, xs: &mut [A]);
+}
+
+/// [`Rounding`] by an elementwise function (inlined in each loop).
+struct Round<F>(F);
+
+impl<A: Copy, F: Fn(A) -> A + Sync> Rounding<A> for Round<F> {
+    fn gather(
+        &self,
+        dst: &mut [A],
+        data: &[A],
+        off: usize,
+        [rs, cs]: [usize; 2],
+        [m, n]: [usize; 2],
+    ) {
+        for (i, row) in dst[..m * n].chunks_exact_mut(n).enumerate() {
+            let at = off + i * rs;
+            if cs == 1 {
+                for (d, &x) in row.iter_mut().zip(&data[at..at + n]) {
+                    *d = (self.0)(x);
+                }
+            } else {
+                for (j, d) in row.iter_mut().enumerate() {
+                    *d = (self.0)(data[at + j * cs]);
+                }
+            }
+        }
+    }
+
+    fn in_place(&self, xs: &mut [A]) {
+        xs.iter_mut().for_each(|x| *x = (self.0)(*x));
+    }
+}
+
 /// The fused attention on accumulation-type operands; `out` has been checked
-/// to be a permuted dense layout of `[b, h, t, dv]`.
+/// to be a permuted dense layout of `[b, h, t, dv]`. With `round` (autocast),
+/// each task reads its head's queries, keys and values through it into a
+/// scratch copy, and rounds its result rows the same way.
+#[allow(clippy::too_many_arguments)] // three operands, the mask and the options
 fn fused<A: Real>(
     q: Operand4<'_, A>,
     k: Operand4<'_, A>,
@@ -188,6 +239,7 @@ fn fused<A: Real>(
     causal: bool,
     scale: A,
     out: &Layout,
+    round: Option<&dyn Rounding<A>>,
 ) -> Vec<A> {
     let (lq, lk, lv) = (q.1, k.1, v.1);
     let [b, h, t, dk] = [lq.dims[0], lq.dims[1], lq.dims[2], lq.dims[3]];
@@ -198,25 +250,58 @@ fn fused<A: Real>(
     let mut vec: Vec<A> = Vec::with_capacity(numel);
     let dst = Dst(vec.spare_capacity_mut().as_mut_ptr());
     let os = out.strides;
-    let task = |i: usize, (scores, local): &mut (Vec<A>, Vec<A>)| {
+    let task = |i: usize, (scores, local, copies): &mut (Vec<A>, Vec<A>, Vec<A>)| {
         let (bh, blk) = (i / blocks, i % blocks);
         let (bi, hi) = (bh / h, bh % h);
         let r0 = blk * rows;
         let m = rows.min(t - r0);
         let at = |l: &Layout| l.offset + bi * l.strides[0] + hi * l.strides[1];
-        let qo = Operand {
+        let mut qo = Operand {
             data: q.0,
             off: at(lq) + r0 * lq.strides[2],
             rs: lq.strides[2],
             cs: lq.strides[3],
         };
         // k^T: element (p, j) is key j's p-th entry.
-        let kt = Operand {
+        let mut kt = Operand {
             data: k.0,
             off: at(lk),
             rs: lk.strides[3],
             cs: lk.strides[2],
         };
+        let mut vo = Operand {
+            data: v.0,
+            off: at(lv),
+            rs: lv.strides[2],
+            cs: lv.strides[3],
+        };
+        if let Some(round) = round {
+            // Rounded copies, row-major: the query block, then the keys and
+            // values of the head.
+            let (cq, rest) = copies.split_at_mut(m * dk);
+            let (ck, cv) = rest.split_at_mut(s * dk);
+            round.gather(cq, q.0, qo.off, [qo.rs, qo.cs], [m, dk]);
+            round.gather(ck, k.0, kt.off, [lk.strides[2], lk.strides[3]], [s, dk]);
+            round.gather(cv, v.0, vo.off, [vo.rs, vo.cs], [s, dv]);
+            qo = Operand {
+                data: &*cq,
+                off: 0,
+                rs: dk,
+                cs: 1,
+            };
+            kt = Operand {
+                data: &*ck,
+                off: 0,
+                rs: 1,
+                cs: dk,
+            };
+            vo = Operand {
+                data: &*cv,
+                off: 0,
+                rs: dv,
+                cs: 1,
+            };
+        }
         let scores = &mut scores[..m * s];
         gemm_into(scores, m, s, dk, qo, kt, Parallelism::None);
         let mask_row = |r: usize| mask.map_or(0, |(_, lm)| at(lm) + r * lm.strides[2]);
@@ -234,14 +319,11 @@ fn fused<A: Real>(
             rs: s,
             cs: 1,
         };
-        let vo = Operand {
-            data: v.0,
-            off: at(lv),
-            rs: lv.strides[2],
-            cs: lv.strides[3],
-        };
         let local = &mut local[..m * dv];
         gemm_into(local, m, dv, s, p, vo, Parallelism::None);
+        if let Some(round) = round {
+            round.in_place(local);
+        }
         let base = bi * os[0] + hi * os[1];
         for (i, row) in local.chunks_exact(dv).enumerate() {
             let o = base + (r0 + i) * os[2];
@@ -259,7 +341,18 @@ fn fused<A: Real>(
             }
         }
     };
-    let scratch = || (vec![A::zero(); rows * s], vec![A::zero(); rows * dv]);
+    let copies = if round.is_some() {
+        rows * dk + s * (dk + dv)
+    } else {
+        0
+    };
+    let scratch = || {
+        (
+            vec![A::zero(); rows * s],
+            vec![A::zero(); rows * dv],
+            vec![A::zero(); copies],
+        )
+    };
     let tasks = b * h * blocks;
     let work = rows * s * (dk + dv);
     if crate::par::threads() > 1 && tasks > 1 && tasks * work >= 2 * PAR_CHUNK {
@@ -274,6 +367,41 @@ fn fused<A: Real>(
     // row once, `out` being a bijection onto `0..numel`).
     unsafe { vec.set_len(numel) };
     vec
+}
+
+/// Checks that the operands and the output have the kernel's shapes;
+/// `Ok(false)` when they are empty (the composed ops give PyTorch's answer).
+fn fits<S>(
+    q: (&S, &Layout),
+    k: (&S, &Layout),
+    v: (&S, &Layout),
+    mask: Option<(&S, &Layout)>,
+    out: &Layout,
+) -> Result<bool> {
+    let (lq, lk, lv) = (q.1, k.1, v.1);
+    let fits = lq.rank() == 4
+        && lk.rank() == 4
+        && lv.rank() == 4
+        && lk.dims[..2] == lq.dims[..2]
+        && lk.dims[3] == lq.dims[3]
+        && lv.dims[..3] == lk.dims[..3]
+        && out.dims[..] == [lq.dims[0], lq.dims[1], lq.dims[2], lv.dims[3]]
+        && mask
+            .is_none_or(|(_, lm)| lm.dims[..] == [lq.dims[0], lq.dims[1], lq.dims[2], lk.dims[2]])
+        && is_permuted_dense(out);
+    if !fits {
+        return Err(Error::invalid(
+            "scaled_dot_product_attention",
+            format!(
+                "operands {}, {}, {} and output {} are not [b, h, t, dk], [b, h, s, dk], [b, h, s, dv] and a dense [b, h, t, dv]",
+                fmt_dims(&lq.dims),
+                fmt_dims(&lk.dims),
+                fmt_dims(&lv.dims),
+                fmt_dims(&out.dims)
+            ),
+        ));
+    }
+    Ok(out.numel() > 0 && lk.dims[2] > 0)
 }
 
 impl<E: Float> AttentionKernel<E> for Cpu {
@@ -297,34 +425,10 @@ impl<E: Float> AttentionKernel<E> for Cpu {
             },
             None => None,
         };
-        let (lq, lk, lv) = (q.1, k.1, v.1);
-        let fits = lq.rank() == 4
-            && lk.rank() == 4
-            && lv.rank() == 4
-            && lk.dims[..2] == lq.dims[..2]
-            && lk.dims[3] == lq.dims[3]
-            && lv.dims[..3] == lk.dims[..3]
-            && out.dims[..] == [lq.dims[0], lq.dims[1], lq.dims[2], lv.dims[3]]
-            && mask.is_none_or(|(_, lm)| {
-                lm.dims[..] == [lq.dims[0], lq.dims[1], lq.dims[2], lk.dims[2]]
-            })
-            && is_permuted_dense(out);
-        if !fits {
-            return Err(Error::invalid(
-                "scaled_dot_product_attention",
-                format!(
-                    "operands {}, {}, {} and output {} are not [b, h, t, dk], [b, h, s, dk], [b, h, s, dv] and a dense [b, h, t, dv]",
-                    fmt_dims(&lq.dims),
-                    fmt_dims(&lk.dims),
-                    fmt_dims(&lv.dims),
-                    fmt_dims(&out.dims)
-                ),
-            ));
-        }
-        if out.numel() == 0 || lk.dims[2] == 0 {
-            // The composed ops give PyTorch's answer for empty operands.
+        if !fits(q, k, v, mask, out)? {
             return Ok(None);
         }
+        let (lq, lk, lv) = (q.1, k.1, v.1);
         let y = fused(
             (qa, lq),
             (ka, lk),
@@ -333,7 +437,54 @@ impl<E: Float> AttentionKernel<E> for Cpu {
             causal,
             E::Acc::c(scale),
             out,
+            None,
         );
         Ok(Some(super::matmul::from_acc_vec::<E>(y)))
+    }
+
+    fn attention_low(
+        &self,
+        q: (&Vec<E>, &Layout),
+        k: (&Vec<E>, &Layout),
+        v: (&Vec<E>, &Layout),
+        mask: Option<(&Vec<E>, &Layout)>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+        low: DType,
+    ) -> Result<Option<Vec<E>>> {
+        // Autocast rounds f32 tensors; the others keep the composed path.
+        let (Some(qa), Some(ka), Some(va)) = (f32s(q.0), f32s(k.0), f32s(v.0)) else {
+            return Ok(None);
+        };
+        let ma = match mask {
+            Some((m, lm)) => match f32s(m) {
+                Some(m) => Some((m, lm)),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        if !fits(q, k, v, mask, out)? {
+            return Ok(None);
+        }
+        let bf16 = Round(crate::cast::round_f32);
+        let f16 = Round(|x: f32| half::f16::from_f32(x).to_f32());
+        let round: &dyn Rounding<f32> = match low {
+            DType::BF16 => &bf16,
+            DType::F16 => &f16,
+            _ => return Ok(None),
+        };
+        let (lq, lk, lv) = (q.1, k.1, v.1);
+        let y = fused(
+            (qa, lq),
+            (ka, lk),
+            (va, lv),
+            ma,
+            causal,
+            scale as f32,
+            out,
+            Some(round),
+        );
+        Ok(same_vec::<f32, E>(y).ok())
     }
 }

@@ -45,7 +45,7 @@ pub(crate) fn same_ref<T: 'static, U: 'static>(v: &Vec<T>) -> Option<&Vec<U>> {
 }
 
 /// `v` itself when `T` and `U` are the same type, else `v` back.
-fn same_vec<T: 'static, U: 'static>(v: Vec<T>) -> std::result::Result<Vec<U>, Vec<T>> {
+pub(crate) fn same_vec<T: 'static, U: 'static>(v: Vec<T>) -> std::result::Result<Vec<U>, Vec<T>> {
     let mut slot = Some(v);
     if let Some(s) = (&mut slot as &mut dyn Any).downcast_mut::<Option<Vec<U>>>() {
         return Ok(s.take().expect("slot was filled"));
