@@ -195,34 +195,66 @@ trait Rounding<A>: Sync {
     fn in_place(&self, xs: &mut [A]);
 }
 
-/// [`Rounding`] by an elementwise function (inlined in each loop).
+/// [`Rounding`] by an elementwise function, inlined into loops compiled for
+/// the widest vectors the CPU has.
 struct Round<F>(F);
 
-impl<A: Copy, F: Fn(A) -> A + Sync> Rounding<A> for Round<F> {
-    fn gather(
-        &self,
-        dst: &mut [A],
-        data: &[A],
-        off: usize,
-        [rs, cs]: [usize; 2],
-        [m, n]: [usize; 2],
-    ) {
-        for (i, row) in dst[..m * n].chunks_exact_mut(n).enumerate() {
-            let at = off + i * rs;
+/// A strided block gathered rounded (see [`Rounding::gather`]).
+struct Gather<'a, A, F> {
+    dst: &'a mut [A],
+    data: &'a [A],
+    off: usize,
+    rs_cs: [usize; 2],
+    m_n: [usize; 2],
+    round: &'a F,
+}
+
+impl<A: Copy, F: Fn(A) -> A> crate::simd::Vectorized for Gather<'_, A, F> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let ([rs, cs], [m, n]) = (self.rs_cs, self.m_n);
+        for (i, row) in self.dst[..m * n].chunks_exact_mut(n).enumerate() {
+            let at = self.off + i * rs;
             if cs == 1 {
-                for (d, &x) in row.iter_mut().zip(&data[at..at + n]) {
-                    *d = (self.0)(x);
+                for (d, &x) in row.iter_mut().zip(&self.data[at..at + n]) {
+                    *d = (self.round)(x);
                 }
             } else {
                 for (j, d) in row.iter_mut().enumerate() {
-                    *d = (self.0)(data[at + j * cs]);
+                    *d = (self.round)(self.data[at + j * cs]);
                 }
             }
         }
     }
+}
+
+/// Elements rounded in place.
+struct InPlace<'a, A, F>(&'a mut [A], &'a F);
+
+impl<A: Copy, F: Fn(A) -> A> crate::simd::Vectorized for InPlace<'_, A, F> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        self.0.iter_mut().for_each(|x| *x = (self.1)(*x));
+    }
+}
+
+impl<A: Copy, F: Fn(A) -> A + Sync> Rounding<A> for Round<F> {
+    fn gather(&self, dst: &mut [A], data: &[A], off: usize, rs_cs: [usize; 2], m_n: [usize; 2]) {
+        let round = &self.0;
+        crate::simd::run(Gather {
+            dst,
+            data,
+            off,
+            rs_cs,
+            m_n,
+            round,
+        });
+    }
 
     fn in_place(&self, xs: &mut [A]) {
-        xs.iter_mut().for_each(|x| *x = (self.0)(*x));
+        crate::simd::run(InPlace(xs, &self.0));
     }
 }
 
