@@ -262,12 +262,8 @@ impl<A: Copy, F: Fn(A) -> A + Sync> Rounding<A> for Round<F> {
 /// to be a permuted dense layout of `[b, h, t, dv]`. With `round` (autocast),
 /// each task reads its head's queries, keys and values through it into a
 /// scratch copy, and rounds its result rows the same way.
-#[allow(clippy::too_many_arguments)] // three operands, the mask and the options
 fn fused<A: Real>(
-    q: Operand4<'_, A>,
-    k: Operand4<'_, A>,
-    v: Operand4<'_, A>,
-    mask: Option<Operand4<'_, A>>,
+    Operands { q, k, v, mask }: Operands<'_, A>,
     causal: bool,
     scale: A,
     out: &Layout,
@@ -436,6 +432,44 @@ fn fits<S>(
     Ok(out.numel() > 0 && lk.dims[2] > 0)
 }
 
+/// The operands of [`fused`].
+struct Operands<'a, A> {
+    q: Operand4<'a, A>,
+    k: Operand4<'a, A>,
+    v: Operand4<'a, A>,
+    mask: Option<Operand4<'a, A>>,
+}
+
+/// The operands' elements as `A`s through `view` (`None` when it has no
+/// view of one of them: the caller runs the composed ops), once their
+/// shapes are checked, and when there is anything to compute.
+fn operands<'a, E, A>(
+    [q, k, v]: [(&'a Vec<E>, &'a Layout); 3],
+    mask: Option<(&'a Vec<E>, &'a Layout)>,
+    out: &Layout,
+    view: impl Fn(&'a Vec<E>) -> Option<&'a [A]>,
+) -> Result<Option<Operands<'a, A>>> {
+    let (Some(qa), Some(ka), Some(va)) = (view(q.0), view(k.0), view(v.0)) else {
+        return Ok(None);
+    };
+    let ma = match mask {
+        Some((m, lm)) => match view(m) {
+            Some(m) => Some((m, lm)),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    if !fits(q, k, v, mask, out)? {
+        return Ok(None);
+    }
+    Ok(Some(Operands {
+        q: (qa, q.1),
+        k: (ka, k.1),
+        v: (va, v.1),
+        mask: ma,
+    }))
+}
+
 impl<E: Float> AttentionKernel<E> for Cpu {
     fn attention(
         &self,
@@ -447,30 +481,10 @@ impl<E: Float> AttentionKernel<E> for Cpu {
         scale: f64,
         out: &Layout,
     ) -> Result<Option<Vec<E>>> {
-        let (Some(qa), Some(ka), Some(va)) = (acc(q.0), acc(k.0), acc(v.0)) else {
+        let Some(ops) = operands([q, k, v], mask, out, acc::<E>)? else {
             return Ok(None);
         };
-        let ma = match mask {
-            Some((m, lm)) => match acc(m) {
-                Some(m) => Some((m, lm)),
-                None => return Ok(None),
-            },
-            None => None,
-        };
-        if !fits(q, k, v, mask, out)? {
-            return Ok(None);
-        }
-        let (lq, lk, lv) = (q.1, k.1, v.1);
-        let y = fused(
-            (qa, lq),
-            (ka, lk),
-            (va, lv),
-            ma,
-            causal,
-            E::Acc::c(scale),
-            out,
-            None,
-        );
+        let y = fused(ops, causal, E::Acc::c(scale), out, None);
         Ok(Some(super::matmul::from_acc_vec::<E>(y)))
     }
 
@@ -486,19 +500,9 @@ impl<E: Float> AttentionKernel<E> for Cpu {
         low: DType,
     ) -> Result<Option<Vec<E>>> {
         // Autocast rounds f32 tensors; the others keep the composed path.
-        let (Some(qa), Some(ka), Some(va)) = (f32s(q.0), f32s(k.0), f32s(v.0)) else {
+        let Some(ops) = operands([q, k, v], mask, out, f32s::<E>)? else {
             return Ok(None);
         };
-        let ma = match mask {
-            Some((m, lm)) => match f32s(m) {
-                Some(m) => Some((m, lm)),
-                None => return Ok(None),
-            },
-            None => None,
-        };
-        if !fits(q, k, v, mask, out)? {
-            return Ok(None);
-        }
         let bf16 = Round(crate::cast::round_f32);
         let f16 = Round(|x: f32| half::f16::from_f32(x).to_f32());
         let round: &dyn Rounding<f32> = match low {
@@ -506,17 +510,7 @@ impl<E: Float> AttentionKernel<E> for Cpu {
             DType::F16 => &f16,
             _ => return Ok(None),
         };
-        let (lq, lk, lv) = (q.1, k.1, v.1);
-        let y = fused(
-            (qa, lq),
-            (ka, lk),
-            (va, lv),
-            ma,
-            causal,
-            scale as f32,
-            out,
-            Some(round),
-        );
+        let y = fused(ops, causal, scale as f32, out, Some(round));
         Ok(same_vec::<f32, E>(y).ok())
     }
 }
