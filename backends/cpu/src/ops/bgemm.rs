@@ -35,7 +35,16 @@
 use super::matmul::Operand;
 use crate::cast::{round_bits, round_f32};
 use half::bf16;
+use std::any::TypeId;
 use std::arch::asm;
+use std::arch::x86_64::{
+    __m512, __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_castps_si512,
+    _mm512_castsi256_si512, _mm512_cmp_ps_mask, _mm512_cvtepi32_epi16, _mm512_inserti64x4,
+    _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_blend_epi32, _mm512_or_si512,
+    _mm512_set1_epi32, _mm512_setzero_si512, _mm512_shuffle_i32x4, _mm512_srli_epi32,
+    _mm512_storeu_si512, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32,
+    _mm512_unpacklo_epi64, _CMP_UNORD_Q,
+};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
@@ -143,7 +152,7 @@ fn xgetbv0() -> u64 {
 
 /// A value packed as bf16: bf16 as it is, f32 rounded to the nearest
 /// (ties to even), as `half::bf16::from_f32` does.
-pub(crate) trait ToBf16: Copy + Send + Sync {
+pub(crate) trait ToBf16: Copy + Send + Sync + 'static {
     /// The bf16 bits of the value.
     fn bits(self) -> u16;
 }
@@ -294,9 +303,21 @@ fn pack_b_block<B: ToBf16>(
     } else if b.rs == 1 {
         // A transposed view (a linear layer's weight): each column's depths
         // are adjacent; read 32 of them a column, then lay the 16 x 16
-        // pairs out transposed.
+        // pairs out transposed: in vector registers for a whole tile, one
+        // value at a time for a tile cut short by the edges.
         for c in 0..k.div_ceil(KC) {
             let depth = KC.min(k - c * KC);
+            if cols == T && depth == KC {
+                let rows: [__m512i; T] =
+                    std::array::from_fn(|j| pairs(b.data, b.off + (c0 + j) * b.cs + c * KC));
+                let dst = &mut block[c * TILE..][..TILE];
+                for (q, v) in transpose(rows).into_iter().enumerate() {
+                    let at = &mut dst[q * KC..][..KC];
+                    // SAFETY: 32 values (64 bytes) inside `dst`.
+                    unsafe { _mm512_storeu_si512(at.as_mut_ptr().cast(), v) };
+                }
+                continue;
+            }
             let mut tile = [[0u16; KC]; T];
             for (j, t) in tile[..cols].iter_mut().enumerate() {
                 let start = b.off + (c0 + j) * b.cs + c * KC;
@@ -321,6 +342,89 @@ fn pack_b_block<B: ToBf16>(
             }
         }
     }
+}
+
+/// The 32 values `data[at..at + 32]` as bf16 pairs: lane `q` holds the
+/// bits of value `2q` in its low half and of value `2q + 1` in its high
+/// half (an f32 rounded as [`round_bits`] rounds, NaN included).
+///
+/// # Panics
+/// If `data` has fewer than `at + 32` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+fn pairs<B: ToBf16>(data: &[B], at: usize) -> __m512i {
+    let src = &data[at..at + KC];
+    if TypeId::of::<B>() == TypeId::of::<f32>() {
+        // SAFETY: `B` is `f32`; 32 floats are read, inside `src`.
+        let (v0, v1) = unsafe {
+            let p = src.as_ptr().cast::<f32>();
+            (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+        };
+        let (lo, hi) = (
+            _mm512_cvtepi32_epi16(round16(v0)),
+            _mm512_cvtepi32_epi16(round16(v1)),
+        );
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    } else {
+        debug_assert_eq!(TypeId::of::<B>(), TypeId::of::<bf16>());
+        // SAFETY: `B` is `bf16` (the other `ToBf16`), 16 bits of plain
+        // data; 64 bytes are read, inside `src`.
+        unsafe { _mm512_loadu_si512(src.as_ptr().cast()) }
+    }
+}
+
+/// [`round_bits`] on 16 lanes: the bf16 bits in each lane's low half.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+fn round16(v: __m512) -> __m512i {
+    let b = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+    let nearest = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+        b,
+        _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb),
+    ));
+    let nan = _mm512_or_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(0x40));
+    _mm512_mask_blend_epi32(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), nearest, nan)
+}
+
+/// The 16 x 16 transpose of 32-bit lanes: lane `j` of result `q` is lane
+/// `q` of `rows[j]`. Pairs of rows interleave by lanes, then by pairs of
+/// lanes (each group of four rows is then in 4 x 4 blocks, one a 128-bit
+/// lane), then the 128-bit lanes move across the groups.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+fn transpose(rows: [__m512i; T]) -> [__m512i; T] {
+    // `v[g][w]`, 128-bit lane `l`: rows `4g..4g + 4` of column `4l + w`.
+    let v: [[__m512i; 4]; 4] = std::array::from_fn(|g| {
+        let r = &rows[4 * g..4 * g + 4];
+        let (t0, t1) = (
+            _mm512_unpacklo_epi32(r[0], r[1]),
+            _mm512_unpackhi_epi32(r[0], r[1]),
+        );
+        let (t2, t3) = (
+            _mm512_unpacklo_epi32(r[2], r[3]),
+            _mm512_unpackhi_epi32(r[2], r[3]),
+        );
+        [
+            _mm512_unpacklo_epi64(t0, t2),
+            _mm512_unpackhi_epi64(t0, t2),
+            _mm512_unpacklo_epi64(t1, t3),
+            _mm512_unpackhi_epi64(t1, t3),
+        ]
+    });
+    let mut out = [_mm512_setzero_si512(); T];
+    for w in 0..4 {
+        // Lanes 0, 2 (0x88) and 1, 3 (0xdd) of each of two sources.
+        let x = _mm512_shuffle_i32x4::<0x88>(v[0][w], v[1][w]);
+        let y = _mm512_shuffle_i32x4::<0xdd>(v[0][w], v[1][w]);
+        let z = _mm512_shuffle_i32x4::<0x88>(v[2][w], v[3][w]);
+        let u = _mm512_shuffle_i32x4::<0xdd>(v[2][w], v[3][w]);
+        out[w] = _mm512_shuffle_i32x4::<0x88>(x, z);
+        out[4 + w] = _mm512_shuffle_i32x4::<0x88>(y, u);
+        out[8 + w] = _mm512_shuffle_i32x4::<0xdd>(x, z);
+        out[12 + w] = _mm512_shuffle_i32x4::<0xdd>(y, u);
+    }
+    out
 }
 
 /// The tile configuration of this kernel: tiles 0-7 all 16 rows of 64
@@ -634,7 +738,8 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
                     let (ti, tj) = (2 * i, 2 * j);
                     // SAFETY: the packed buffers hold `mb` and `nb` blocks
                     // of `blk` values; blocks past them are not read (MR,
-                    // NR 1). Tasks own disjoint panels of `out`.
+                    // NR 1). Tasks own disjoint panels of `out`. The
+                    // CPU has AVX-512 (`available()`), for the epilogue.
                     unsafe {
                         let ap = [pa.add(ti * blk), pa.add((ti + 1).min(mb - 1) * blk)];
                         let bp = [pb.add(tj * blk), pb.add((tj + 1).min(nb - 1) * blk)];
@@ -656,26 +761,15 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
                                 }
                             }
                         }
+                        // The epilogue on the block just written, while it
+                        // is in the first-level cache.
+                        if bias.is_some() || round {
+                            epilogue(out, r0, c0, bias, round);
+                        }
                     }
                 }
             }
             hot_start = hot_end;
-        }
-        // The epilogue on this task's outputs, while they are in cache.
-        if bias.is_some() || round {
-            let (r, c) = (
-                rows.start * 2 * T..(rows.end * 2 * T).min(m),
-                cols.start * 2 * T..(cols.end * 2 * T).min(n),
-            );
-            for i in r {
-                // SAFETY: the blocks above wrote these outputs, which this
-                // task alone owns.
-                let row = unsafe {
-                    std::slice::from_raw_parts_mut(out.ptr.add(i * n + c.start), c.len())
-                };
-                // SAFETY: the CPU has AVX-512, as in `pack_a`.
-                unsafe { epilogue(row, bias.map(|v| &v[c.clone()]), round) };
-            }
         }
     };
     if tasks > 1 {
@@ -686,17 +780,28 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
     drop((pa, pb));
 }
 
-/// Adds the bias to a row of sums and rounds them to bf16 when asked.
+/// Adds the bias to the sums of the 32 x 32 output block at row `r0`,
+/// column `c0` (clipped to the output) and rounds them to bf16 when asked.
+///
+/// # Safety
+/// The CPU has AVX-512 (as for `pack_a`); the block is inside `out`, was
+/// written, and no other thread touches it.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-fn epilogue(row: &mut [f32], bias: Option<&[f32]>, round: bool) {
-    match (bias, round) {
-        (Some(b), true) => row
-            .iter_mut()
-            .zip(b)
-            .for_each(|(o, &b)| *o = round_f32(*o + b)),
-        (Some(b), false) => row.iter_mut().zip(b).for_each(|(o, &b)| *o += b),
-        (None, true) => row.iter_mut().for_each(|o| *o = round_f32(*o)),
-        (None, false) => {}
+unsafe fn epilogue(out: Out, r0: usize, c0: usize, bias: Option<&[f32]>, round: bool) {
+    let cols = (2 * T).min(out.n - c0);
+    let bias = bias.map(|v| &v[c0..c0 + cols]);
+    for i in r0..(r0 + 2 * T).min(out.m) {
+        // SAFETY: inside `out`, in this block, as the caller promises.
+        let row = unsafe { std::slice::from_raw_parts_mut(out.ptr.add(i * out.ld + c0), cols) };
+        match (bias, round) {
+            (Some(b), true) => row
+                .iter_mut()
+                .zip(b)
+                .for_each(|(o, &b)| *o = round_f32(*o + b)),
+            (Some(b), false) => row.iter_mut().zip(b).for_each(|(o, &b)| *o += b),
+            (None, true) => row.iter_mut().for_each(|o| *o = round_f32(*o)),
+            (None, false) => {}
+        }
     }
 }
 
@@ -834,6 +939,65 @@ mod tests {
             run(isa, 300, 70, 200, Store::Transposed, true, false, true);
             run(isa, 70, 300, 200, Store::Rows, false, true, true);
         }
+    }
+
+    #[test]
+    fn every_packing_path_lays_out_the_same_bits() {
+        if !crate::simd::has_avx512() {
+            eprintln!("no AVX-512 on this CPU: packing is not run here");
+            return;
+        }
+        // Whole tiles and cut ones (35 columns, 70 depths), with values
+        // that round to even, NaN and infinities among them.
+        let (k, n) = (70, 35);
+        let mut rng = Rng::seed_from(17);
+        let mut vals: Vec<f32> = (0..k * n).map(|_| (rng.normal() * 1e3) as f32).collect();
+        vals[3] = 1.0 + 1.0 / 256.0;
+        vals[40] = f32::NAN;
+        vals[77] = f32::NEG_INFINITY;
+        vals[500] = f32::from_bits(0x7f7f_ffff);
+        let at = |kk: usize, j: usize| vals[kk * n + j];
+        // Row-major, transposed (column-major) and every other element.
+        let rows = vals.clone();
+        let cols: Vec<f32> = (0..n * k).map(|i| at(i % k, i / k)).collect();
+        let mut sparse = vec![0f32; 2 * k * n];
+        for kk in 0..k {
+            for j in 0..n {
+                sparse[2 * (kk * n + j)] = at(kk, j);
+            }
+        }
+        let chunks = k.div_ceil(KC);
+        fn packed<B: ToBf16>(data: &[B], rs: usize, cs: usize, k: usize, n: usize) -> Vec<u16> {
+            let b = Operand {
+                data,
+                off: 0,
+                rs,
+                cs,
+            };
+            let p = pack_b(&b, k, n, k.div_ceil(KC));
+            let len = n.div_ceil(T) * k.div_ceil(KC) * TILE;
+            // SAFETY: `pack_b` filled `len` values from `ptr`.
+            unsafe { std::slice::from_raw_parts(p.ptr(), len) }.to_vec()
+        }
+        let want = packed(&rows, n, 1, k, n);
+        let low = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
+        // Every value lands where the pairs layout says, rounded.
+        for kk in 0..k {
+            for j in 0..n {
+                let p = (j / T) * chunks * TILE + (kk / KC) * TILE + ((kk % KC) / 2) * KC;
+                let got = want[p + 2 * (j % T) + kk % 2];
+                let x = at(kk, j);
+                if x.is_nan() {
+                    assert!(bf16::from_bits(got).is_nan());
+                } else {
+                    assert_eq!(got, bf16::from_f32(x).to_bits(), "depth {kk}, column {j}");
+                }
+            }
+        }
+        assert_eq!(packed(&cols, 1, k, k, n), want, "transposed f32");
+        assert_eq!(packed(&low(&cols), 1, k, k, n), want, "transposed bf16");
+        assert_eq!(packed(&sparse, 2 * n, 2, k, n), want, "strided f32");
+        assert_eq!(packed(&low(&rows), n, 1, k, n), want, "row-major bf16");
     }
 
     #[test]
