@@ -38,12 +38,13 @@ use half::bf16;
 use std::any::TypeId;
 use std::arch::asm;
 use std::arch::x86_64::{
-    __m512, __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_castps_si512,
-    _mm512_castsi256_si512, _mm512_cmp_ps_mask, _mm512_cvtepi32_epi16, _mm512_inserti64x4,
-    _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_blend_epi32, _mm512_or_si512,
-    _mm512_set1_epi32, _mm512_setzero_si512, _mm512_shuffle_i32x4, _mm512_srli_epi32,
-    _mm512_storeu_si512, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32,
-    _mm512_unpacklo_epi64, _CMP_UNORD_Q,
+    __m512, __m512i, _mm256_maskz_loadu_epi16, _mm512_add_epi32, _mm512_and_si512,
+    _mm512_castps_si512, _mm512_castsi256_si512, _mm512_cmp_ps_mask, _mm512_cvtepi32_epi16,
+    _mm512_cvtepu16_epi32, _mm512_inserti64x4, _mm512_mask_blend_epi32, _mm512_maskz_loadu_epi16,
+    _mm512_maskz_loadu_ps, _mm512_or_si512, _mm512_set1_epi32, _mm512_setzero_si512,
+    _mm512_shuffle_i32x4, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_storeu_si512,
+    _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+    _CMP_UNORD_Q,
 };
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
@@ -282,55 +283,42 @@ fn pack_b_block<B: ToBf16>(
     block: &mut [u16],
 ) {
     let at = |kk: usize| (kk / KC) * TILE + ((kk % KC) / 2) * KC + kk % 2;
-    if b.cs == 1 || cols == 1 {
-        // Rows read along memory, two depths interleaved.
+    if b.cs == 1 {
+        // Rows read along memory: the block's columns of a pair of rows
+        // (of one row, the last of an odd depth) interleaved in a vector,
+        // the columns past the edge zero.
         for kk in (0..k).step_by(2) {
-            let dst = &mut block[at(kk)..][..2 * cols];
-            let start = b.off + kk * b.rs + c0 * b.cs;
-            let r0 = &b.data[start..start + cols];
-            if kk + 1 < k {
-                let r1 = &b.data[start + b.rs..start + b.rs + cols];
-                for (j, (&x, &y)) in r0.iter().zip(r1).enumerate() {
-                    dst[2 * j] = x.bits();
-                    dst[2 * j + 1] = y.bits();
-                }
+            let start = b.off + kk * b.rs + c0;
+            let lo = lanes(b.data, start, cols);
+            let v = if kk + 1 < k {
+                let hi = lanes(b.data, start + b.rs, cols);
+                _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
             } else {
-                for (j, &x) in r0.iter().enumerate() {
-                    dst[2 * j] = x.bits();
-                }
-            }
+                lo
+            };
+            let dst = &mut block[at(kk)..][..KC];
+            // SAFETY: 32 values (64 bytes) inside `dst`.
+            unsafe { _mm512_storeu_si512(dst.as_mut_ptr().cast(), v) };
         }
     } else if b.rs == 1 {
         // A transposed view (a linear layer's weight): each column's depths
-        // are adjacent; read 32 of them a column, then lay the 16 x 16
-        // pairs out transposed: in vector registers for a whole tile, one
-        // value at a time for a tile cut short by the edges.
+        // are adjacent; read up to 32 of them a column as pairs, then
+        // transpose the 16 x 16 pairs in registers (the columns and depths
+        // past the edges zero).
         for c in 0..k.div_ceil(KC) {
             let depth = KC.min(k - c * KC);
-            if cols == T && depth == KC {
-                let rows: [__m512i; T] =
-                    std::array::from_fn(|j| pairs(b.data, b.off + (c0 + j) * b.cs + c * KC));
-                let dst = &mut block[c * TILE..][..TILE];
-                for (q, v) in transpose(rows).into_iter().enumerate() {
-                    let at = &mut dst[q * KC..][..KC];
-                    // SAFETY: 32 values (64 bytes) inside `dst`.
-                    unsafe { _mm512_storeu_si512(at.as_mut_ptr().cast(), v) };
+            let rows: [__m512i; T] = std::array::from_fn(|j| {
+                if j < cols {
+                    pairs(b.data, b.off + (c0 + j) * b.cs + c * KC, depth)
+                } else {
+                    _mm512_setzero_si512()
                 }
-                continue;
-            }
-            let mut tile = [[0u16; KC]; T];
-            for (j, t) in tile[..cols].iter_mut().enumerate() {
-                let start = b.off + (c0 + j) * b.cs + c * KC;
-                for (t, &v) in t.iter_mut().zip(&b.data[start..start + depth]) {
-                    *t = v.bits();
-                }
-            }
+            });
             let dst = &mut block[c * TILE..][..TILE];
-            for q in 0..KC / 2 {
-                for j in 0..T {
-                    dst[q * KC + 2 * j] = tile[j][2 * q];
-                    dst[q * KC + 2 * j + 1] = tile[j][2 * q + 1];
-                }
+            for (q, v) in transpose(rows).into_iter().enumerate() {
+                let at = &mut dst[q * KC..][..KC];
+                // SAFETY: 32 values (64 bytes) inside `dst`.
+                unsafe { _mm512_storeu_si512(at.as_mut_ptr().cast(), v) };
             }
         }
     } else {
@@ -344,33 +332,56 @@ fn pack_b_block<B: ToBf16>(
     }
 }
 
-/// The 32 values `data[at..at + 32]` as bf16 pairs: lane `q` holds the
-/// bits of value `2q` in its low half and of value `2q + 1` in its high
-/// half (an f32 rounded as [`round_bits`] rounds, NaN included).
+/// The `count` (at most 32) values `data[at..at + count]` as bf16 pairs,
+/// zeros after them: lane `q` holds the bits of value `2q` in its low half
+/// and of value `2q + 1` in its high half (an f32 rounded as
+/// [`round_bits`] rounds, NaN included).
 ///
 /// # Panics
-/// If `data` has fewer than `at + 32` values.
+/// If `data` has fewer than `at + count` values.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-fn pairs<B: ToBf16>(data: &[B], at: usize) -> __m512i {
-    let src = &data[at..at + KC];
+fn pairs<B: ToBf16>(data: &[B], at: usize, count: usize) -> __m512i {
+    let src = &data[at..at + count];
     if TypeId::of::<B>() == TypeId::of::<f32>() {
-        // SAFETY: `B` is `f32`; 32 floats are read, inside `src`.
-        let (v0, v1) = unsafe {
-            let p = src.as_ptr().cast::<f32>();
-            (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-        };
-        let (lo, hi) = (
-            _mm512_cvtepi32_epi16(round16(v0)),
-            _mm512_cvtepi32_epi16(round16(v1)),
-        );
+        let lo = _mm512_cvtepi32_epi16(lanes(data, at, count.min(T)));
+        let hi = _mm512_cvtepi32_epi16(lanes(data, at + T.min(count), count.saturating_sub(T)));
         _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
     } else {
         debug_assert_eq!(TypeId::of::<B>(), TypeId::of::<bf16>());
         // SAFETY: `B` is `bf16` (the other `ToBf16`), 16 bits of plain
-        // data; 64 bytes are read, inside `src`.
-        unsafe { _mm512_loadu_si512(src.as_ptr().cast()) }
+        // data; the mask reads the first `count` of them, inside `src`.
+        unsafe { _mm512_maskz_loadu_epi16(mask(count), src.as_ptr().cast()) }
     }
+}
+
+/// The `count` (at most 16) values `data[at..at + count]` as bf16 bits,
+/// each in the low half of a 32-bit lane, zero lanes after them (an f32
+/// rounded as [`round_bits`] rounds).
+///
+/// # Panics
+/// If `data` has fewer than `at + count` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+fn lanes<B: ToBf16>(data: &[B], at: usize, count: usize) -> __m512i {
+    let src = &data[at..at + count];
+    let m = mask(count) as u16;
+    if TypeId::of::<B>() == TypeId::of::<f32>() {
+        // SAFETY: `B` is `f32`; the mask reads the first `count` floats,
+        // inside `src`.
+        round16(unsafe { _mm512_maskz_loadu_ps(m, src.as_ptr().cast::<f32>()) })
+    } else {
+        // SAFETY: `B` is `bf16`, 16 bits of plain data; the mask reads the
+        // first `count`, inside `src`.
+        _mm512_cvtepu16_epi32(unsafe { _mm256_maskz_loadu_epi16(m, src.as_ptr().cast()) })
+    }
+}
+
+/// The first `count` (at most 32) bits set.
+#[inline(always)]
+fn mask(count: usize) -> u32 {
+    debug_assert!(count <= 32);
+    ((1u64 << count) - 1) as u32
 }
 
 /// [`round_bits`] on 16 lanes: the bf16 bits in each lane's low half.
@@ -947,9 +958,9 @@ mod tests {
             eprintln!("no AVX-512 on this CPU: packing is not run here");
             return;
         }
-        // Whole tiles and cut ones (35 columns, 70 depths), with values
+        // Whole tiles and cut ones (35 columns, 71 depths), with values
         // that round to even, NaN and infinities among them.
-        let (k, n) = (70, 35);
+        let (k, n) = (71, 35);
         let mut rng = Rng::seed_from(17);
         let mut vals: Vec<f32> = (0..k * n).map(|_| (rng.normal() * 1e3) as f32).collect();
         vals[3] = 1.0 + 1.0 / 256.0;
