@@ -25,6 +25,20 @@ pub(crate) fn round_f32(x: f32) -> f32 {
     f32::from_bits(u32::from(round_bits(x)) << 16)
 }
 
+/// Rounds every value of `xs` to bf16 in place (kept in f32), in a loop
+/// compiled for the widest vectors the CPU has.
+pub(crate) fn round_in_place(xs: &mut [f32]) {
+    struct Round<'a>(&'a mut [f32]);
+    impl crate::simd::Vectorized for Round<'_> {
+        type Out = ();
+        #[inline(always)]
+        fn run(self) {
+            self.0.iter_mut().for_each(|x| *x = round_f32(*x));
+        }
+    }
+    crate::simd::run(Round(xs));
+}
+
 /// The cast of a view from `E` to `F` when it is f32 to bf16 or back
 /// (`None` for the other pairs); the same values as `Dtype::cast`.
 // A `Vec`, not a slice: an unsized `[E]` cannot be downcast through `Any`.

@@ -4,7 +4,7 @@
 //! options here, so they are `Dyn`; typed layers pin them.
 
 use crate::device::Backend;
-use crate::dtype::Float;
+use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::window::{transposed_window_out, window_out};
@@ -64,6 +64,61 @@ pub trait ConvKernel<E: Float>: Backend {
         p: &Conv2dParams,
         need: [bool; 2],
     ) -> Result<(Option<Self::Storage<E>>, Option<Self::Storage<E>>)>;
+
+    /// Whether [`ConvKernel::conv2d_low`] and
+    /// [`ConvKernel::conv2d_backward_low`] run for this dtype and `low`
+    /// (bf16 or f16): then autocast's convolution calls them, rounding as
+    /// their products read, instead of rounding its operands, result and
+    /// gradients as ops of their own. `false` (the default): autocast
+    /// rounds around [`ConvKernel::conv2d`].
+    fn has_conv_low(&self, low: DType) -> bool {
+        let _ = low;
+        false
+    }
+
+    /// [`ConvKernel::conv2d`] as autocast computes it in `low`: the input's
+    /// and the weight's values rounded to `low`, the products summed in f32,
+    /// each output rounded to `low`, stored in `E`. Called only where
+    /// [`ConvKernel::has_conv_low`] says yes; the default is an error.
+    #[allow(clippy::too_many_arguments)] // two operands with their layouts
+    fn conv2d_low(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        w: &Self::Storage<E>,
+        lw: &Layout,
+        p: &Conv2dParams,
+        low: DType,
+    ) -> Result<Self::Storage<E>> {
+        let _ = (x, lx, w, lw, p);
+        Err(Error::invalid(
+            "conv2d",
+            format!("{} has no {low} convolution for {}", self.name(), E::DTYPE),
+        ))
+    }
+
+    /// [`ConvKernel::conv2d_backward`] of [`ConvKernel::conv2d_low`]: `x`,
+    /// `w` and `g` rounded to `low` as read, the products summed in f32,
+    /// each gradient rounded to `low` once summed. As for `conv2d_low`.
+    #[allow(clippy::too_many_arguments)] // three operands with their layouts
+    fn conv2d_backward_low(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        w: &Self::Storage<E>,
+        lw: &Layout,
+        g: &Self::Storage<E>,
+        lg: &Layout,
+        p: &Conv2dParams,
+        need: [bool; 2],
+        low: DType,
+    ) -> Result<(Option<Self::Storage<E>>, Option<Self::Storage<E>>)> {
+        let _ = (x, lx, w, lw, g, lg, p, need);
+        Err(Error::invalid(
+            "conv2d_backward",
+            format!("{} has no {low} convolution for {}", self.name(), E::DTYPE),
+        ))
+    }
 }
 
 /// The sizes of a 2-d convolution, validated: built only by
@@ -189,19 +244,21 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         p: Conv2dParams,
     ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
         self.same_device("conv2d", weight)?;
-        if let Some(low) = crate::autocast::target::<E, D>(&self.device) {
+        let low = crate::autocast::target::<E, D>(&self.device);
+        if let Some(low) = low.filter(|&l| !self.device.has_conv_low(l)) {
+            // No low-precision kernel: round the operands and the result as
+            // ops of their own around the plain convolution.
             let _inner = crate::autocast::suspend();
             let (x, w) = (self.try_round_to(low)?, weight.try_round_to(low)?);
             return x.try_conv2d_unnoted(&w, p)?.try_round_to(low);
         }
         let out = Conv2dGeometry::new(&self.layout.dims, &weight.layout.dims, &p)?.out_dims();
-        let s = self.device.conv2d(
-            &self.storage(),
-            &self.layout,
-            &weight.storage(),
-            &weight.layout,
-            &p,
-        )?;
+        let (sx, sw) = (&self.storage(), &weight.storage());
+        let (lx, lw) = (&self.layout, &weight.layout);
+        let s = match low {
+            Some(low) => self.device.conv2d_low(sx, lx, sw, lw, &p, low)?,
+            None => self.device.conv2d(sx, lx, sw, lw, &p)?,
+        };
         let (xr, wr) = (self.raw(), weight.raw());
         let need = [self.var.is_some(), weight.var.is_some()];
         Ok(Tensor::from_storage(s, &out, self.device.clone()).record(
@@ -212,16 +269,13 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                 .flatten()
                 .collect(),
             move |g| {
-                let (gx, gw) = g.device.conv2d_backward(
-                    &xr.storage(),
-                    &xr.layout,
-                    &wr.storage(),
-                    &wr.layout,
-                    &g.storage(),
-                    &g.layout,
-                    &p,
-                    need,
-                )?;
+                let (sx, sw, sg) = (&xr.storage(), &wr.storage(), &g.storage());
+                let (lx, lw, lg) = (&xr.layout, &wr.layout, &g.layout);
+                let dev = &g.device;
+                let (gx, gw) = match low {
+                    Some(low) => dev.conv2d_backward_low(sx, lx, sw, lw, sg, lg, &p, need, low)?,
+                    None => dev.conv2d_backward(sx, lx, sw, lw, sg, lg, &p, need)?,
+                };
                 Ok(vec![
                     gx.map(|s| Raw::new(s, &xr.layout.dims, g.device.clone())),
                     gw.map(|s| Raw::new(s, &wr.layout.dims, g.device.clone())),

@@ -30,10 +30,96 @@ use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
 use forma_core::ops::conv::{Conv2dGeometry, Conv2dParams, ConvKernel};
-use forma_core::{Error, Float, Layout, Result};
+use forma_core::ops::matmul::MatmulKernel;
+use forma_core::{DType, Error, Float, Layout, Result};
 
 /// The sizes of a convolution, validated by core's one set of checks.
 type Geometry = Conv2dGeometry;
+
+/// The products a convolution runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Products {
+    /// The accumulation type's gemm.
+    Plain,
+    /// Autocast's bf16 products on f32 operands: each value rounded to
+    /// bf16 as the AMX product packs it, the sums in f32 (only where
+    /// `has_conv_low` said so).
+    Bf16,
+}
+
+/// `dst = lhs @ rhs` (`m x k` by `k x n`) on the products `prod`.
+#[allow(clippy::too_many_arguments)] // a gemm's sizes and operands, and the products
+fn product_into<A: Real>(
+    dst: &mut [A],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+    parallelism: Parallelism,
+    prod: Products,
+) {
+    match prod {
+        Products::Plain => gemm_into(dst, m, n, k, lhs, rhs, parallelism),
+        Products::Bf16 => bf16_product(dst, m, n, k, lhs, rhs, parallelism),
+    }
+}
+
+/// [`product_into`] on bf16 products (see [`Products::Bf16`]).
+///
+/// # Panics
+/// If `A` is not f32 or the CPU has no AMX tiles.
+#[cfg(target_arch = "x86_64")]
+fn bf16_product<A: Real>(
+    dst: &mut [A],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+    parallelism: Parallelism,
+) {
+    use std::any::TypeId;
+    use std::mem::MaybeUninit;
+    assert_eq!(
+        TypeId::of::<A>(),
+        TypeId::of::<f32>(),
+        "bf16 products take f32 operands"
+    );
+    /// # Safety
+    /// `A` is f32.
+    unsafe fn f32s<A>(o: Operand<'_, A>) -> Operand<'_, f32> {
+        Operand {
+            // SAFETY: `A` is f32, so the slice is one of f32 values.
+            data: unsafe { std::slice::from_raw_parts(o.data.as_ptr().cast(), o.data.len()) },
+            off: o.off,
+            rs: o.rs,
+            cs: o.cs,
+        }
+    }
+    // SAFETY: `A` is f32; `MaybeUninit<f32>` has its layout, and bgemm
+    // stores f32 values in every element, so `dst` stays initialised.
+    let out = unsafe {
+        std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<f32>>(), dst.len())
+    };
+    let par = !matches!(parallelism, Parallelism::None);
+    // SAFETY: `A` is f32 (asserted above).
+    let (lhs, rhs) = unsafe { (f32s(lhs), f32s(rhs)) };
+    super::bgemm::bgemm(out, m, n, k, lhs, rhs, None, false, par);
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn bf16_product<A: Real>(
+    _: &mut [A],
+    _: usize,
+    _: usize,
+    _: usize,
+    _: Operand<'_, A>,
+    _: Operand<'_, A>,
+    _: Parallelism,
+) {
+    unreachable!("has_conv_low holds only on x86_64")
+}
 
 /// Whether the input plane already is the column matrix.
 fn is_pointwise(g: &Geometry) -> bool {
@@ -243,6 +329,7 @@ fn conv_image<A: Real>(
     scratch: &mut Scratch<A>,
     g: &Geometry,
     parallelism: Parallelism,
+    prod: Products,
 ) {
     let groups = g.p.groups;
     let og = g.c_out / groups;
@@ -275,7 +362,7 @@ fn conv_image<A: Real>(
             rs: kk,
             cs: 1,
         };
-        gemm_into(dst, og, l, kk, lhs, rhs, parallelism);
+        product_into(dst, og, l, kk, lhs, rhs, parallelism, prod);
     }
 }
 
@@ -333,18 +420,26 @@ fn stacked_cols<A: Real>(
 }
 
 /// The convolution with the images stacked `run` at a time.
-fn conv2d_stacked<A: Real>(x: &[A], wt: &[A], out: &mut [A], g: &Geometry, run: usize) {
+#[allow(clippy::too_many_arguments)] // the operands, the output, the run and the products
+fn conv2d_stacked<A: Real>(
+    x: &[A],
+    wt: &[A],
+    out: &mut [A],
+    g: &Geometry,
+    run: usize,
+    prod: Products,
+) {
     let (kk, l) = (g.patch(), g.positions());
     let og = g.c_out / g.p.groups;
     let out_img = g.c_out * l;
     let par = solo_parallelism();
-    let (mut col, mut one, mut pad, mut prod) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut col, mut one, mut pad, mut out_run) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i0 in (0..g.n).step_by(run) {
         let b = run.min(g.n - i0);
         let cols = b * l;
         for gi in 0..g.p.groups {
             stacked_cols(x, g, (i0, b), gi, &mut col, &mut one, &mut pad);
-            prod.resize(og * cols, A::zero());
+            out_run.resize(og * cols, A::zero());
             let lhs = Operand {
                 data: wt,
                 off: gi * og * kk,
@@ -357,8 +452,8 @@ fn conv2d_stacked<A: Real>(x: &[A], wt: &[A], out: &mut [A], g: &Geometry, run: 
                 rs: cols,
                 cs: 1,
             };
-            gemm_into(&mut prod, og, cols, kk, lhs, rhs, par);
-            for (o, row) in prod.chunks_exact(cols).enumerate() {
+            product_into(&mut out_run, og, cols, kk, lhs, rhs, par, prod);
+            for (o, row) in out_run.chunks_exact(cols).enumerate() {
                 for (k, src) in row.chunks_exact(l).enumerate() {
                     out[(i0 + k) * out_img + (gi * og + o) * l..][..l].copy_from_slice(src);
                 }
@@ -368,20 +463,26 @@ fn conv2d_stacked<A: Real>(x: &[A], wt: &[A], out: &mut [A], g: &Geometry, run: 
 }
 
 /// The convolution on dense operands in a gemm type.
-fn conv2d_acc<A: Real>(x: &[A], wt: &[A], g: &Geometry) -> Vec<A> {
-    conv2d_with(x, wt, g, stacked_images(g, STACK_BELOW_FORWARD))
+fn conv2d_acc<A: Real>(x: &[A], wt: &[A], g: &Geometry, prod: Products) -> Vec<A> {
+    conv2d_with(x, wt, g, stacked_images(g, STACK_BELOW_FORWARD), prod)
 }
 
 /// [`conv2d_acc`] with the images stacked `stack` at a time, or image by
 /// image (`None`).
-fn conv2d_with<A: Real>(x: &[A], wt: &[A], g: &Geometry, stack: Option<usize>) -> Vec<A> {
+fn conv2d_with<A: Real>(
+    x: &[A],
+    wt: &[A],
+    g: &Geometry,
+    stack: Option<usize>,
+    prod: Products,
+) -> Vec<A> {
     let out_img = g.c_out * g.positions();
     let mut out = vec![A::zero(); g.n * out_img];
     if out.is_empty() {
         return out;
     }
     if let Some(run) = stack {
-        conv2d_stacked(x, wt, &mut out, g, run);
+        conv2d_stacked(x, wt, &mut out, g, run, prod);
         return out;
     }
     let in_img = g.c_in * g.h * g.w;
@@ -393,7 +494,7 @@ fn conv2d_with<A: Real>(x: &[A], wt: &[A], g: &Geometry, stack: Option<usize>) -
             for (k, o) in o.chunks_exact_mut(out_img).enumerate() {
                 let i = c * per + k;
                 let xi = &x[i * in_img..(i + 1) * in_img];
-                conv_image(xi, wt, o, &mut scratch, g, Parallelism::None);
+                conv_image(xi, wt, o, &mut scratch, g, Parallelism::None, prod);
             }
         });
     } else {
@@ -401,7 +502,7 @@ fn conv2d_with<A: Real>(x: &[A], wt: &[A], g: &Geometry, stack: Option<usize>) -
         let par = solo_parallelism();
         for (i, o) in out.chunks_exact_mut(out_img).enumerate() {
             let xi = &x[i * in_img..(i + 1) * in_img];
-            conv_image(xi, wt, o, &mut scratch, g, par);
+            conv_image(xi, wt, o, &mut scratch, g, par, prod);
         }
     }
     out
@@ -514,8 +615,9 @@ fn conv2d_backward_acc<A: Real>(
     gy: &[A],
     g: &Geometry,
     need: [bool; 2],
+    prod: Products,
 ) -> (Vec<A>, Vec<A>) {
-    conv2d_backward_with(x, wt, gy, g, need, stacked_images(g, STACK_BELOW))
+    conv2d_backward_with(x, wt, gy, g, need, stacked_images(g, STACK_BELOW), prod)
 }
 
 /// The backward with the images stacked `run` at a time: per run and
@@ -530,8 +632,8 @@ fn conv2d_backward_stacked<A: Real>(
     g: &Geometry,
     [need_x, need_w]: [bool; 2],
     run: usize,
-    gx: &mut [A],
-    gw: &mut [A],
+    (gx, gw): (&mut [A], &mut [A]),
+    prod: Products,
 ) {
     let (kk, l) = (g.patch(), g.positions());
     let og = g.c_out / g.p.groups;
@@ -565,7 +667,7 @@ fn conv2d_backward_stacked<A: Real>(
                     rs: 1,
                     cs: cols,
                 };
-                gemm_into(&mut tmp, og, kk, cols, gyg, col_t, par);
+                product_into(&mut tmp, og, kk, cols, gyg, col_t, par, prod);
                 for (a, &t) in gw[gi * og * kk..][..og * kk].iter_mut().zip(&tmp) {
                     *a = *a + t;
                 }
@@ -578,7 +680,7 @@ fn conv2d_backward_stacked<A: Real>(
                     rs: 1,
                     cs: kk,
                 };
-                gemm_into(&mut tmp, kk, cols, og, w_t, gyg, par);
+                product_into(&mut tmp, kk, cols, og, w_t, gyg, par, prod);
                 // Each image's columns folded back onto its own input, the
                 // images in parallel.
                 let dcol = &tmp[..];
@@ -604,6 +706,7 @@ fn conv2d_backward_with<A: Real>(
     g: &Geometry,
     [need_x, need_w]: [bool; 2],
     stack: Option<usize>,
+    prod: Products,
 ) -> (Vec<A>, Vec<A>) {
     let (in_img, out_img) = (g.c_in * g.h * g.w, g.c_out * g.positions());
     let groups = g.p.groups;
@@ -617,7 +720,16 @@ fn conv2d_backward_with<A: Real>(
     }
     if let Some(run) = stack {
         let mut gw = vec![A::zero(); wlen];
-        conv2d_backward_stacked(x, wt, gy, g, [need_x, need_w], run, &mut gx, &mut gw);
+        conv2d_backward_stacked(
+            x,
+            wt,
+            gy,
+            g,
+            [need_x, need_w],
+            run,
+            (&mut gx, &mut gw),
+            prod,
+        );
         return (gx, gw);
     }
     // The images' weight gradients are summed in a fixed order (runs of
@@ -657,7 +769,7 @@ fn conv2d_backward_with<A: Real>(
                         rs: 1,
                         cs: l,
                     };
-                    gemm_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None);
+                    product_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None, prod);
                     let gwg = &mut gw[gi * og * kk..(gi + 1) * og * kk];
                     for (a, &b) in gwg.iter_mut().zip(&tmp) {
                         *a = *a + b;
@@ -674,7 +786,7 @@ fn conv2d_backward_with<A: Real>(
                     rs: 1,
                     cs: kk,
                 };
-                gemm_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None);
+                product_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None, prod);
                 col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g, &mut pad);
             }
         }
@@ -689,6 +801,74 @@ fn conv2d_backward_with<A: Real>(
     (gx, gw)
 }
 
+/// The convolution of `x` by `w` on the products `prod`, the operands
+/// checked against their storage; its outputs rounded to bf16 with bf16
+/// products.
+fn forward<E: Float>(
+    (x, lx): (&Vec<E>, &Layout),
+    (w, lw): (&Vec<E>, &Layout),
+    p: &Conv2dParams,
+    prod: Products,
+) -> Result<Vec<E>> {
+    let g = geometry(lx, lw, p)?;
+    if lx.span() > x.len() || lw.span() > w.len() {
+        return Err(Error::invalid(
+            "conv2d",
+            "the input or weight view reaches past its storage",
+        ));
+    }
+    let xs = dense_acc(x, lx);
+    let ws = dense_acc(w, lw);
+    Ok(from_acc_vec::<E>(rounded(
+        conv2d_acc(&xs, &ws, &g, prod),
+        prod,
+    )))
+}
+
+/// The gradients of [`forward`], checked likewise; each rounded to bf16
+/// once summed, with bf16 products.
+fn backward<E: Float>(
+    (x, lx): (&Vec<E>, &Layout),
+    (w, lw): (&Vec<E>, &Layout),
+    (gy, lg): (&Vec<E>, &Layout),
+    p: &Conv2dParams,
+    need: [bool; 2],
+    prod: Products,
+) -> Result<(Option<Vec<E>>, Option<Vec<E>>)> {
+    let g = geometry(lx, lw, p)?;
+    if *lg.dims != [g.n, g.c_out, g.oh, g.ow]
+        || lx.span() > x.len()
+        || lw.span() > w.len()
+        || lg.span() > gy.len()
+    {
+        return Err(Error::invalid(
+            "conv2d_backward",
+            format!(
+                "gradient {} does not fit the convolution",
+                fmt_dims(&lg.dims)
+            ),
+        ));
+    }
+    let (xs, ws, gs) = (dense_acc(x, lx), dense_acc(w, lw), dense_acc(gy, lg));
+    let (gx, gw) = conv2d_backward_acc(&xs, &ws, &gs, &g, need, prod);
+    Ok((
+        need[0].then(|| from_acc_vec::<E>(rounded(gx, prod))),
+        need[1].then(|| from_acc_vec::<E>(rounded(gw, prod))),
+    ))
+}
+
+/// `v` with each value rounded to bf16 when the products were bf16 ones
+/// (`A` is then f32), as it is otherwise.
+fn rounded<A: Real>(mut v: Vec<A>, prod: Products) -> Vec<A> {
+    if prod == Products::Bf16 {
+        let f = (&mut v as &mut dyn std::any::Any)
+            .downcast_mut::<Vec<f32>>()
+            .expect("bf16 products take f32 operands");
+        crate::cast::round_in_place(f);
+    }
+    v
+}
+
 impl<E: Float> ConvKernel<E> for Cpu {
     fn conv2d(
         &self,
@@ -698,16 +878,7 @@ impl<E: Float> ConvKernel<E> for Cpu {
         lw: &Layout,
         p: &Conv2dParams,
     ) -> Result<Vec<E>> {
-        let g = geometry(lx, lw, p)?;
-        if lx.span() > x.len() || lw.span() > w.len() {
-            return Err(Error::invalid(
-                "conv2d",
-                "the input or weight view reaches past its storage",
-            ));
-        }
-        let xs = dense_acc(x, lx);
-        let ws = dense_acc(w, lw);
-        Ok(from_acc_vec::<E>(conv2d_acc(&xs, &ws, &g)))
+        forward((x, lx), (w, lw), p, Products::Plain)
     }
 
     fn conv2d_backward(
@@ -721,25 +892,53 @@ impl<E: Float> ConvKernel<E> for Cpu {
         p: &Conv2dParams,
         need: [bool; 2],
     ) -> Result<(Option<Vec<E>>, Option<Vec<E>>)> {
-        let g = geometry(lx, lw, p)?;
-        if *lg.dims != [g.n, g.c_out, g.oh, g.ow]
-            || lx.span() > x.len()
-            || lw.span() > w.len()
-            || lg.span() > gy.len()
-        {
-            return Err(Error::invalid(
-                "conv2d_backward",
-                format!(
-                    "gradient {} does not fit the convolution",
-                    fmt_dims(&lg.dims)
-                ),
-            ));
-        }
-        let (xs, ws, gs) = (dense_acc(x, lx), dense_acc(w, lw), dense_acc(gy, lg));
-        let (gx, gw) = conv2d_backward_acc(&xs, &ws, &gs, &g, need);
-        Ok((
-            need[0].then(|| from_acc_vec::<E>(gx)),
-            need[1].then(|| from_acc_vec::<E>(gw)),
+        backward((x, lx), (w, lw), (gy, lg), p, need, Products::Plain)
+    }
+
+    /// bf16 for f32 tensors on a CPU with AMX tiles: the products of the
+    /// AMX kernel, as autocast's matmul.
+    fn has_conv_low(&self, low: DType) -> bool {
+        MatmulKernel::<E>::has_matmul_low(self, low)
+    }
+
+    fn conv2d_low(
+        &self,
+        x: &Vec<E>,
+        lx: &Layout,
+        w: &Vec<E>,
+        lw: &Layout,
+        p: &Conv2dParams,
+        low: DType,
+    ) -> Result<Vec<E>> {
+        low_products::<E>(self, "conv2d", low)?;
+        forward((x, lx), (w, lw), p, Products::Bf16)
+    }
+
+    fn conv2d_backward_low(
+        &self,
+        x: &Vec<E>,
+        lx: &Layout,
+        w: &Vec<E>,
+        lw: &Layout,
+        gy: &Vec<E>,
+        lg: &Layout,
+        p: &Conv2dParams,
+        need: [bool; 2],
+        low: DType,
+    ) -> Result<(Option<Vec<E>>, Option<Vec<E>>)> {
+        low_products::<E>(self, "conv2d_backward", low)?;
+        backward((x, lx), (w, lw), (gy, lg), p, need, Products::Bf16)
+    }
+}
+
+/// An error unless this CPU has the `low` products for `E`.
+fn low_products<E: Float>(cpu: &Cpu, op: &'static str, low: DType) -> Result<()> {
+    if ConvKernel::<E>::has_conv_low(cpu, low) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            format!("this CPU has no {low} convolution for {}", E::DTYPE),
         ))
     }
 }
@@ -1085,6 +1284,110 @@ mod tests {
         check_backward_all([2, 3, 9, 11], [4, 3, 3, 2], p, 15);
     }
 
+    /// Autocast's bf16 convolution and its gradients: the definition's sums
+    /// (in f64) of the operands rounded to bf16, each result rounded once,
+    /// image by image and stacked, grouped and strided.
+    #[test]
+    fn bf16_products_round_what_they_read_and_write() {
+        let cpu = Cpu;
+        if !ConvKernel::<f32>::has_conv_low(&cpu, DType::BF16) {
+            eprintln!("no AMX tiles on this CPU: the bf16 convolution is not run here");
+            return;
+        }
+        assert!(!ConvKernel::<f32>::has_conv_low(&cpu, DType::F16));
+        assert!(!ConvKernel::<f64>::has_conv_low(&cpu, DType::BF16));
+        let r = |v: &[f64]| -> Vec<f64> {
+            v.iter()
+                .map(|&x| f64::from(crate::cast::round_f32(x as f32)))
+                .collect()
+        };
+        let cases = [
+            // LeNet's layers (stacked below 64 positions forward, below
+            // 1024 backward), and a grouped, padded one image by image.
+            (
+                [8, 1, 28, 28],
+                [6, 1, 5, 5],
+                Conv2dParams {
+                    padding: [2, 2],
+                    ..Default::default()
+                },
+            ),
+            ([8, 6, 14, 14], [16, 6, 5, 5], Conv2dParams::default()),
+            (
+                [3, 4, 40, 36],
+                [6, 2, 3, 3],
+                Conv2dParams {
+                    padding: [1, 1],
+                    groups: 2,
+                    ..Default::default()
+                },
+            ),
+            (
+                [2, 3, 9, 11],
+                [4, 3, 3, 2],
+                Conv2dParams {
+                    stride: [2, 3],
+                    padding: [1, 2],
+                    dilation: [2, 1],
+                    groups: 1,
+                },
+            ),
+        ];
+        for (seed, (xd, wd, p)) in cases.into_iter().enumerate() {
+            let mut rng = Rng::seed_from(40 + seed as u64);
+            let x = rand_vec(xd.iter().product(), &mut rng);
+            let w = rand_vec(wd.iter().product(), &mut rng);
+            let want = naive(&r(&x), xd, &r(&w), wd, &p);
+            let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+            let (lx, lw) = (Layout::contiguous(&xd), Layout::contiguous(&wd));
+            let (xf, wf) = (f(&x), f(&w));
+            let y = cpu.conv2d_low(&xf, &lx, &wf, &lw, &p, DType::BF16).unwrap();
+            let out = |i: usize| {
+                window_out(
+                    xd[2 + i],
+                    wd[2 + i],
+                    p.stride[i],
+                    p.padding[i],
+                    p.dilation[i],
+                )
+            };
+            let yd = [xd[0], wd[0], out(0).unwrap(), out(1).unwrap()];
+            let gy = rand_vec(want.len(), &mut rng);
+            let (dx_want, dw_want) = naive_backward(&r(&x), xd, &r(&w), wd, &r(&gy), &p);
+            let lg = Layout::contiguous(&yd);
+            let (dx, dw) = cpu
+                .conv2d_backward_low(
+                    &xf,
+                    &lx,
+                    &wf,
+                    &lw,
+                    &f(&gy),
+                    &lg,
+                    &p,
+                    [true, true],
+                    DType::BF16,
+                )
+                .unwrap();
+            for (what, got, want) in [
+                ("output", y, want),
+                ("input gradient", dx.unwrap(), dx_want),
+                ("weight gradient", dw.unwrap(), dw_want),
+            ] {
+                assert_eq!(got.len(), want.len());
+                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    // One bf16 rounding of an f32 sum of the exact products.
+                    let tol = w.abs() / 256.0 + 1e-5 * scale;
+                    assert!(
+                        (f64::from(g) - w).abs() <= tol,
+                        "{what} {xd:?} at {i}: {g} vs {w}"
+                    );
+                    assert_eq!(crate::cast::round_f32(g), g, "{what} is bf16-exact");
+                }
+            }
+        }
+    }
+
     /// The stacked runs (several sizes of run, the last one short) and the
     /// image-by-image path give the definition's outputs and gradients.
     #[test]
@@ -1140,12 +1443,18 @@ mod tests {
                         );
                     }
                 };
-                close(&conv2d_with(&x, &w, &g, stack), &want, "output");
-                let (dx, dw) = conv2d_backward_with(&x, &w, &gy, &g, [true, true], stack);
+                close(
+                    &conv2d_with(&x, &w, &g, stack, Products::Plain),
+                    &want,
+                    "output",
+                );
+                let (dx, dw) =
+                    conv2d_backward_with(&x, &w, &gy, &g, [true, true], stack, Products::Plain);
                 close(&dx, &want_dx, "input gradient");
                 close(&dw, &want_dw, "weight gradient");
                 // One gradient asked for: the other is left zero.
-                let (dx0, dw1) = conv2d_backward_with(&x, &w, &gy, &g, [false, true], stack);
+                let (dx0, dw1) =
+                    conv2d_backward_with(&x, &w, &gy, &g, [false, true], stack, Products::Plain);
                 close(&dw1, &want_dw, "weight gradient alone");
                 assert!(dx0.iter().all(|&v| v == 0.0));
             }
