@@ -514,24 +514,36 @@ fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
     Conv2dGeometry::new(&lx.dims, &lw.dims, p)
 }
 
-/// Adds the column matrix `dcol` (`[cg * kh * kw, oh * ow]`) back into one
-/// group's input gradient `[cg, h, w]`: the transpose of [`im2col`]. `buf`
-/// is scratch space.
+/// Adds the column matrix `dcol` (`[cg * kh * kw, oh * ow]`, row `r` at
+/// `dcol[r * ld..]`: `ld` is `oh * ow` for a matrix of its own, more for
+/// one image's columns among a stacked run's) back into one group's input
+/// gradient `[cg, h, w]`: the transpose of [`im2col`]. `buf` is scratch
+/// space.
 ///
 /// With stride 1, each output row of a tap adds into one whole run of the
 /// (explicitly) padded gradient, whose inside is then added to `gx`; every
 /// element gets its terms in the same order as on the general path.
-fn col2im<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
+fn col2im<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
     if g.p.stride == [1, 1] {
-        col2im_unit(dcol, gx, g, buf);
+        col2im_unit(dcol, ld, gx, g, buf);
     } else {
-        col2im_general(dcol, gx, g);
+        col2im_general(dcol, ld, gx, g);
     }
 }
 
+/// The rows of a column matrix, `(r, row)`, as [`col2im`] takes it.
+fn col_rows<'a, A>(
+    dcol: &'a [A],
+    ld: usize,
+    g: &Geometry,
+) -> impl Iterator<Item = (usize, &'a [A])> {
+    let l = g.positions();
+    (0..g.patch()).map(move |r| (r, &dcol[r * ld..][..l]))
+}
+
 /// [`col2im`] with stride 1.
-fn col2im_unit<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
-    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
+fn col2im_unit<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
+    let (kh, kw, h, w, ow) = (g.kh, g.kw, g.h, g.w, g.ow);
     let [ph, pw] = g.p.padding;
     let [hp, wp] = padded_size(g);
     let [dh, dw] = g.p.dilation;
@@ -543,7 +555,7 @@ fn col2im_unit<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry, buf: &mut Vec<A>
         buf.resize(g.cg * hp * wp, A::zero());
         buf
     };
-    for (r, row) in dcol.chunks_exact(oh * ow).enumerate() {
+    for (r, row) in col_rows(dcol, ld, g) {
         let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
         let plane = &mut gp[c * hp * wp..(c + 1) * hp * wp];
         let base = i * dh * wp + j * dw;
@@ -569,13 +581,12 @@ fn col2im_unit<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry, buf: &mut Vec<A>
 }
 
 /// [`col2im`] for any stride, bounds worked out per output row.
-fn col2im_general<A: Real>(dcol: &[A], gx: &mut [A], g: &Geometry) {
-    let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
+fn col2im_general<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry) {
+    let (kh, kw, h, w, ow) = (g.kh, g.kw, g.h, g.w, g.ow);
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
     let [dh, dw] = g.p.dilation;
-    let l = oh * ow;
-    for (r, row) in dcol.chunks_exact(l).enumerate() {
+    for (r, row) in col_rows(dcol, ld, g) {
         let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
         let plane = &mut gx[c * h * w..(c + 1) * h * w];
         let x0 = (j * dw) as isize - pw as isize;
@@ -686,11 +697,8 @@ fn conv2d_backward_stacked<A: Real>(
                 let dcol = &tmp[..];
                 let run_gx = &mut gx[i0 * in_img..(i0 + b) * in_img];
                 crate::par::chunks_mut(run_gx, in_img, |k, gxi| {
-                    let (mut own, mut pad) = (vec![A::zero(); kk * l], Vec::new());
-                    for (r, dst) in own.chunks_exact_mut(l).enumerate() {
-                        dst.copy_from_slice(&dcol[r * cols + k * l..][..l]);
-                    }
-                    col2im(&own, &mut gxi[gi * plane..][..plane], g, &mut pad);
+                    let gxg = &mut gxi[gi * plane..][..plane];
+                    col2im(&dcol[k * l..], cols, gxg, g, &mut Vec::new());
                 });
             }
         }
@@ -787,7 +795,13 @@ fn conv2d_backward_with<A: Real>(
                     cs: kk,
                 };
                 product_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None, prod);
-                col2im(&dcol, &mut gxi[gi * plane..(gi + 1) * plane], g, &mut pad);
+                col2im(
+                    &dcol,
+                    l,
+                    &mut gxi[gi * plane..(gi + 1) * plane],
+                    g,
+                    &mut pad,
+                );
             }
         }
         gw
@@ -1508,8 +1522,9 @@ mod tests {
             // Both orders of accumulation are the same: equal bits.
             let dcol: Vec<f32> = rand_vec(len, &mut rng).iter().map(|&v| v as f32).collect();
             let (mut fast, mut general) = (vec![0.0f32; x.len()], vec![0.0f32; x.len()]);
-            col2im_unit(&dcol, &mut fast, &g, &mut buf);
-            col2im_general(&dcol, &mut general, &g);
+            let l = g.positions();
+            col2im_unit(&dcol, l, &mut fast, &g, &mut buf);
+            col2im_general(&dcol, l, &mut general, &g);
             let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&fast), bits(&general), "{xd:?} {wd:?} {p:?}");
         }
