@@ -79,6 +79,12 @@ impl Activation {
         linear: &Linear<I, O, E, D>,
         x: Tensor<(Dyn, Dyn, C<I>), E, D>,
     ) -> Result<Tensor<(Dyn, Dyn, C<O>), E, D>> {
+        if forma_core::autocast::autocast_dtype(x.device()).is_some() {
+            // Autocast: the bias belongs inside the rounded product, as in
+            // PyTorch's `linear` (adding it after the rounding would leave
+            // values that are not low-precision ones).
+            return Ok(self.apply(x.try_linear(&linear.weight, linear.bias.as_ref())?));
+        }
         let y = x.try_matmul(&linear.weight.t())?;
         Ok(match (&linear.bias, self) {
             (Some(b), Activation::Relu) => fused((&y, b), |(y, b)| (y + b).relu()),
@@ -519,4 +525,31 @@ impl<const D_MODEL: usize, const NHEAD: usize, const DIM_FF: usize, E: Float, D:
         output: D_MODEL,
         rank: 3,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forma_core::autocast::autocast;
+    use forma_core::DType;
+
+    /// Under autocast a feed-forward block's first layer adds its bias
+    /// inside the rounded product (PyTorch's `linear`), so the activation
+    /// sees, and returns, bf16 values.
+    #[test]
+    fn under_autocast_the_activation_follows_the_rounded_linear() {
+        let mut rng = Rng::seed_from(3);
+        let linear: Linear<8, 16> = Linear::new(&Cpu, &mut rng);
+        let x = Tensor::<(Dyn, Dyn, C<8>), f32, Cpu>::randn((Dyn(2), Dyn(3), C), &mut rng);
+        let _amp = autocast(DType::BF16);
+        for act in [Activation::Relu, Activation::Gelu] {
+            let got = act.after_linear(&linear, x.clone()).unwrap().to_vec();
+            let y = x.try_linear(&linear.weight, linear.bias.as_ref()).unwrap();
+            assert_eq!(got, act.apply(y).to_vec(), "{act:?}");
+            if act == Activation::Relu {
+                // ReLU of bf16 values is bf16: the low 16 bits are zero.
+                assert!(got.iter().all(|v| v.to_bits() & 0xffff == 0), "{got:?}");
+            }
+        }
+    }
 }
