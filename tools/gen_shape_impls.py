@@ -32,24 +32,33 @@ w("/// Marks an axis position in [`PermuteShape`]: `x.permute::<(Ax<2>, Ax<0>, A
 w("#[derive(Clone, Copy, Debug, Default)]")
 w("pub struct Ax<const N: usize>;")
 w("")
-w('''/// Broadcasting of two shapes (elementwise ops), aligned from the last dim.
-#[diagnostic::on_unimplemented(
-    message = "shapes `{Self}` and `{Rhs}` cannot be broadcast together",
-    note = "broadcasting aligns shapes from the last dim; each pair must be equal, `One`, or `Dyn`"
-)]
+w('''/// The shape two shapes broadcast to, aligned from the last dim: the type of
+/// an elementwise op's result. Defined for every pair of shapes (a static
+/// size meeting another gives the left one); whether the sizes agree is
+/// [`Broadcasts`]' rule, which the ops require.
 pub trait BroadcastShape<Rhs: Shape>: Shape {
     /// The broadcast shape.
     type Output: Shape;
 }
 
-/// Expansion of a shape to a target shape of equal or higher rank (`expand`, `broadcast_to`).
+/// The rule of elementwise ops: two shapes broadcast, aligned from the last
+/// dim. `Op` names the operation in the compiler's message ([`op`]).
 #[diagnostic::on_unimplemented(
-    message = "cannot expand shape `{Self}` to `{Target}`",
+    message = "{Op}: shapes `{Self}` and `{Rhs}` cannot be broadcast together",
+    note = "broadcasting aligns shapes from the last dim; each pair must be equal, `One`, or `Dyn`"
+)]
+pub trait Broadcasts<Rhs: Shape, Op>: BroadcastShape<Rhs> {}
+
+/// Expansion of a shape to a target shape of equal or higher rank (`expand`,
+/// `broadcast_to`, a mask). `Op` names the operation in the compiler's message.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: cannot expand shape `{Self}` to `{Target}`",
     note = "expansion may add leading dims and stretch `One` dims; other sizes must already match"
 )]
-pub trait ExpandTo<Target: Shape>: Shape {}
+pub trait ExpandTo<Target: Shape, Op = op::expand>: Shape {}
 
-/// A shape that has axis `AX`. Reductions, softmax and indexing along an axis
+''')
+w('''/// A shape that has axis `AX`. Reductions, softmax and indexing along an axis
 /// require it, so an axis the tensor lacks is a compile error.
 #[diagnostic::on_unimplemented(
     message = "axis {AX} does not exist in a tensor of shape `{Self}`",
@@ -151,18 +160,19 @@ for r in range(MAXR + 1):
     w(f"impl{cg} ConstShape for {t} {{ const VALUE: Self = {val}; }}")
     w("")
 
-# BroadcastShape
+# BroadcastShape (every pair) and Broadcasts (the rule)
 for l in range(MAXR + 1):
     for r in range(MAXR + 1):
         a = [f"A{i}" for i in range(l)]
         b = [f"B{i}" for i in range(r)]
         n = max(l, r)
-        outs, bounds = [], []
+        outs, bounds, typing = [], [], []
         for k in range(n):
             ia = k - (n - l)
             ib = k - (n - r)
             if ia >= 0 and ib >= 0:
-                bounds.append(f"A{ia}: BroadcastDim<B{ib}>")
+                bounds.append(f"A{ia}: DimBroadcasts<B{ib}, Op>")
+                typing.append(f"A{ia}: BroadcastDim<B{ib}>")
                 outs.append(f"<A{ia} as BroadcastDim<B{ib}>>::Out")
             elif ia >= 0:
                 outs.append(f"A{ia}")
@@ -170,7 +180,9 @@ for l in range(MAXR + 1):
                 outs.append(f"B{ib}")
         g = ", ".join([f"{x}: Dim" for x in a + b])
         where = f" where {', '.join(bounds)}" if bounds else ""
-        w(f"impl<{g}> BroadcastShape<{tup(b) if r else '()'}> for {tup(a) if l else '()'}{where} {{ type Output = {tup(outs) if n else '()'}; }}")
+        tw = f" where {', '.join(typing)}" if typing else ""
+        w(f"impl<{g}> BroadcastShape<{tup(b) if r else '()'}> for {tup(a) if l else '()'}{tw} {{ type Output = {tup(outs) if n else '()'}; }}")
+        w(f"impl<{g + ', ' if g else ''}Op> Broadcasts<{tup(b) if r else '()'}, Op> for {tup(a) if l else '()'}{where} {{}}")
 w("")
 
 # ExpandTo
@@ -178,10 +190,10 @@ for l in range(MAXR + 1):
     for r in range(l, MAXR + 1):
         a = [f"A{i}" for i in range(l)]
         b = [f"B{i}" for i in range(r)]
-        bounds = [f"A{i}: ExpandDim<B{i + r - l}>" for i in range(l)]
+        bounds = [f"A{i}: ExpandDim<B{i + r - l}, Op>" for i in range(l)]
         g = ", ".join([f"{x}: Dim" for x in a + b])
         where = f" where {', '.join(bounds)}" if bounds else ""
-        w(f"impl<{g}> ExpandTo<{tup(b) if r else '()'}> for {tup(a) if l else '()'}{where} {{}}")
+        w(f"impl<{g + ', ' if g else ''}Op> ExpandTo<{tup(b) if r else '()'}, Op> for {tup(a) if l else '()'}{where} {{}}")
 w("")
 
 # HasAxis, InsertAxis, SwapAxes: every axis twice, from the front and (negative) from the end
@@ -246,7 +258,7 @@ for l in range(1, MAXR + 1):
             for k in range(n):
                 ia, ib = k - (n - bl), k - (n - br)
                 if ia >= 0 and ib >= 0:
-                    bounds.append(f"A{ia}: BroadcastDim<B{ib}>")
+                    bounds.append(f"A{ia}: DimBroadcasts<B{ib}, op::matmul>")
                     outs.append(f"<A{ia} as BroadcastDim<B{ib}>>::Out")
                 elif ia >= 0:
                     outs.append(f"A{ia}")

@@ -17,7 +17,7 @@
 use crate::common;
 
 use common::{Fixture, Tol};
-use forma::core::shape::BroadcastShape;
+use forma::core::shape::{op, Broadcasts};
 use forma::core::tape::{gradcheck, GradcheckOptions};
 use forma::prelude::*;
 
@@ -85,7 +85,7 @@ impl Report {
 }
 
 /// `(y * w).sum_all()` with fixed, non-uniform weights: a scalar for gradcheck.
-fn wsum<S: Shape + BroadcastShape<S>>(y: &T<S>) -> T<()> {
+fn wsum<S: Shape + Broadcasts<S, op::mul>>(y: &T<S>) -> T<()> {
     let w: Vec<f64> = (0..y.numel())
         .map(|i| ((i * 7919) % 23) as f64 / 11.0 - 1.0)
         .collect();

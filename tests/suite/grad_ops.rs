@@ -34,7 +34,7 @@ use crate::common;
 
 use common::{Fixture, FixtureElem, Tol};
 use forma::core::ops::conv::add_channel_bias;
-use forma::core::shape::{BroadcastShape, ConstShape};
+use forma::core::shape::{op, Broadcasts, ConstShape};
 use forma::core::tape::{gradcheck, GradcheckOptions};
 use forma::prelude::*;
 use forma::Dim;
@@ -122,7 +122,7 @@ fn rt<S: ConstShape>(seed: u64, dom: Dom) -> T<S> {
 }
 
 /// `(y * w).sum_all()` with fixed, non-uniform weights of `y`'s sizes.
-fn wsum<S: Shape + BroadcastShape<S>>(y: &T<S>) -> T<()> {
+fn wsum<S: Shape + Broadcasts<S, op::mul>>(y: &T<S>) -> T<()> {
     let w = T::<S>::from_vec(data(y.numel(), 0x5EED, ANY), y.shape()).unwrap();
     (y * &w).sum_all()
 }
@@ -175,7 +175,7 @@ impl Gc {
 
 /// Checks a two-operand `f` with respect to each operand (random inputs
 /// drawn from `ANY`, seeded by `label`).
-fn both<Sa: ConstShape, Sb: ConstShape, So: Shape + BroadcastShape<So>>(
+fn both<Sa: ConstShape, Sb: ConstShape, So: Shape + Broadcasts<So, op::mul>>(
     g: &mut Gc,
     label: &str,
     f: impl Fn(&T<Sa>, &T<Sb>) -> T<So>,

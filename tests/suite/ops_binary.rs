@@ -10,6 +10,7 @@ use crate::common;
 
 use common::*;
 use forma::core::device::Device;
+use forma::core::shape::op::Elementwise;
 use forma::core::shape::BroadcastShape;
 use forma::core::{Error, Float, Shape, ShapeError, Tensor};
 use forma::{Dyn, One, C};
@@ -21,7 +22,7 @@ type Named<S1, S2, E, D> = (&'static str, BinaryFn<S1, S2, E, D>);
 /// Every binary op, named as in the fixture keys (`<op>.<pair>.out`).
 fn ops<S1, S2, E, D>() -> Vec<Named<S1, S2, E, D>>
 where
-    S1: BroadcastShape<S2>,
+    S1: Elementwise<S2>,
     S2: Shape,
     E: Float,
     D: Device<E>,
@@ -49,7 +50,7 @@ fn check_pair<S1, S2, E, D>(
     pair: &str,
     tol: Tol,
 ) where
-    S1: BroadcastShape<S2>,
+    S1: Elementwise<S2>,
     S2: Shape,
     E: Float + FixtureElem,
     D: Device<E>,

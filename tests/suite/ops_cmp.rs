@@ -7,6 +7,7 @@ use crate::common;
 
 use common::*;
 use forma::core::device::Device;
+use forma::core::shape::op::Elementwise;
 use forma::core::shape::BroadcastShape;
 use forma::core::{Error, Float, Shape, Tensor};
 use forma::{where_cond, Dyn, One, C};
@@ -17,7 +18,7 @@ type Named<S1, S2, E, D> = (&'static str, CmpFn<S1, S2, E, D>);
 
 fn ops<S1, S2, E, D>() -> Vec<Named<S1, S2, E, D>>
 where
-    S1: BroadcastShape<S2>,
+    S1: Elementwise<S2>,
     S2: Shape,
     E: Float,
     D: Device<E>,
@@ -35,7 +36,7 @@ where
 
 fn check_pair<S1, S2, E, D>(fx: &Fixture, a: &Tensor<S1, E, D>, b: &Tensor<S2, E, D>, pair: &str)
 where
-    S1: BroadcastShape<S2>,
+    S1: Elementwise<S2>,
     S2: Shape,
     E: Float,
     D: Device<E>,

@@ -15,7 +15,7 @@ use crate::common;
 use common::*;
 use forma::core::ops::pad::PadMode;
 use forma::core::ops::resample::{Interpolation, Resize};
-use forma::core::shape::{BroadcastShape, Shape};
+use forma::core::shape::{op, Broadcasts, Shape};
 use forma::core::Tensor;
 use forma::{Dyn, C};
 
@@ -29,7 +29,7 @@ fn check_case<S: Shape, S2: Shape, D: TestDevice>(
     case: &str,
     f: impl Fn(&Tensor<S, f32, D>) -> forma::Result<Tensor<S2, f32, D>>,
 ) where
-    S2: BroadcastShape<S2>,
+    S2: Broadcasts<S2, op::mul>,
 {
     let x: Tensor<S, f32, D> = fx.tensor::<S, f32, D>(input, dev).requires_grad();
     let y = match f(&x) {

@@ -29,6 +29,7 @@
 //! states the same pair of types by name, holding (1, 4), (3, 1) and (1, 1).
 
 use forma::core::ops::fused::BinaryExprs;
+use forma::core::shape::op::{self, Elementwise};
 use forma::core::shape::{BroadcastShape, ExpandTo};
 use forma::core::{Error, Result};
 use forma::{try_composed, try_fused, try_where_cond, Dyn, One, Shape, Tensor, C};
@@ -250,8 +251,10 @@ fn close(got: &[f32], want: &[f32]) -> bool {
 /// The property for one pair of shape types, with the drawn `Dyn` sizes.
 fn check<A, B>(a_drawn: &[usize], b_drawn: &[usize]) -> std::result::Result<(), TestCaseError>
 where
-    A: BroadcastShape<B> + ExpandTo<Out<A, B>>,
-    B: Shape + ExpandTo<Out<A, B>>,
+    A: Elementwise<B>
+        + ExpandTo<Out<A, B>, op::where_cond_mask>
+        + ExpandTo<Out<A, B>, op::masked_fill>,
+    B: Shape + ExpandTo<Out<A, B>, op::where_cond_mask> + ExpandTo<Out<A, B>, op::masked_fill>,
 {
     let (a_dims, b_dims) = (runtime_dims::<A>(a_drawn), runtime_dims::<B>(b_drawn));
     let torch = torch_broadcast(&a_dims, &b_dims);

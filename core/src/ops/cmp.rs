@@ -8,7 +8,7 @@ use crate::error::{fmt_dims, Error, Result};
 use crate::graph::Op;
 use crate::layout::{broadcast_dims, Layout};
 use crate::ops::binary::broadcast_layouts;
-use crate::shape::{BroadcastShape, ExpandTo, Shape};
+use crate::shape::{op, BroadcastShape, Broadcasts, ExpandTo, Shape};
 use crate::tape::util::sum_to;
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
@@ -79,7 +79,7 @@ macro_rules! cmp_methods {
             #[track_caller]
             pub fn $m<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, bool, D>
             where
-                S: BroadcastShape<S2>,
+                S: Broadcasts<S2, op::$m>,
             {
                 ok(self.$try_m(rhs))
             }
@@ -90,7 +90,7 @@ macro_rules! cmp_methods {
             /// A [`crate::ShapeError`] when `Dyn` sizes do not broadcast.
             pub fn $try_m<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, bool, D>>
             where
-                S: BroadcastShape<S2>,
+                S: Broadcasts<S2, op::$m>,
             {
                 self.try_compare(CmpOp::$op, rhs)
             }
@@ -123,7 +123,7 @@ macro_rules! logical_methods {
             #[track_caller]
             pub fn $m<S2: Shape>(&self, rhs: &Tensor<S2, bool, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, bool, D>
             where
-                S: BroadcastShape<S2>,
+                S: Broadcasts<S2, op::$m>,
             {
                 ok(self.$try_m(rhs))
             }
@@ -135,7 +135,7 @@ macro_rules! logical_methods {
             /// operands on different devices.
             pub fn $try_m<S2: Shape>(&self, rhs: &Tensor<S2, bool, D>) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, bool, D>>
             where
-                S: BroadcastShape<S2>,
+                S: Broadcasts<S2, op::$m>,
             {
                 // As 0/1 floats, where the result is nonzero exactly when
                 // the relation holds; the cast back maps nonzero to true.
@@ -148,12 +148,12 @@ macro_rules! logical_methods {
 
 logical_methods! {
     /// Elementwise `a && b` with broadcasting, like `torch.logical_and`.
-    logical_and, try_logical_and => |a, b| a.try_mul(&b);
+    logical_and, try_logical_and => |a, b| a.try_zip(crate::ops::binary::Mul, &b);
     /// Elementwise `a || b` with broadcasting, like `torch.logical_or`.
-    logical_or, try_logical_or => |a, b| a.try_add(&b);
+    logical_or, try_logical_or => |a, b| a.try_zip(crate::ops::binary::Add, &b);
     /// Elementwise `a != b` (exclusive or) with broadcasting, like
     /// `torch.logical_xor`.
-    logical_xor, try_logical_xor => |a, b| a.try_sub(&b);
+    logical_xor, try_logical_xor => |a, b| a.try_zip(crate::ops::binary::Sub, &b);
 }
 
 impl<S: Shape, D: crate::device::Device<f32>> Tensor<S, bool, D> {
@@ -225,7 +225,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn masked_fill<Sm: Shape>(&self, mask: &Tensor<Sm, bool, D>, value: f64) -> Self
     where
-        Sm: ExpandTo<S>,
+        Sm: ExpandTo<S, op::masked_fill>,
     {
         ok(self.try_masked_fill(mask, value))
     }
@@ -236,8 +236,18 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// A [`crate::ShapeError`] when the mask does not broadcast to `self`.
     pub fn try_masked_fill<Sm: Shape>(&self, mask: &Tensor<Sm, bool, D>, value: f64) -> Result<Self>
     where
-        Sm: ExpandTo<S>,
+        Sm: ExpandTo<S, op::masked_fill>,
     {
+        self.try_fill_where(mask, value)
+    }
+
+    /// [`Tensor::try_masked_fill`] with the mask's sizes checked only at run
+    /// time (for ops built on it, whose own bounds state their rule).
+    pub(crate) fn try_fill_where<Sm: Shape>(
+        &self,
+        mask: &Tensor<Sm, bool, D>,
+        value: f64,
+    ) -> Result<Self> {
         self.same_device("masked_fill", mask)?;
         let dims = self.layout.dims;
         let lm = expand_layout("masked_fill", &mask.layout, &dims)?;
@@ -298,8 +308,8 @@ pub fn where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: crate::device::D
     b: &Tensor<Sb, E, D>,
 ) -> Tensor<<Sa as BroadcastShape<Sb>>::Output, E, D>
 where
-    Sa: BroadcastShape<Sb>,
-    Sc: ExpandTo<<Sa as BroadcastShape<Sb>>::Output>,
+    Sa: Broadcasts<Sb, op::where_cond_branches>,
+    Sc: ExpandTo<<Sa as BroadcastShape<Sb>>::Output, op::where_cond_mask>,
 {
     ok(try_where_cond(cond, a, b))
 }
@@ -314,8 +324,8 @@ pub fn try_where_cond<Sc: Shape, Sa: Shape, Sb: Shape, E: Float, D: crate::devic
     b: &Tensor<Sb, E, D>,
 ) -> Result<Tensor<<Sa as BroadcastShape<Sb>>::Output, E, D>>
 where
-    Sa: BroadcastShape<Sb>,
-    Sc: ExpandTo<<Sa as BroadcastShape<Sb>>::Output>,
+    Sa: Broadcasts<Sb, op::where_cond_branches>,
+    Sc: ExpandTo<<Sa as BroadcastShape<Sb>>::Output, op::where_cond_mask>,
 {
     a.same_device("where", b)?;
     a.same_device("where", cond)?;

@@ -56,6 +56,7 @@ pub mod fused;
 pub mod index;
 pub mod int_reduce;
 pub mod linear;
+#[doc(hidden)] // a public `matmul` here would make rustc print `shape::op::matmul` in full
 pub mod matmul;
 pub mod norm;
 pub mod pad;

@@ -82,6 +82,6 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             .collect();
         let mask =
             Tensor::<(Dyn, Dyn), bool, D>::from_vec_on(mask, (Dyn(rows), Dyn(cols)), &self.device)?;
-        self.try_masked_fill(&mask, 0.0)
+        self.try_fill_where(&mask, 0.0)
     }
 }

@@ -3,12 +3,23 @@
 
 use std::fmt;
 
+use super::op::{self, BroadcastsWithItself};
+
 /// One dimension of a shape.
 ///
-/// Every dim broadcasts with itself to itself, so code generic over a batch
+/// Every dim broadcasts with itself to itself, under every elementwise
+/// operation ([`BroadcastsWithItself`]), so code generic over a batch
 /// `B: Dim` can add two `B`-batched tensors with no further bound.
 pub trait Dim:
-    Copy + Clone + fmt::Debug + PartialEq + Send + Sync + 'static + BroadcastDim<Self, Out = Self>
+    Copy
+    + Clone
+    + fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
+    + BroadcastDim<Self, Out = Self>
+    + BroadcastsWithItself
 {
     /// `Some(n)` when the size is known to the compiler.
     const STATIC: Option<usize>;
@@ -136,21 +147,14 @@ impl MatmulDim<One> for One {}
 impl MatmulDim<Dyn> for One {}
 impl MatmulDim<One> for Dyn {}
 
-/// Broadcasting of one pair of dims (elementwise ops): equal sizes, or a
-/// [`One`] that stretches, or a [`Dyn`] checked at run time.
-#[diagnostic::on_unimplemented(
-    message = "shapes cannot be broadcast together: size {Self} does not match size {Rhs}",
-    label = "size {Self} vs size {Rhs}: these shapes do not broadcast",
-    note = "broadcasting aligns shapes from the last dim; each pair must be equal, or one of them `One` (a size-1 dim from `unsqueeze` or `*_keepdim`), or `Dyn`"
-)]
+/// The dim two dims broadcast to (the type of an elementwise result):
+/// defined for every pair, a static size meeting another static size gives
+/// the left one. Whether they agree is [`DimBroadcasts`]' rule.
 pub trait BroadcastDim<Rhs> {
     /// The broadcast result.
     type Out: Dim;
 }
-impl<const N: usize, const M: usize> BroadcastDim<C<M>> for C<N>
-where
-    (): BroadcastSizes<N, M>,
-{
+impl<const N: usize, const M: usize> BroadcastDim<C<M>> for C<N> {
     type Out = C<N>;
 }
 impl<const N: usize> BroadcastDim<One> for C<N> {
@@ -178,21 +182,44 @@ impl BroadcastDim<Dyn> for Dyn {
     type Out = Dyn;
 }
 
-/// Expanding a dim to a target size (`expand`, `broadcast_to`): equal, from
-/// [`One`], or involving [`Dyn`] (checked at run time).
+/// Broadcasting of one pair of dims under operation `Op` (elementwise ops):
+/// equal sizes, or a [`One`] that stretches, or a [`Dyn`] checked at run time.
 #[diagnostic::on_unimplemented(
-    message = "cannot expand size {Self} to size {Target}",
+    message = "{Op}: shapes cannot be broadcast together: size {Self} does not match size {Rhs}",
+    label = "size {Self} vs size {Rhs}: these shapes do not broadcast",
+    note = "broadcasting aligns shapes from the last dim; each pair must be equal, or one of them `One` (a size-1 dim from `unsqueeze` or `*_keepdim`), or `Dyn`"
+)]
+pub trait DimBroadcasts<Rhs, Op>: BroadcastDim<Rhs> {}
+impl<const N: usize, const M: usize, Op> DimBroadcasts<C<M>, Op> for C<N> where
+    (): BroadcastSizes<N, M, Op>
+{
+}
+impl<const N: usize, Op> DimBroadcasts<One, Op> for C<N> {}
+impl<const N: usize, Op> DimBroadcasts<C<N>, Op> for One {}
+impl<const N: usize, Op> DimBroadcasts<Dyn, Op> for C<N> {}
+impl<const N: usize, Op> DimBroadcasts<C<N>, Op> for Dyn {}
+impl<Op> DimBroadcasts<One, Op> for One {}
+impl<Op> DimBroadcasts<Dyn, Op> for One {}
+impl<Op> DimBroadcasts<One, Op> for Dyn {}
+impl<Op> DimBroadcasts<Dyn, Op> for Dyn {}
+
+/// Expanding a dim to a target size (`expand`, `broadcast_to`, a mask):
+/// equal, from [`One`], or involving [`Dyn`] (checked at run time). `Op`
+/// names the operation in the compiler's message.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: cannot expand size {Self} to size {Target}",
     label = "only a `One` (size-1) dim stretches; size {Self} cannot become {Target}"
 )]
-pub trait ExpandDim<Target: Dim>: Dim {}
-impl<const N: usize, const M: usize> ExpandDim<C<M>> for C<N> where (): ExpandSizes<N, M> {}
-impl<const N: usize> ExpandDim<C<N>> for One {}
-impl<const N: usize> ExpandDim<C<N>> for Dyn {}
-impl<const N: usize> ExpandDim<Dyn> for C<N> {}
-impl ExpandDim<One> for One {}
-impl ExpandDim<Dyn> for One {}
-impl ExpandDim<Dyn> for Dyn {}
-impl ExpandDim<One> for Dyn {}
+pub trait ExpandDim<Target: Dim, Op = op::expand>: Dim {}
+impl<const N: usize, const M: usize, Op> ExpandDim<C<M>, Op> for C<N> where (): ExpandSizes<N, M, Op>
+{}
+impl<const N: usize, Op> ExpandDim<C<N>, Op> for One {}
+impl<const N: usize, Op> ExpandDim<C<N>, Op> for Dyn {}
+impl<const N: usize, Op> ExpandDim<Dyn, Op> for C<N> {}
+impl<Op> ExpandDim<One, Op> for One {}
+impl<Op> ExpandDim<Dyn, Op> for One {}
+impl<Op> ExpandDim<Dyn, Op> for Dyn {}
+impl<Op> ExpandDim<One, Op> for Dyn {}
 
 /// A dim that may be removed by `squeeze`: size 1 ([`One`], `C<1>`), or [`Dyn`]
 /// (checked at run time).
@@ -208,14 +235,14 @@ impl SizeOne for Dyn {}
 // The traits below carry the sizes as plain numbers, so the messages print
 // `size 3` rather than a type name. Each has one impl: equal sizes (or 1).
 
-/// Two static sizes that must be equal for broadcasting.
+/// Two static sizes that must be equal for broadcasting under operation `Op`.
 #[diagnostic::on_unimplemented(
-    message = "shapes cannot be broadcast together: size {A} does not match size {B}",
+    message = "{Op}: shapes cannot be broadcast together: size {A} does not match size {B}",
     label = "size {A} vs size {B}: these shapes do not broadcast",
     note = "broadcasting aligns shapes from the last dim; each pair must be equal, or one of them `One` (a size-1 dim from `unsqueeze` or `*_keepdim`), or `Dyn`"
 )]
-pub trait BroadcastSizes<const A: usize, const B: usize> {}
-impl<const N: usize> BroadcastSizes<N, N> for () {}
+pub trait BroadcastSizes<const A: usize, const B: usize, Op> {}
+impl<const N: usize, Op> BroadcastSizes<N, N, Op> for () {}
 
 /// The inner sizes of a matrix product.
 #[diagnostic::on_unimplemented(
@@ -226,13 +253,13 @@ impl<const N: usize> BroadcastSizes<N, N> for () {}
 pub trait MatmulSizes<const A: usize, const B: usize> {}
 impl<const N: usize> MatmulSizes<N, N> for () {}
 
-/// A static size expanded to another.
+/// A static size expanded to another under operation `Op`.
 #[diagnostic::on_unimplemented(
-    message = "cannot expand size {A} to size {B}",
+    message = "{Op}: cannot expand size {A} to size {B}",
     label = "only a `One` (size-1) dim stretches; size {A} cannot become {B}"
 )]
-pub trait ExpandSizes<const A: usize, const B: usize> {}
-impl<const N: usize> ExpandSizes<N, N> for () {}
+pub trait ExpandSizes<const A: usize, const B: usize, Op> {}
+impl<const N: usize, Op> ExpandSizes<N, N, Op> for () {}
 
 /// A static size that `squeeze` removes.
 #[diagnostic::on_unimplemented(

@@ -8,22 +8,30 @@ use super::*;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ax<const N: usize>;
 
-/// Broadcasting of two shapes (elementwise ops), aligned from the last dim.
-#[diagnostic::on_unimplemented(
-    message = "shapes `{Self}` and `{Rhs}` cannot be broadcast together",
-    note = "broadcasting aligns shapes from the last dim; each pair must be equal, `One`, or `Dyn`"
-)]
+/// The shape two shapes broadcast to, aligned from the last dim: the type of
+/// an elementwise op's result. Defined for every pair of shapes (a static
+/// size meeting another gives the left one); whether the sizes agree is
+/// [`Broadcasts`]' rule, which the ops require.
 pub trait BroadcastShape<Rhs: Shape>: Shape {
     /// The broadcast shape.
     type Output: Shape;
 }
 
-/// Expansion of a shape to a target shape of equal or higher rank (`expand`, `broadcast_to`).
+/// The rule of elementwise ops: two shapes broadcast, aligned from the last
+/// dim. `Op` names the operation in the compiler's message ([`op`]).
 #[diagnostic::on_unimplemented(
-    message = "cannot expand shape `{Self}` to `{Target}`",
+    message = "{Op}: shapes `{Self}` and `{Rhs}` cannot be broadcast together",
+    note = "broadcasting aligns shapes from the last dim; each pair must be equal, `One`, or `Dyn`"
+)]
+pub trait Broadcasts<Rhs: Shape, Op>: BroadcastShape<Rhs> {}
+
+/// Expansion of a shape to a target shape of equal or higher rank (`expand`,
+/// `broadcast_to`, a mask). `Op` names the operation in the compiler's message.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: cannot expand shape `{Self}` to `{Target}`",
     note = "expansion may add leading dims and stretch `One` dims; other sizes must already match"
 )]
-pub trait ExpandTo<Target: Shape>: Shape {}
+pub trait ExpandTo<Target: Shape, Op = op::expand>: Shape {}
 
 /// A shape that has axis `AX`. Reductions, softmax and indexing along an axis
 /// require it, so an axis the tensor lacks is a compile error.
@@ -438,40 +446,56 @@ impl<D0: ConstDim, D1: ConstDim, D2: ConstDim, D3: ConstDim, D4: ConstDim, D5: C
 impl BroadcastShape<()> for () {
     type Output = ();
 }
+impl<Op> Broadcasts<(), Op> for () {}
 impl<B0: Dim> BroadcastShape<(B0,)> for () {
     type Output = (B0,);
 }
+impl<B0: Dim, Op> Broadcasts<(B0,), Op> for () {}
 impl<B0: Dim, B1: Dim> BroadcastShape<(B0, B1)> for () {
     type Output = (B0, B1);
 }
+impl<B0: Dim, B1: Dim, Op> Broadcasts<(B0, B1), Op> for () {}
 impl<B0: Dim, B1: Dim, B2: Dim> BroadcastShape<(B0, B1, B2)> for () {
     type Output = (B0, B1, B2);
 }
+impl<B0: Dim, B1: Dim, B2: Dim, Op> Broadcasts<(B0, B1, B2), Op> for () {}
 impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim> BroadcastShape<(B0, B1, B2, B3)> for () {
     type Output = (B0, B1, B2, B3);
 }
+impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op> Broadcasts<(B0, B1, B2, B3), Op> for () {}
 impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim> BroadcastShape<(B0, B1, B2, B3, B4)> for () {
     type Output = (B0, B1, B2, B3, B4);
 }
+impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op> Broadcasts<(B0, B1, B2, B3, B4), Op> for () {}
 impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim> BroadcastShape<(B0, B1, B2, B3, B4, B5)>
     for ()
 {
     type Output = (B0, B1, B2, B3, B4, B5);
 }
+impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for ()
+{
+}
 impl<A0: Dim> BroadcastShape<()> for (A0,) {
     type Output = (A0,);
 }
+impl<A0: Dim, Op> Broadcasts<(), Op> for (A0,) {}
 impl<A0: Dim, B0: Dim> BroadcastShape<(B0,)> for (A0,)
 where
     A0: BroadcastDim<B0>,
 {
     type Output = (<A0 as BroadcastDim<B0>>::Out,);
 }
+impl<A0: Dim, B0: Dim, Op> Broadcasts<(B0,), Op> for (A0,) where A0: DimBroadcasts<B0, Op> {}
 impl<A0: Dim, B0: Dim, B1: Dim> BroadcastShape<(B0, B1)> for (A0,)
 where
     A0: BroadcastDim<B1>,
 {
     type Output = (B0, <A0 as BroadcastDim<B1>>::Out);
+}
+impl<A0: Dim, B0: Dim, B1: Dim, Op> Broadcasts<(B0, B1), Op> for (A0,) where
+    A0: DimBroadcasts<B1, Op>
+{
 }
 impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim> BroadcastShape<(B0, B1, B2)> for (A0,)
 where
@@ -479,11 +503,19 @@ where
 {
     type Output = (B0, B1, <A0 as BroadcastDim<B2>>::Out);
 }
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, Op> Broadcasts<(B0, B1, B2), Op> for (A0,) where
+    A0: DimBroadcasts<B2, Op>
+{
+}
 impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> BroadcastShape<(B0, B1, B2, B3)> for (A0,)
 where
     A0: BroadcastDim<B3>,
 {
     type Output = (B0, B1, B2, <A0 as BroadcastDim<B3>>::Out);
+}
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op> Broadcasts<(B0, B1, B2, B3), Op> for (A0,) where
+    A0: DimBroadcasts<B3, Op>
+{
 }
 impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim> BroadcastShape<(B0, B1, B2, B3, B4)>
     for (A0,)
@@ -492,6 +524,12 @@ where
 {
     type Output = (B0, B1, B2, B3, <A0 as BroadcastDim<B4>>::Out);
 }
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op> Broadcasts<(B0, B1, B2, B3, B4), Op>
+    for (A0,)
+where
+    A0: DimBroadcasts<B4, Op>,
+{
+}
 impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4, B5)> for (A0,)
 where
@@ -499,14 +537,25 @@ where
 {
     type Output = (B0, B1, B2, B3, B4, <A0 as BroadcastDim<B5>>::Out);
 }
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for (A0,)
+where
+    A0: DimBroadcasts<B5, Op>,
+{
+}
 impl<A0: Dim, A1: Dim> BroadcastShape<()> for (A0, A1) {
     type Output = (A0, A1);
 }
+impl<A0: Dim, A1: Dim, Op> Broadcasts<(), Op> for (A0, A1) {}
 impl<A0: Dim, A1: Dim, B0: Dim> BroadcastShape<(B0,)> for (A0, A1)
 where
     A1: BroadcastDim<B0>,
 {
     type Output = (A0, <A1 as BroadcastDim<B0>>::Out);
+}
+impl<A0: Dim, A1: Dim, B0: Dim, Op> Broadcasts<(B0,), Op> for (A0, A1) where
+    A1: DimBroadcasts<B0, Op>
+{
 }
 impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim> BroadcastShape<(B0, B1)> for (A0, A1)
 where
@@ -514,6 +563,12 @@ where
     A1: BroadcastDim<B1>,
 {
     type Output = (<A0 as BroadcastDim<B0>>::Out, <A1 as BroadcastDim<B1>>::Out);
+}
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, Op> Broadcasts<(B0, B1), Op> for (A0, A1)
+where
+    A0: DimBroadcasts<B0, Op>,
+    A1: DimBroadcasts<B1, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim> BroadcastShape<(B0, B1, B2)> for (A0, A1)
 where
@@ -525,6 +580,12 @@ where
         <A0 as BroadcastDim<B1>>::Out,
         <A1 as BroadcastDim<B2>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, Op> Broadcasts<(B0, B1, B2), Op> for (A0, A1)
+where
+    A0: DimBroadcasts<B1, Op>,
+    A1: DimBroadcasts<B2, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> BroadcastShape<(B0, B1, B2, B3)>
     for (A0, A1)
@@ -539,6 +600,13 @@ where
         <A1 as BroadcastDim<B3>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op> Broadcasts<(B0, B1, B2, B3), Op>
+    for (A0, A1)
+where
+    A0: DimBroadcasts<B2, Op>,
+    A1: DimBroadcasts<B3, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4)> for (A0, A1)
 where
@@ -552,6 +620,13 @@ where
         <A0 as BroadcastDim<B3>>::Out,
         <A1 as BroadcastDim<B4>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4), Op> for (A0, A1)
+where
+    A0: DimBroadcasts<B3, Op>,
+    A1: DimBroadcasts<B4, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1)
@@ -568,14 +643,26 @@ where
         <A1 as BroadcastDim<B5>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1)
+where
+    A0: DimBroadcasts<B4, Op>,
+    A1: DimBroadcasts<B5, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim> BroadcastShape<()> for (A0, A1, A2) {
     type Output = (A0, A1, A2);
 }
+impl<A0: Dim, A1: Dim, A2: Dim, Op> Broadcasts<(), Op> for (A0, A1, A2) {}
 impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim> BroadcastShape<(B0,)> for (A0, A1, A2)
 where
     A2: BroadcastDim<B0>,
 {
     type Output = (A0, A1, <A2 as BroadcastDim<B0>>::Out);
+}
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, Op> Broadcasts<(B0,), Op> for (A0, A1, A2) where
+    A2: DimBroadcasts<B0, Op>
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim> BroadcastShape<(B0, B1)> for (A0, A1, A2)
 where
@@ -587,6 +674,12 @@ where
         <A1 as BroadcastDim<B0>>::Out,
         <A2 as BroadcastDim<B1>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, Op> Broadcasts<(B0, B1), Op> for (A0, A1, A2)
+where
+    A1: DimBroadcasts<B0, Op>,
+    A2: DimBroadcasts<B1, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim> BroadcastShape<(B0, B1, B2)>
     for (A0, A1, A2)
@@ -600,6 +693,14 @@ where
         <A1 as BroadcastDim<B1>>::Out,
         <A2 as BroadcastDim<B2>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> Broadcasts<(B0, B1, B2), Op>
+    for (A0, A1, A2)
+where
+    A0: DimBroadcasts<B0, Op>,
+    A1: DimBroadcasts<B1, Op>,
+    A2: DimBroadcasts<B2, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> BroadcastShape<(B0, B1, B2, B3)>
     for (A0, A1, A2)
@@ -615,6 +716,14 @@ where
         <A2 as BroadcastDim<B3>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3), Op> for (A0, A1, A2)
+where
+    A0: DimBroadcasts<B1, Op>,
+    A1: DimBroadcasts<B2, Op>,
+    A2: DimBroadcasts<B3, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2)
 where
@@ -629,6 +738,14 @@ where
         <A1 as BroadcastDim<B3>>::Out,
         <A2 as BroadcastDim<B4>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2)
+where
+    A0: DimBroadcasts<B2, Op>,
+    A1: DimBroadcasts<B3, Op>,
+    A2: DimBroadcasts<B4, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2)
@@ -646,14 +763,27 @@ where
         <A2 as BroadcastDim<B5>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2)
+where
+    A0: DimBroadcasts<B3, Op>,
+    A1: DimBroadcasts<B4, Op>,
+    A2: DimBroadcasts<B5, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim> BroadcastShape<()> for (A0, A1, A2, A3) {
     type Output = (A0, A1, A2, A3);
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, Op> Broadcasts<(), Op> for (A0, A1, A2, A3) {}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim> BroadcastShape<(B0,)> for (A0, A1, A2, A3)
 where
     A3: BroadcastDim<B0>,
 {
     type Output = (A0, A1, A2, <A3 as BroadcastDim<B0>>::Out);
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, Op> Broadcasts<(B0,), Op> for (A0, A1, A2, A3) where
+    A3: DimBroadcasts<B0, Op>
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim> BroadcastShape<(B0, B1)>
     for (A0, A1, A2, A3)
@@ -668,6 +798,13 @@ where
         <A3 as BroadcastDim<B1>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, Op> Broadcasts<(B0, B1), Op>
+    for (A0, A1, A2, A3)
+where
+    A2: DimBroadcasts<B0, Op>,
+    A3: DimBroadcasts<B1, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim> BroadcastShape<(B0, B1, B2)>
     for (A0, A1, A2, A3)
 where
@@ -681,6 +818,14 @@ where
         <A2 as BroadcastDim<B1>>::Out,
         <A3 as BroadcastDim<B2>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, Op> Broadcasts<(B0, B1, B2), Op>
+    for (A0, A1, A2, A3)
+where
+    A1: DimBroadcasts<B0, Op>,
+    A2: DimBroadcasts<B1, Op>,
+    A3: DimBroadcasts<B2, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim>
     BroadcastShape<(B0, B1, B2, B3)> for (A0, A1, A2, A3)
@@ -697,6 +842,15 @@ where
         <A3 as BroadcastDim<B3>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3), Op> for (A0, A1, A2, A3)
+where
+    A0: DimBroadcasts<B0, Op>,
+    A1: DimBroadcasts<B1, Op>,
+    A2: DimBroadcasts<B2, Op>,
+    A3: DimBroadcasts<B3, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3)
 where
@@ -712,6 +866,15 @@ where
         <A2 as BroadcastDim<B3>>::Out,
         <A3 as BroadcastDim<B4>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2, A3)
+where
+    A0: DimBroadcasts<B1, Op>,
+    A1: DimBroadcasts<B2, Op>,
+    A2: DimBroadcasts<B3, Op>,
+    A3: DimBroadcasts<B4, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3)
@@ -730,15 +893,42 @@ where
         <A3 as BroadcastDim<B5>>::Out,
     );
 }
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2, A3)
+where
+    A0: DimBroadcasts<B2, Op>,
+    A1: DimBroadcasts<B3, Op>,
+    A2: DimBroadcasts<B4, Op>,
+    A3: DimBroadcasts<B5, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim> BroadcastShape<()> for (A0, A1, A2, A3, A4) {
     type Output = (A0, A1, A2, A3, A4);
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, Op> Broadcasts<(), Op> for (A0, A1, A2, A3, A4) {}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim> BroadcastShape<(B0,)>
     for (A0, A1, A2, A3, A4)
 where
     A4: BroadcastDim<B0>,
 {
     type Output = (A0, A1, A2, A3, <A4 as BroadcastDim<B0>>::Out);
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, Op> Broadcasts<(B0,), Op>
+    for (A0, A1, A2, A3, A4)
+where
+    A4: DimBroadcasts<B0, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim> BroadcastShape<(B0, B1)>
     for (A0, A1, A2, A3, A4)
@@ -754,6 +944,13 @@ where
         <A4 as BroadcastDim<B1>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, Op> Broadcasts<(B0, B1), Op>
+    for (A0, A1, A2, A3, A4)
+where
+    A3: DimBroadcasts<B0, Op>,
+    A4: DimBroadcasts<B1, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim>
     BroadcastShape<(B0, B1, B2)> for (A0, A1, A2, A3, A4)
 where
@@ -768,6 +965,14 @@ where
         <A3 as BroadcastDim<B1>>::Out,
         <A4 as BroadcastDim<B2>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, Op>
+    Broadcasts<(B0, B1, B2), Op> for (A0, A1, A2, A3, A4)
+where
+    A2: DimBroadcasts<B0, Op>,
+    A3: DimBroadcasts<B1, Op>,
+    A4: DimBroadcasts<B2, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim>
     BroadcastShape<(B0, B1, B2, B3)> for (A0, A1, A2, A3, A4)
@@ -785,6 +990,15 @@ where
         <A4 as BroadcastDim<B3>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    Broadcasts<(B0, B1, B2, B3), Op> for (A0, A1, A2, A3, A4)
+where
+    A1: DimBroadcasts<B0, Op>,
+    A2: DimBroadcasts<B1, Op>,
+    A3: DimBroadcasts<B2, Op>,
+    A4: DimBroadcasts<B3, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
     BroadcastShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3, A4)
 where
@@ -801,6 +1015,27 @@ where
         <A3 as BroadcastDim<B3>>::Out,
         <A4 as BroadcastDim<B4>>::Out,
     );
+}
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        A4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > Broadcasts<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2, A3, A4)
+where
+    A0: DimBroadcasts<B0, Op>,
+    A1: DimBroadcasts<B1, Op>,
+    A2: DimBroadcasts<B2, Op>,
+    A3: DimBroadcasts<B3, Op>,
+    A4: DimBroadcasts<B4, Op>,
+{
 }
 impl<
         A0: Dim,
@@ -831,10 +1066,36 @@ where
         <A4 as BroadcastDim<B5>>::Out,
     );
 }
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        A4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2, A3, A4)
+where
+    A0: DimBroadcasts<B1, Op>,
+    A1: DimBroadcasts<B2, Op>,
+    A2: DimBroadcasts<B3, Op>,
+    A3: DimBroadcasts<B4, Op>,
+    A4: DimBroadcasts<B5, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim> BroadcastShape<()>
     for (A0, A1, A2, A3, A4, A5)
 {
     type Output = (A0, A1, A2, A3, A4, A5);
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, Op> Broadcasts<(), Op>
+    for (A0, A1, A2, A3, A4, A5)
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim> BroadcastShape<(B0,)>
     for (A0, A1, A2, A3, A4, A5)
@@ -842,6 +1103,12 @@ where
     A5: BroadcastDim<B0>,
 {
     type Output = (A0, A1, A2, A3, A4, <A5 as BroadcastDim<B0>>::Out);
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, Op> Broadcasts<(B0,), Op>
+    for (A0, A1, A2, A3, A4, A5)
+where
+    A5: DimBroadcasts<B0, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim>
     BroadcastShape<(B0, B1)> for (A0, A1, A2, A3, A4, A5)
@@ -857,6 +1124,13 @@ where
         <A4 as BroadcastDim<B0>>::Out,
         <A5 as BroadcastDim<B1>>::Out,
     );
+}
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim, Op>
+    Broadcasts<(B0, B1), Op> for (A0, A1, A2, A3, A4, A5)
+where
+    A4: DimBroadcasts<B0, Op>,
+    A5: DimBroadcasts<B1, Op>,
+{
 }
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim, B2: Dim>
     BroadcastShape<(B0, B1, B2)> for (A0, A1, A2, A3, A4, A5)
@@ -874,6 +1148,14 @@ where
         <A5 as BroadcastDim<B2>>::Out,
     );
 }
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim, B2: Dim, Op>
+    Broadcasts<(B0, B1, B2), Op> for (A0, A1, A2, A3, A4, A5)
+where
+    A3: DimBroadcasts<B0, Op>,
+    A4: DimBroadcasts<B1, Op>,
+    A5: DimBroadcasts<B2, Op>,
+{
+}
 impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim>
     BroadcastShape<(B0, B1, B2, B3)> for (A0, A1, A2, A3, A4, A5)
 where
@@ -890,6 +1172,26 @@ where
         <A4 as BroadcastDim<B2>>::Out,
         <A5 as BroadcastDim<B3>>::Out,
     );
+}
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        A4: Dim,
+        A5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        Op,
+    > Broadcasts<(B0, B1, B2, B3), Op> for (A0, A1, A2, A3, A4, A5)
+where
+    A2: DimBroadcasts<B0, Op>,
+    A3: DimBroadcasts<B1, Op>,
+    A4: DimBroadcasts<B2, Op>,
+    A5: DimBroadcasts<B3, Op>,
+{
 }
 impl<
         A0: Dim,
@@ -932,6 +1234,28 @@ impl<
         B2: Dim,
         B3: Dim,
         B4: Dim,
+        Op,
+    > Broadcasts<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2, A3, A4, A5)
+where
+    A1: DimBroadcasts<B0, Op>,
+    A2: DimBroadcasts<B1, Op>,
+    A3: DimBroadcasts<B2, Op>,
+    A4: DimBroadcasts<B3, Op>,
+    A5: DimBroadcasts<B4, Op>,
+{
+}
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        A4: Dim,
+        A5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
         B5: Dim,
     > BroadcastShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3, A4, A5)
 where
@@ -951,132 +1275,185 @@ where
         <A5 as BroadcastDim<B5>>::Out,
     );
 }
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        A4: Dim,
+        A5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > Broadcasts<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2, A3, A4, A5)
+where
+    A0: DimBroadcasts<B0, Op>,
+    A1: DimBroadcasts<B1, Op>,
+    A2: DimBroadcasts<B2, Op>,
+    A3: DimBroadcasts<B3, Op>,
+    A4: DimBroadcasts<B4, Op>,
+    A5: DimBroadcasts<B5, Op>,
+{
+}
 
-impl ExpandTo<()> for () {}
-impl<B0: Dim> ExpandTo<(B0,)> for () {}
-impl<B0: Dim, B1: Dim> ExpandTo<(B0, B1)> for () {}
-impl<B0: Dim, B1: Dim, B2: Dim> ExpandTo<(B0, B1, B2)> for () {}
-impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim> ExpandTo<(B0, B1, B2, B3)> for () {}
-impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim> ExpandTo<(B0, B1, B2, B3, B4)> for () {}
-impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim> ExpandTo<(B0, B1, B2, B3, B4, B5)>
-    for ()
+impl<Op> ExpandTo<(), Op> for () {}
+impl<B0: Dim, Op> ExpandTo<(B0,), Op> for () {}
+impl<B0: Dim, B1: Dim, Op> ExpandTo<(B0, B1), Op> for () {}
+impl<B0: Dim, B1: Dim, B2: Dim, Op> ExpandTo<(B0, B1, B2), Op> for () {}
+impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op> ExpandTo<(B0, B1, B2, B3), Op> for () {}
+impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op> ExpandTo<(B0, B1, B2, B3, B4), Op> for () {}
+impl<B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for ()
 {
 }
-impl<A0: Dim, B0: Dim> ExpandTo<(B0,)> for (A0,) where A0: ExpandDim<B0> {}
-impl<A0: Dim, B0: Dim, B1: Dim> ExpandTo<(B0, B1)> for (A0,) where A0: ExpandDim<B1> {}
-impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim> ExpandTo<(B0, B1, B2)> for (A0,) where A0: ExpandDim<B2> {}
-impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> ExpandTo<(B0, B1, B2, B3)> for (A0,) where
-    A0: ExpandDim<B3>
+impl<A0: Dim, B0: Dim, Op> ExpandTo<(B0,), Op> for (A0,) where A0: ExpandDim<B0, Op> {}
+impl<A0: Dim, B0: Dim, B1: Dim, Op> ExpandTo<(B0, B1), Op> for (A0,) where A0: ExpandDim<B1, Op> {}
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, Op> ExpandTo<(B0, B1, B2), Op> for (A0,) where
+    A0: ExpandDim<B2, Op>
 {
 }
-impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim> ExpandTo<(B0, B1, B2, B3, B4)> for (A0,) where
-    A0: ExpandDim<B4>
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op> ExpandTo<(B0, B1, B2, B3), Op> for (A0,) where
+    A0: ExpandDim<B3, Op>
 {
 }
-impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4, B5)> for (A0,)
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op> ExpandTo<(B0, B1, B2, B3, B4), Op>
+    for (A0,)
 where
-    A0: ExpandDim<B5>,
+    A0: ExpandDim<B4, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim> ExpandTo<(B0, B1)> for (A0, A1)
+impl<A0: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for (A0,)
 where
-    A0: ExpandDim<B0>,
-    A1: ExpandDim<B1>,
+    A0: ExpandDim<B5, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim> ExpandTo<(B0, B1, B2)> for (A0, A1)
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, Op> ExpandTo<(B0, B1), Op> for (A0, A1)
 where
-    A0: ExpandDim<B1>,
-    A1: ExpandDim<B2>,
+    A0: ExpandDim<B0, Op>,
+    A1: ExpandDim<B1, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> ExpandTo<(B0, B1, B2, B3)> for (A0, A1)
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, Op> ExpandTo<(B0, B1, B2), Op> for (A0, A1)
 where
-    A0: ExpandDim<B2>,
-    A1: ExpandDim<B3>,
+    A0: ExpandDim<B1, Op>,
+    A1: ExpandDim<B2, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim> ExpandTo<(B0, B1, B2, B3, B4)>
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op> ExpandTo<(B0, B1, B2, B3), Op>
     for (A0, A1)
 where
-    A0: ExpandDim<B3>,
-    A1: ExpandDim<B4>,
+    A0: ExpandDim<B2, Op>,
+    A1: ExpandDim<B3, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4, B5)> for (A0, A1)
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4), Op> for (A0, A1)
 where
-    A0: ExpandDim<B4>,
-    A1: ExpandDim<B5>,
+    A0: ExpandDim<B3, Op>,
+    A1: ExpandDim<B4, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim> ExpandTo<(B0, B1, B2)> for (A0, A1, A2)
+impl<A0: Dim, A1: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1)
 where
-    A0: ExpandDim<B0>,
-    A1: ExpandDim<B1>,
-    A2: ExpandDim<B2>,
+    A0: ExpandDim<B4, Op>,
+    A1: ExpandDim<B5, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> ExpandTo<(B0, B1, B2, B3)>
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> ExpandTo<(B0, B1, B2), Op>
     for (A0, A1, A2)
 where
-    A0: ExpandDim<B1>,
-    A1: ExpandDim<B2>,
-    A2: ExpandDim<B3>,
+    A0: ExpandDim<B0, Op>,
+    A1: ExpandDim<B1, Op>,
+    A2: ExpandDim<B2, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4)> for (A0, A1, A2)
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3), Op> for (A0, A1, A2)
 where
-    A0: ExpandDim<B2>,
-    A1: ExpandDim<B3>,
-    A2: ExpandDim<B4>,
+    A0: ExpandDim<B1, Op>,
+    A1: ExpandDim<B2, Op>,
+    A2: ExpandDim<B3, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2)
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2)
 where
-    A0: ExpandDim<B3>,
-    A1: ExpandDim<B4>,
-    A2: ExpandDim<B5>,
+    A0: ExpandDim<B2, Op>,
+    A1: ExpandDim<B3, Op>,
+    A2: ExpandDim<B4, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim>
-    ExpandTo<(B0, B1, B2, B3)> for (A0, A1, A2, A3)
+impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2)
 where
-    A0: ExpandDim<B0>,
-    A1: ExpandDim<B1>,
-    A2: ExpandDim<B2>,
-    A3: ExpandDim<B3>,
+    A0: ExpandDim<B3, Op>,
+    A1: ExpandDim<B4, Op>,
+    A2: ExpandDim<B5, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3)
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3), Op> for (A0, A1, A2, A3)
 where
-    A0: ExpandDim<B1>,
-    A1: ExpandDim<B2>,
-    A2: ExpandDim<B3>,
-    A3: ExpandDim<B4>,
+    A0: ExpandDim<B0, Op>,
+    A1: ExpandDim<B1, Op>,
+    A2: ExpandDim<B2, Op>,
+    A3: ExpandDim<B3, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3)
+impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, Op>
+    ExpandTo<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2, A3)
 where
-    A0: ExpandDim<B2>,
-    A1: ExpandDim<B3>,
-    A2: ExpandDim<B4>,
-    A3: ExpandDim<B5>,
+    A0: ExpandDim<B1, Op>,
+    A1: ExpandDim<B2, Op>,
+    A2: ExpandDim<B3, Op>,
+    A3: ExpandDim<B4, Op>,
 {
 }
-impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
-    ExpandTo<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3, A4)
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2, A3)
 where
-    A0: ExpandDim<B0>,
-    A1: ExpandDim<B1>,
-    A2: ExpandDim<B2>,
-    A3: ExpandDim<B3>,
-    A4: ExpandDim<B4>,
+    A0: ExpandDim<B2, Op>,
+    A1: ExpandDim<B3, Op>,
+    A2: ExpandDim<B4, Op>,
+    A3: ExpandDim<B5, Op>,
+{
+}
+impl<
+        A0: Dim,
+        A1: Dim,
+        A2: Dim,
+        A3: Dim,
+        A4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > ExpandTo<(B0, B1, B2, B3, B4), Op> for (A0, A1, A2, A3, A4)
+where
+    A0: ExpandDim<B0, Op>,
+    A1: ExpandDim<B1, Op>,
+    A2: ExpandDim<B2, Op>,
+    A3: ExpandDim<B3, Op>,
+    A4: ExpandDim<B4, Op>,
 {
 }
 impl<
@@ -1091,13 +1468,14 @@ impl<
         B3: Dim,
         B4: Dim,
         B5: Dim,
-    > ExpandTo<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3, A4)
+        Op,
+    > ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2, A3, A4)
 where
-    A0: ExpandDim<B1>,
-    A1: ExpandDim<B2>,
-    A2: ExpandDim<B3>,
-    A3: ExpandDim<B4>,
-    A4: ExpandDim<B5>,
+    A0: ExpandDim<B1, Op>,
+    A1: ExpandDim<B2, Op>,
+    A2: ExpandDim<B3, Op>,
+    A3: ExpandDim<B4, Op>,
+    A4: ExpandDim<B5, Op>,
 {
 }
 impl<
@@ -1113,14 +1491,15 @@ impl<
         B3: Dim,
         B4: Dim,
         B5: Dim,
-    > ExpandTo<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3, A4, A5)
+        Op,
+    > ExpandTo<(B0, B1, B2, B3, B4, B5), Op> for (A0, A1, A2, A3, A4, A5)
 where
-    A0: ExpandDim<B0>,
-    A1: ExpandDim<B1>,
-    A2: ExpandDim<B2>,
-    A3: ExpandDim<B3>,
-    A4: ExpandDim<B4>,
-    A5: ExpandDim<B5>,
+    A0: ExpandDim<B0, Op>,
+    A1: ExpandDim<B1, Op>,
+    A2: ExpandDim<B2, Op>,
+    A3: ExpandDim<B3, Op>,
+    A4: ExpandDim<B4, Op>,
+    A5: ExpandDim<B5, Op>,
 {
 }
 
@@ -3589,7 +3968,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim> MatmulShape<(B0, B1, 
     for (A0, A1, A2)
 where
     A2: MatmulDim<B1>,
-    A0: BroadcastDim<B0>,
+    A0: DimBroadcasts<B0, op::matmul>,
 {
     type Output = (<A0 as BroadcastDim<B0>>::Out, A1, B2);
 }
@@ -3597,7 +3976,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim> MatmulShape<
     for (A0, A1, A2)
 where
     A2: MatmulDim<B2>,
-    A0: BroadcastDim<B1>,
+    A0: DimBroadcasts<B1, op::matmul>,
 {
     type Output = (B0, <A0 as BroadcastDim<B1>>::Out, A1, B3);
 }
@@ -3605,7 +3984,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim>
     MatmulShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2)
 where
     A2: MatmulDim<B3>,
-    A0: BroadcastDim<B2>,
+    A0: DimBroadcasts<B2, op::matmul>,
 {
     type Output = (B0, B1, <A0 as BroadcastDim<B2>>::Out, A1, B4);
 }
@@ -3613,7 +3992,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4: Dim, B5:
     MatmulShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2)
 where
     A2: MatmulDim<B4>,
-    A0: BroadcastDim<B3>,
+    A0: DimBroadcasts<B3, op::matmul>,
 {
     type Output = (B0, B1, B2, <A0 as BroadcastDim<B3>>::Out, A1, B5);
 }
@@ -3634,7 +4013,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim> MatmulShape<
     for (A0, A1, A2, A3)
 where
     A3: MatmulDim<B1>,
-    A1: BroadcastDim<B0>,
+    A1: DimBroadcasts<B0, op::matmul>,
 {
     type Output = (A0, <A1 as BroadcastDim<B0>>::Out, A2, B2);
 }
@@ -3642,8 +4021,8 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim>
     MatmulShape<(B0, B1, B2, B3)> for (A0, A1, A2, A3)
 where
     A3: MatmulDim<B2>,
-    A0: BroadcastDim<B0>,
-    A1: BroadcastDim<B1>,
+    A0: DimBroadcasts<B0, op::matmul>,
+    A1: DimBroadcasts<B1, op::matmul>,
 {
     type Output = (
         <A0 as BroadcastDim<B0>>::Out,
@@ -3656,8 +4035,8 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4:
     MatmulShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3)
 where
     A3: MatmulDim<B3>,
-    A0: BroadcastDim<B1>,
-    A1: BroadcastDim<B2>,
+    A0: DimBroadcasts<B1, op::matmul>,
+    A1: DimBroadcasts<B2, op::matmul>,
 {
     type Output = (
         B0,
@@ -3671,8 +4050,8 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, B4:
     MatmulShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3)
 where
     A3: MatmulDim<B4>,
-    A0: BroadcastDim<B2>,
-    A1: BroadcastDim<B3>,
+    A0: DimBroadcasts<B2, op::matmul>,
+    A1: DimBroadcasts<B3, op::matmul>,
 {
     type Output = (
         B0,
@@ -3701,7 +4080,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim>
     MatmulShape<(B0, B1, B2)> for (A0, A1, A2, A3, A4)
 where
     A4: MatmulDim<B1>,
-    A2: BroadcastDim<B0>,
+    A2: DimBroadcasts<B0, op::matmul>,
 {
     type Output = (A0, A1, <A2 as BroadcastDim<B0>>::Out, A3, B2);
 }
@@ -3709,8 +4088,8 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, B3:
     MatmulShape<(B0, B1, B2, B3)> for (A0, A1, A2, A3, A4)
 where
     A4: MatmulDim<B2>,
-    A1: BroadcastDim<B0>,
-    A2: BroadcastDim<B1>,
+    A1: DimBroadcasts<B0, op::matmul>,
+    A2: DimBroadcasts<B1, op::matmul>,
 {
     type Output = (
         A0,
@@ -3724,9 +4103,9 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, B0: Dim, B1: Dim, B2: Dim, B3:
     MatmulShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3, A4)
 where
     A4: MatmulDim<B3>,
-    A0: BroadcastDim<B0>,
-    A1: BroadcastDim<B1>,
-    A2: BroadcastDim<B2>,
+    A0: DimBroadcasts<B0, op::matmul>,
+    A1: DimBroadcasts<B1, op::matmul>,
+    A2: DimBroadcasts<B2, op::matmul>,
 {
     type Output = (
         <A0 as BroadcastDim<B0>>::Out,
@@ -3751,9 +4130,9 @@ impl<
     > MatmulShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3, A4)
 where
     A4: MatmulDim<B4>,
-    A0: BroadcastDim<B1>,
-    A1: BroadcastDim<B2>,
-    A2: BroadcastDim<B3>,
+    A0: DimBroadcasts<B1, op::matmul>,
+    A1: DimBroadcasts<B2, op::matmul>,
+    A2: DimBroadcasts<B3, op::matmul>,
 {
     type Output = (
         B0,
@@ -3782,7 +4161,7 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim, B2:
     MatmulShape<(B0, B1, B2)> for (A0, A1, A2, A3, A4, A5)
 where
     A5: MatmulDim<B1>,
-    A3: BroadcastDim<B0>,
+    A3: DimBroadcasts<B0, op::matmul>,
 {
     type Output = (A0, A1, A2, <A3 as BroadcastDim<B0>>::Out, A4, B2);
 }
@@ -3790,8 +4169,8 @@ impl<A0: Dim, A1: Dim, A2: Dim, A3: Dim, A4: Dim, A5: Dim, B0: Dim, B1: Dim, B2:
     MatmulShape<(B0, B1, B2, B3)> for (A0, A1, A2, A3, A4, A5)
 where
     A5: MatmulDim<B2>,
-    A2: BroadcastDim<B0>,
-    A3: BroadcastDim<B1>,
+    A2: DimBroadcasts<B0, op::matmul>,
+    A3: DimBroadcasts<B1, op::matmul>,
 {
     type Output = (
         A0,
@@ -3817,9 +4196,9 @@ impl<
     > MatmulShape<(B0, B1, B2, B3, B4)> for (A0, A1, A2, A3, A4, A5)
 where
     A5: MatmulDim<B3>,
-    A1: BroadcastDim<B0>,
-    A2: BroadcastDim<B1>,
-    A3: BroadcastDim<B2>,
+    A1: DimBroadcasts<B0, op::matmul>,
+    A2: DimBroadcasts<B1, op::matmul>,
+    A3: DimBroadcasts<B2, op::matmul>,
 {
     type Output = (
         A0,
@@ -3846,10 +4225,10 @@ impl<
     > MatmulShape<(B0, B1, B2, B3, B4, B5)> for (A0, A1, A2, A3, A4, A5)
 where
     A5: MatmulDim<B4>,
-    A0: BroadcastDim<B0>,
-    A1: BroadcastDim<B1>,
-    A2: BroadcastDim<B2>,
-    A3: BroadcastDim<B3>,
+    A0: DimBroadcasts<B0, op::matmul>,
+    A1: DimBroadcasts<B1, op::matmul>,
+    A2: DimBroadcasts<B2, op::matmul>,
+    A3: DimBroadcasts<B3, op::matmul>,
 {
     type Output = (
         <A0 as BroadcastDim<B0>>::Out,

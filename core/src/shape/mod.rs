@@ -9,7 +9,7 @@
 //!
 //! Every shape rule lives in this module as a trait over shapes, so ops state
 //! their rules as bounds and the compiler reports a violation at the call site:
-//! [`BroadcastShape`] (elementwise), [`MatmulShape`], [`HasAxis`] (reductions,
+//! [`Broadcasts`] (elementwise), [`MatmulShape`], [`HasAxis`] (reductions,
 //! softmax, indexing), [`InsertAxis`], [`SwapAxes`], [`PermuteShape`],
 //! [`ExpandTo`]; element counts for `reshape` are checked by a const assertion
 //! ([`check`]) because they need arithmetic on the sizes.
@@ -17,6 +17,7 @@
 pub mod check;
 mod dims;
 mod generated;
+pub mod op;
 pub mod window;
 
 pub use dims::*;

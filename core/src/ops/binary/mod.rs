@@ -1,6 +1,8 @@
 //! Elementwise binary ops with PyTorch's broadcasting. Each op is a row in
-//! `table.rs` (re-exported here). The shape rule is [`BroadcastShape`]: static sizes that do not
-//! broadcast are a compile error; `Dyn` sizes are checked when the op runs.
+//! `table.rs` (re-exported here). The shape rule is [`crate::shape::Broadcasts`]
+//! under the row's name (`op::add`); [`BroadcastShape`] gives the result's type.
+//! Static sizes that do not broadcast are a compile error that starts with
+//! the op's name; `Dyn` sizes are checked when the op runs.
 //! The backward sums each operand's gradient back over the broadcast dims.
 
 mod table;

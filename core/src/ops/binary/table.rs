@@ -6,7 +6,7 @@ use crate::dtype::{Float, Real};
 use crate::error::Result;
 use crate::ops::fused::{Binary, Expr};
 use crate::ops::unary::Neg;
-use crate::shape::{BroadcastShape, Shape};
+use crate::shape::{op, BroadcastShape, Broadcasts, Shape};
 use crate::tensor::{ok, Tensor};
 
 macro_rules! binary_table {
@@ -82,7 +82,7 @@ macro_rules! binary_table {
             #[track_caller]
             pub fn $method<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Tensor<<S as BroadcastShape<S2>>::Output, E, D>
             where
-                S: BroadcastShape<S2>,
+                S: Broadcasts<S2, op::$method>,
             {
                 ok(self.try_zip($op, rhs))
             }
@@ -93,7 +93,7 @@ macro_rules! binary_table {
             /// A [`crate::ShapeError`] when `Dyn` sizes do not broadcast.
             pub fn $try_method<S2: Shape>(&self, rhs: &Tensor<S2, E, D>) -> Result<Tensor<<S as BroadcastShape<S2>>::Output, E, D>>
             where
-                S: BroadcastShape<S2>,
+                S: Broadcasts<S2, op::$method>,
             {
                 self.try_zip($op, rhs)
             }
@@ -149,7 +149,7 @@ macro_rules! std_op {
         impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
             std::ops::$tr<&Tensor<S2, E, D>> for &Tensor<S, E, D>
         where
-            S: BroadcastShape<S2>,
+            S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
@@ -160,7 +160,7 @@ macro_rules! std_op {
         impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
             std::ops::$tr<Tensor<S2, E, D>> for Tensor<S, E, D>
         where
-            S: BroadcastShape<S2>,
+            S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
@@ -171,7 +171,7 @@ macro_rules! std_op {
         impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
             std::ops::$tr<&Tensor<S2, E, D>> for Tensor<S, E, D>
         where
-            S: BroadcastShape<S2>,
+            S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
@@ -182,7 +182,7 @@ macro_rules! std_op {
         impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
             std::ops::$tr<Tensor<S2, E, D>> for &Tensor<S, E, D>
         where
-            S: BroadcastShape<S2>,
+            S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]

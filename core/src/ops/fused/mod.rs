@@ -30,7 +30,7 @@ use crate::device::{Backend, Device};
 use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::{broadcast_dims, Layout};
-use crate::shape::{BroadcastShape, Shape};
+use crate::shape::{op, BroadcastShape, Broadcasts, Shape};
 use crate::tape::util::sum_to;
 use crate::tape::{Raw, Var};
 use crate::tensor::{ok, Tensor};
@@ -123,18 +123,18 @@ macro_rules! inputs {
 }
 
 inputs!(A; A 0; where);
-inputs!(<A as BroadcastShape<B>>::Output; A 0, B 1; where A: BroadcastShape<B>);
+inputs!(<A as BroadcastShape<B>>::Output; A 0, B 1; where A: Broadcasts<B, op::fused_inputs>);
 inputs!(
     <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output; A 0, B 1, C 2;
-    where A: BroadcastShape<B>, <A as BroadcastShape<B>>::Output: BroadcastShape<C>
+    where A: Broadcasts<B, op::fused_inputs>, <A as BroadcastShape<B>>::Output: Broadcasts<C, op::fused_inputs>
 );
 inputs!(
     <<<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output as BroadcastShape<F>>::Output;
     A 0, B 1, C 2, F 3;
     where
-        A: BroadcastShape<B>,
-        <A as BroadcastShape<B>>::Output: BroadcastShape<C>,
-        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: BroadcastShape<F>
+        A: Broadcasts<B, op::fused_inputs>,
+        <A as BroadcastShape<B>>::Output: Broadcasts<C, op::fused_inputs>,
+        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: Broadcasts<F, op::fused_inputs>
 );
 /// The broadcast shape of four inputs' shapes.
 type Out4<A, B, C, F> =
@@ -143,20 +143,20 @@ inputs!(
     <Out4<A, B, C, F> as BroadcastShape<G>>::Output;
     A 0, B 1, C 2, F 3, G 4;
     where
-        A: BroadcastShape<B>,
-        <A as BroadcastShape<B>>::Output: BroadcastShape<C>,
-        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: BroadcastShape<F>,
-        Out4<A, B, C, F>: BroadcastShape<G>
+        A: Broadcasts<B, op::fused_inputs>,
+        <A as BroadcastShape<B>>::Output: Broadcasts<C, op::fused_inputs>,
+        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: Broadcasts<F, op::fused_inputs>,
+        Out4<A, B, C, F>: Broadcasts<G, op::fused_inputs>
 );
 inputs!(
     <<Out4<A, B, C, F> as BroadcastShape<G>>::Output as BroadcastShape<H>>::Output;
     A 0, B 1, C 2, F 3, G 4, H 5;
     where
-        A: BroadcastShape<B>,
-        <A as BroadcastShape<B>>::Output: BroadcastShape<C>,
-        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: BroadcastShape<F>,
-        Out4<A, B, C, F>: BroadcastShape<G>,
-        <Out4<A, B, C, F> as BroadcastShape<G>>::Output: BroadcastShape<H>
+        A: Broadcasts<B, op::fused_inputs>,
+        <A as BroadcastShape<B>>::Output: Broadcasts<C, op::fused_inputs>,
+        <<A as BroadcastShape<B>>::Output as BroadcastShape<C>>::Output: Broadcasts<F, op::fused_inputs>,
+        Out4<A, B, C, F>: Broadcasts<G, op::fused_inputs>,
+        <Out4<A, B, C, F> as BroadcastShape<G>>::Output: Broadcasts<H, op::fused_inputs>
 );
 
 /// Evaluates the expression `f` builds over `inputs` in one pass: a new

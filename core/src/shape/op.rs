@@ -1,0 +1,108 @@
+//! Names of operations, as types, so a shape rule can say which operation
+//! it failed for: `add: shapes cannot be broadcast together: size 3 does
+//! not match size 4`.
+//!
+//! A check trait takes the name as a parameter (`S: Broadcasts<S2,
+//! op::add>`), carries it down to the pair of sizes that disagree, and its
+//! `#[diagnostic::on_unimplemented]` message prints it. rustc prints a type
+//! by its bare name when no other public item of any crate in the build has
+//! that name, so each name here is the method's own and must stay unique:
+//! the op module that shares one (`ops::matmul`) is `#[doc(hidden)]`,
+//! which takes it out of that count, and a free function
+//! that programs import by a glob and call (`where_cond`, `fused`) gets a
+//! name of its part (`where_cond_branches`). Where a name is not unique the
+//! message still ends in it (`forma::core::shape::op::add`).
+//!
+//! Code generic over shapes names the operation in its bound:
+//! `fn f<S1: Broadcasts<S2, op::add>, S2: Shape>(a: &Tensor<S1>, b:
+//! &Tensor<S2>) { a + b }`. Code generic over a dim only needs `B: Dim`:
+//! every dim broadcasts with itself under every name below.
+#![allow(non_camel_case_types)]
+
+use super::dims::{Dim, DimBroadcasts};
+use super::{Broadcasts, Shape};
+
+macro_rules! names {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug)]
+            pub enum $name {}
+        )*
+
+        /// Every dim broadcasts with itself, to itself, under every
+        /// elementwise operation's name: a supertrait of [`Dim`], so code
+        /// generic over a batch `B: Dim` adds two `B`-batched tensors with
+        /// no further bound.
+        pub trait BroadcastsWithItself: Sized $(+ DimBroadcasts<Self, $name>)* {}
+        impl<D: Dim> BroadcastsWithItself for D where D: Sized $(+ DimBroadcasts<D, $name>)* {}
+
+        /// Two shapes that broadcast together under every elementwise
+        /// operation named here: one bound for code generic over shapes
+        /// that applies several (`S1: Elementwise<S2>`).
+        pub trait Elementwise<Rhs: Shape>: Sized $(+ Broadcasts<Rhs, $name>)* {}
+        impl<S: Shape, Rhs: Shape> Elementwise<Rhs> for S where S: Sized $(+ Broadcasts<Rhs, $name>)* {}
+    };
+}
+
+names! {
+    /// `a + b`, [`crate::Tensor::add`].
+    add,
+    /// `a - b`, [`crate::Tensor::sub`].
+    sub,
+    /// `a * b`, [`crate::Tensor::mul`].
+    mul,
+    /// `a / b`, [`crate::Tensor::div`].
+    div,
+    /// [`crate::Tensor::pow`].
+    pow,
+    /// [`crate::Tensor::maximum`].
+    maximum,
+    /// [`crate::Tensor::minimum`].
+    minimum,
+    /// [`crate::Tensor::fmax`].
+    fmax,
+    /// [`crate::Tensor::fmin`].
+    fmin,
+    /// [`crate::Tensor::eq`].
+    eq,
+    /// [`crate::Tensor::ne`].
+    ne,
+    /// [`crate::Tensor::lt`].
+    lt,
+    /// [`crate::Tensor::le`].
+    le,
+    /// [`crate::Tensor::gt`].
+    gt,
+    /// [`crate::Tensor::ge`].
+    ge,
+    /// `logical_and` of two masks.
+    logical_and,
+    /// `logical_or` of two masks.
+    logical_or,
+    /// `logical_xor` of two masks.
+    logical_xor,
+    /// [`crate::ops::cmp::where_cond`]: its two branches broadcast together.
+    /// (Not `where_cond`: a program that imports the function by a glob and
+    /// calls it makes rustc print a type of that name in full.)
+    where_cond_branches,
+    /// [`crate::ops::fused::fused`]: its inputs broadcast together (named
+    /// as `where_cond_branches` is).
+    fused_inputs,
+    /// [`crate::Tensor::matmul`]: the batch dims broadcast.
+    matmul,
+}
+
+/// [`crate::Tensor::expand`] (and any rule that stretches a shape to
+/// another without naming its operation).
+#[derive(Debug)]
+pub enum expand {}
+
+/// [`crate::ops::cmp::where_cond`]: the condition stretches to the
+/// branches' shape.
+#[derive(Debug)]
+pub enum where_cond_mask {}
+
+/// [`crate::Tensor::masked_fill`]: the mask stretches to the tensor.
+#[derive(Debug)]
+pub enum masked_fill {}
