@@ -76,6 +76,16 @@ pub trait HasAxis<const AX: isize>: Shape {
     type Replaced<D: Dim>: Shape;
 }
 
+/// The rule of an operation `Op` along axis `AX` (a reduction, softmax,
+/// indexing, concatenation): the shape has that axis. [`HasAxis`] gives
+/// the types; this bound names the operation in the compiler's message.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: axis {AX} does not exist in a tensor of shape `{Self}`",
+    label = "this tensor has no axis {AX}",
+    note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
+)]
+pub trait AxisOf<const AX: isize, Op>: HasAxis<AX> {}
+
 /// A shape into which a new axis can be inserted at position `AX` (`unsqueeze`).
 #[diagnostic::on_unimplemented(
     message = "cannot insert axis {AX} into a tensor of shape `{Self}`",
@@ -204,6 +214,7 @@ for r in range(1, MAXR + 1):
         rep = ["D" if i == ax else x for i, x in enumerate(names)]
         for spelled in (ax, ax - r):
             w(f"impl<{gens(names)}> HasAxis<{spelled}> for {tup(names)} {{ const INDEX: usize = {ax}; type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
+            w(f"impl<{gens(names)}, Op> AxisOf<{spelled}, Op> for {tup(names)} {{}}")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     for ax in range(r + 1):

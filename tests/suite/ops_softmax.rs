@@ -8,14 +8,14 @@ use crate::common;
 
 use common::*;
 use forma::core::device::Device;
-use forma::core::shape::HasAxis;
+use forma::core::shape::op::AlongAxis;
 use forma::core::{Float, Tensor};
 use forma::{Dyn, C};
 
 /// Compares softmax and log-softmax along `AX` with `<op>.<case>.ax<AX>.out`.
 fn both<const AX: isize, S, E, D>(c: &mut Checks, x: &Tensor<S, E, D>, case: &str, tol: Tol)
 where
-    S: HasAxis<AX>,
+    S: AlongAxis<AX>,
     E: Float + FixtureElem,
     D: Device<E>,
 {

@@ -12,7 +12,7 @@ use crate::device::{Backend, Device};
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::shape::{HasAxis, Shape};
+use crate::shape::{op, AxisOf, HasAxis, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -52,7 +52,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn cumsum<const AX: isize>(&self) -> Self
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::cumsum>,
     {
         ok(self.try_cumsum::<AX>())
     }
@@ -63,7 +63,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// A backend failure.
     pub fn try_cumsum<const AX: isize>(&self) -> Result<Self>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::cumsum>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         let y = Self::from_raw(scan(&self.raw(), ax, false)?)?;

@@ -50,6 +50,7 @@ pub mod binary;
 pub mod cat;
 pub mod cmp;
 pub mod conv;
+#[doc(hidden)] // a public `cumsum` would make rustc print `shape::op::cumsum` in full
 pub mod cumsum;
 pub mod einsum;
 pub mod fused;
@@ -65,6 +66,7 @@ pub mod reduce;
 pub mod resample;
 pub mod rnn;
 pub mod roll;
+#[doc(hidden)] // as `cumsum` (`shape::op::softmax`)
 pub mod softmax;
 pub mod sort;
 pub mod tri;

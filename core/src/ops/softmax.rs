@@ -6,7 +6,7 @@ use crate::dtype::Float;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::ops::reduce::around_axis;
-use crate::shape::{HasAxis, Shape};
+use crate::shape::{op, AxisOf, HasAxis, Shape};
 use crate::tape::util::reshape;
 use crate::tensor::{ok, Tensor};
 
@@ -63,7 +63,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// ```
     pub fn softmax<const AX: isize>(&self) -> Self
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::softmax>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         self.softmax_impl(ax, false)
@@ -72,7 +72,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// Log-softmax along `AX`, like `x.log_softmax(ax)`.
     pub fn log_softmax<const AX: isize>(&self) -> Self
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::log_softmax>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         self.softmax_impl(ax, true)

@@ -51,6 +51,16 @@ pub trait HasAxis<const AX: isize>: Shape {
     type Replaced<D: Dim>: Shape;
 }
 
+/// The rule of an operation `Op` along axis `AX` (a reduction, softmax,
+/// indexing, concatenation): the shape has that axis. [`HasAxis`] gives
+/// the types; this bound names the operation in the compiler's message.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: axis {AX} does not exist in a tensor of shape `{Self}`",
+    label = "this tensor has no axis {AX}",
+    note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
+)]
+pub trait AxisOf<const AX: isize, Op>: HasAxis<AX> {}
+
 /// A shape into which a new axis can be inserted at position `AX` (`unsqueeze`).
 #[diagnostic::on_unimplemented(
     message = "cannot insert axis {AX} into a tensor of shape `{Self}`",
@@ -1509,185 +1519,219 @@ impl<D0: Dim> HasAxis<0> for (D0,) {
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
+impl<D0: Dim, Op> AxisOf<0, Op> for (D0,) {}
 impl<D0: Dim> HasAxis<-1> for (D0,) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
+impl<D0: Dim, Op> AxisOf<-1, Op> for (D0,) {}
 impl<D0: Dim, D1: Dim> HasAxis<0> for (D0, D1) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
 }
+impl<D0: Dim, D1: Dim, Op> AxisOf<0, Op> for (D0, D1) {}
 impl<D0: Dim, D1: Dim> HasAxis<-2> for (D0, D1) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
 }
+impl<D0: Dim, D1: Dim, Op> AxisOf<-2, Op> for (D0, D1) {}
 impl<D0: Dim, D1: Dim> HasAxis<1> for (D0, D1) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
 }
+impl<D0: Dim, D1: Dim, Op> AxisOf<1, Op> for (D0, D1) {}
 impl<D0: Dim, D1: Dim> HasAxis<-1> for (D0, D1) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
 }
+impl<D0: Dim, D1: Dim, Op> AxisOf<-1, Op> for (D0, D1) {}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<0> for (D0, D1, D2) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<0, Op> for (D0, D1, D2) {}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-3> for (D0, D1, D2) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2) {}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<1> for (D0, D1, D2) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<1, Op> for (D0, D1, D2) {}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-2> for (D0, D1, D2) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2) {}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<2> for (D0, D1, D2) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<2, Op> for (D0, D1, D2) {}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-1> for (D0, D1, D2) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<0> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-4> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<1> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-3> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<3> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-1> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<0> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-5> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-5, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<4, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3, D4) {}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<0> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<0, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-6>
     for (D0, D1, D2, D3, D4, D5)
@@ -1697,11 +1741,19 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-6>
     type Removed = (D1, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-6, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<1> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<1, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-5>
     for (D0, D1, D2, D3, D4, D5)
@@ -1711,11 +1763,19 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-5>
     type Removed = (D0, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-5, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<2> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<2, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-4>
     for (D0, D1, D2, D3, D4, D5)
@@ -1725,11 +1785,19 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-4>
     type Removed = (D0, D1, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-4, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<3> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<3, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-3>
     for (D0, D1, D2, D3, D4, D5)
@@ -1739,11 +1807,19 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-3>
     type Removed = (D0, D1, D2, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-3, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<4> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<4, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-2>
     for (D0, D1, D2, D3, D4, D5)
@@ -1753,11 +1829,19 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-2>
     type Removed = (D0, D1, D2, D3, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-2, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<5> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 5;
     type At = D5;
     type Removed = (D0, D1, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<5, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-1>
     for (D0, D1, D2, D3, D4, D5)
@@ -1766,6 +1850,10 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-1>
     type At = D5;
     type Removed = (D0, D1, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-1, Op>
+    for (D0, D1, D2, D3, D4, D5)
+{
 }
 impl InsertAxis<0> for () {
     const INDEX: usize = 0;

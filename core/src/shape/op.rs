@@ -20,7 +20,7 @@
 #![allow(non_camel_case_types)]
 
 use super::dims::{Dim, DimBroadcasts};
-use super::{Broadcasts, Shape};
+use super::{AxisOf, Broadcasts, HasAxis, Shape};
 
 macro_rules! names {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
@@ -106,3 +106,33 @@ pub enum where_cond_mask {}
 /// [`crate::Tensor::masked_fill`]: the mask stretches to the tensor.
 #[derive(Debug)]
 pub enum masked_fill {}
+
+macro_rules! along {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug)]
+            pub enum $name {}
+        )*
+
+        /// A shape that has axis `AX` under every operation along an axis
+        /// named here: one bound for code generic over shapes that applies
+        /// several (`S: AlongAxis<1>`).
+        pub trait AlongAxis<const AX: isize>: Sized $(+ AxisOf<AX, $name>)* {}
+        impl<S: HasAxis<AX>, const AX: isize> AlongAxis<AX> for S where S: Sized $(+ AxisOf<AX, $name>)* {}
+    };
+}
+
+// Only operations whose result type does not name one of `HasAxis`'s
+// associated types take `AxisOf`: for `sum`, whose result is
+// `<S as HasAxis<AX>>::Removed`, rustc reports the unmet projection as well,
+// so a wrong axis gave two errors, the first without the op's name (tried).
+// Those keep `HasAxis`'s message (the axis and the shape, not the op).
+along! {
+    /// [`crate::Tensor::cumsum`].
+    cumsum,
+    /// [`crate::Tensor::softmax`].
+    softmax,
+    /// [`crate::Tensor::log_softmax`].
+    log_softmax,
+}
