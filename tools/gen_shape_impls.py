@@ -84,7 +84,29 @@ pub trait HasAxis<const AX: isize>: Shape {
     label = "this tensor has no axis {AX}",
     note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
 )]
-pub trait AxisOf<const AX: isize, Op>: HasAxis<AX> {}
+pub trait AxisOf<const AX: isize, Op>: HasAxis<AX> {
+    /// [`HasAxis::At`], the same type. The result types of these ops name
+    /// this rule's types rather than [`HasAxis`]'s: rustc reports an unmet
+    /// projection in a result type on its own, so a wrong axis would be two
+    /// errors, the first without the op's name.
+    type At: Dim;
+    /// [`HasAxis::Removed`], the same type.
+    type Removed: Shape;
+    /// [`HasAxis::Replaced`], the same type.
+    type Replaced<D: Dim>: Shape;
+}
+
+/// The rule of an operation `Op` that inserts an axis at `AX` (`unsqueeze`);
+/// [`InsertAxis`] gives the index.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: cannot insert axis {AX} into a tensor of shape `{Self}`",
+    label = "no position {AX} here",
+    note = "a tensor of rank r takes new axes at positions 0 to r (or -r - 1 to -1, counting from the end), up to rank 6"
+)]
+pub trait InsertAxisOf<const AX: isize, Op>: InsertAxis<AX> {
+    /// [`InsertAxis::Inserted`], the same type (named as [`AxisOf`]'s are).
+    type Inserted<D: Dim>: Shape;
+}
 
 /// A shape into which a new axis can be inserted at position `AX` (`unsqueeze`).
 #[diagnostic::on_unimplemented(
@@ -214,7 +236,7 @@ for r in range(1, MAXR + 1):
         rep = ["D" if i == ax else x for i, x in enumerate(names)]
         for spelled in (ax, ax - r):
             w(f"impl<{gens(names)}> HasAxis<{spelled}> for {tup(names)} {{ const INDEX: usize = {ax}; type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
-            w(f"impl<{gens(names)}, Op> AxisOf<{spelled}, Op> for {tup(names)} {{}}")
+            w(f"impl<{gens(names)}, Op> AxisOf<{spelled}, Op> for {tup(names)} {{ type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     for ax in range(r + 1):
@@ -222,6 +244,7 @@ for r in range(0, MAXR):
         g = f"<{gens(names)}>" if r else ""
         for spelled in (ax, ax - r - 1):
             w(f"impl{g} InsertAxis<{spelled}> for {tup(names) if r else '()'} {{ const INDEX: usize = {ax}; type Inserted<D: Dim> = {tup(ins)}; }}")
+            w(f"impl<{gens(names) + ', ' if r else ''}Op> InsertAxisOf<{spelled}, Op> for {tup(names) if r else '()'} {{ type Inserted<D: Dim> = {tup(ins)}; }}")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     g = f"<{gens(names)}>" if r else ""

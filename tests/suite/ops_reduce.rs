@@ -9,7 +9,7 @@ use crate::common;
 
 use common::*;
 use forma::core::ops::reduce::ReduceOp;
-use forma::core::shape::HasAxis;
+use forma::core::shape::op::AlongAxis;
 use forma::core::{Float, Shape, Tensor};
 use forma::{Ax, Dyn, C};
 
@@ -24,7 +24,7 @@ fn along<const AX: isize, S, E, D>(
     keep: bool,
     tol: Tol,
 ) where
-    S: HasAxis<AX>,
+    S: AlongAxis<AX>,
     E: Float + FixtureElem,
     D: TestDevice + forma::core::device::Device<E>,
 {

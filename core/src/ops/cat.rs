@@ -7,7 +7,7 @@ use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::check::assert_cat_sum;
-use crate::shape::{Dim, Dyn, HasAxis, InsertAxis, One, Shape};
+use crate::shape::{op, AxisOf, Dim, Dyn, HasAxis, InsertAxis, One, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -15,9 +15,9 @@ use crate::tensor::{ok, Tensor};
 ///
 /// # Errors
 /// An empty list, or sizes that differ outside `AX`.
-pub fn try_cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
+pub fn try_cat<const AX: isize, S: Shape + AxisOf<AX, op::concatenate>, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
-) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>> {
+) -> Result<Tensor<<S as AxisOf<AX, op::concatenate>>::Replaced<Dyn>, E, D>> {
     join("cat", tensors, <S as HasAxis<AX>>::INDEX)
 }
 
@@ -88,9 +88,12 @@ fn join<S: Shape, S2: Shape, E: Dtype, D: Backend>(
 
 /// [`try_cat`] that panics on mismatched sizes.
 #[track_caller]
-pub fn cat<const AX: isize, S: Shape + HasAxis<AX>, E: Dtype, D: Backend>(
+pub fn cat<const AX: isize, S: Shape, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
-) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D> {
+) -> Tensor<<S as AxisOf<AX, op::concatenate>>::Replaced<Dyn>, E, D>
+where
+    S: AxisOf<AX, op::concatenate>,
+{
     ok(try_cat::<AX, S, E, D>(tensors))
 }
 
@@ -163,8 +166,8 @@ where
         HasAxis<AX, Replaced<Dyn> = <S as InsertAxis<AX>>::Inserted<Dyn>>,
 {
     let parts: Vec<Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>> =
-        tensors.iter().map(|t| t.unsqueeze::<AX>()).collect();
-    try_cat::<AX, _, E, D>(&parts)
+        tensors.iter().map(|t| t.unsqueeze_at::<AX>()).collect();
+    join("stack", &parts, <S as InsertAxis<AX>>::INDEX)
 }
 
 /// [`try_stack`] that panics on mismatched sizes.

@@ -6,7 +6,7 @@ use crate::device::Backend;
 use crate::dtype::{Dtype, Float};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::shape::{AppendDim, Dim, Dyn, HasAxis, Shape, C};
+use crate::shape::{op, AppendDim, AxisOf, Dim, Dyn, HasAxis, Shape, C};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -131,6 +131,17 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     pub fn try_index_select<const AX: isize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::index_select>>::Replaced<L>, E, D>>
+    where
+        S: AxisOf<AX, op::index_select>,
+    {
+        self.index_select_at::<AX, L>(idx).map(Tensor::retype)
+    }
+
+    /// [`Tensor::try_index_select`] under its types' rule only, for ops built on it.
+    pub(crate) fn index_select_at<const AX: isize, L: Dim>(
+        &self,
+        idx: &Tensor<(L,), i64, D>,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>>
     where
         S: HasAxis<AX>,
@@ -150,9 +161,9 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     pub fn index_select<const AX: isize, L: Dim>(
         &self,
         idx: &Tensor<(L,), i64, D>,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<L>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::index_select>>::Replaced<L>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::index_select>,
     {
         ok(self.try_index_select::<AX, L>(idx))
     }
@@ -211,6 +222,18 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         idx: &Tensor<Si, i64, D>,
     ) -> Result<Tensor<Si, E, D>>
     where
+        S: AxisOf<AX, op::gather>,
+        Si: HasAxis<AX>,
+    {
+        self.gather_at::<AX, Si>(idx)
+    }
+
+    /// [`Tensor::try_gather`] under its types' rule only, for ops built on it.
+    pub(crate) fn gather_at<const AX: isize, Si: Shape>(
+        &self,
+        idx: &Tensor<Si, i64, D>,
+    ) -> Result<Tensor<Si, E, D>>
+    where
         S: HasAxis<AX>,
         Si: HasAxis<AX>,
     {
@@ -228,7 +251,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn gather<const AX: isize, Si: Shape>(&self, idx: &Tensor<Si, i64, D>) -> Tensor<Si, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::gather>,
         Si: HasAxis<AX>,
     {
         ok(self.try_gather::<AX, Si>(idx))
@@ -245,7 +268,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         src: &Tensor<Si, E, D>,
     ) -> Result<Self>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::scatter_add>,
         Si: HasAxis<AX>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
@@ -304,7 +327,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         src: &Tensor<Si, E, D>,
     ) -> Self
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::scatter_add>,
         Si: HasAxis<AX>,
     {
         ok(self.try_scatter_add::<AX, Si>(idx, src))

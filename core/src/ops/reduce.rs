@@ -9,7 +9,7 @@ use crate::dtype::Float;
 use crate::error::Result;
 use crate::graph::Op;
 use crate::layout::Layout;
-use crate::shape::{Dyn, HasAxis, One, Shape};
+use crate::shape::{op, AxisOf, Dyn, HasAxis, One, Shape};
 use crate::tape::util::reshape;
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
@@ -296,9 +296,9 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is empty; see [`Tensor::try_argmax`].
     #[track_caller]
-    pub fn argmax<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
+    pub fn argmax<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::argmax>>::Removed, i64, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argmax>,
     {
         ok(self.try_argmax::<AX>())
     }
@@ -308,9 +308,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Errors
     /// An empty axis (PyTorch: "cannot perform reduction function argmax
     /// on a tensor with no elements").
-    pub fn try_argmax<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+    pub fn try_argmax<const AX: isize>(
+        &self,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::argmax>>::Removed, i64, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argmax>,
     {
         self.try_arg::<AX, _>(ArgReduceOp::ArgMax, false)
     }
@@ -322,9 +324,9 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn argmax_keepdim<const AX: isize>(
         &self,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
+    ) -> Tensor<<S as AxisOf<AX, op::argmax>>::Replaced<One>, i64, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argmax>,
     {
         ok(self.try_arg::<AX, _>(ArgReduceOp::ArgMax, true))
     }
@@ -335,9 +337,9 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is empty; see [`Tensor::try_argmin`].
     #[track_caller]
-    pub fn argmin<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
+    pub fn argmin<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::argmin>>::Removed, i64, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argmin>,
     {
         ok(self.try_argmin::<AX>())
     }
@@ -346,9 +348,11 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// An empty axis.
-    pub fn try_argmin<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+    pub fn try_argmin<const AX: isize>(
+        &self,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::argmin>>::Removed, i64, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argmin>,
     {
         self.try_arg::<AX, _>(ArgReduceOp::ArgMin, false)
     }
@@ -360,9 +364,9 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn argmin_keepdim<const AX: isize>(
         &self,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
+    ) -> Tensor<<S as AxisOf<AX, op::argmin>>::Replaced<One>, i64, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argmin>,
     {
         ok(self.try_arg::<AX, _>(ArgReduceOp::ArgMin, true))
     }
@@ -405,13 +409,17 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
 
     /// Variance along `AX`, unbiased (`ddof = 1`) or not, like `x.var(ax, unbiased=...)`.
     #[track_caller]
-    pub fn var<const AX: isize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    pub fn var<const AX: isize>(
+        &self,
+        unbiased: bool,
+    ) -> Tensor<<S as AxisOf<AX, op::var>>::Removed, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::var>,
     {
         ok(self.try_reduce::<AX>(ReduceOp::Var {
             ddof: unbiased as usize,
         }))
+        .retype()
     }
 
     /// Variance along `AX`, keeping the axis.
@@ -419,13 +427,14 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     pub fn var_keepdim<const AX: isize>(
         &self,
         unbiased: bool,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::var>>::Replaced<One>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::var>,
     {
         ok(self.try_reduce_keepdim::<AX>(ReduceOp::Var {
             ddof: unbiased as usize,
         }))
+        .retype()
     }
 
     /// Variance of all elements.
@@ -439,22 +448,33 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
 
 impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// Standard deviation along `AX`, like `x.std(ax, unbiased=...)`.
-    pub fn std<const AX: isize>(&self, unbiased: bool) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    pub fn std<const AX: isize>(
+        &self,
+        unbiased: bool,
+    ) -> Tensor<<S as AxisOf<AX, op::std_dev>>::Removed, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::std_dev>,
     {
-        self.var::<AX>(unbiased).sqrt()
+        ok(self.try_reduce::<AX>(ReduceOp::Var {
+            ddof: unbiased as usize,
+        }))
+        .sqrt()
+        .retype()
     }
 
     /// Standard deviation along `AX`, keeping the axis.
     pub fn std_keepdim<const AX: isize>(
         &self,
         unbiased: bool,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::std_dev>>::Replaced<One>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::std_dev>,
     {
-        self.var_keepdim::<AX>(unbiased).sqrt()
+        ok(self.try_reduce_keepdim::<AX>(ReduceOp::Var {
+            ddof: unbiased as usize,
+        }))
+        .sqrt()
+        .retype()
     }
 
     /// Standard deviation of all elements.
@@ -471,11 +491,11 @@ macro_rules! reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis (PyTorch raises), or a backend failure.
-            pub fn $try_m<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
+            pub fn $try_m<const AX: isize>(&self) -> Result<Tensor<<S as AxisOf<AX, op::$m>>::Removed, E, D>>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
-                self.try_reduce::<AX>(ReduceOp::$op)
+                self.try_reduce::<AX>(ReduceOp::$op).map(Tensor::retype)
             }
 
             $(#[$doc])*
@@ -483,11 +503,11 @@ macro_rules! reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis, or a backend failure.
-            pub fn $try_keep<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>>
+            pub fn $try_keep<const AX: isize>(&self) -> Result<Tensor<<S as AxisOf<AX, op::$m>>::Replaced<One>, E, D>>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
-                self.try_reduce_keepdim::<AX>(ReduceOp::$op)
+                self.try_reduce_keepdim::<AX>(ReduceOp::$op).map(Tensor::retype)
             }
 
             $(#[$doc])*
@@ -505,11 +525,11 @@ macro_rules! reductions {
             /// # Panics
             /// Max/min over an empty axis.
             #[track_caller]
-            pub fn $m<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+            pub fn $m<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::$m>>::Removed, E, D>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
-                ok(self.try_reduce::<AX>(ReduceOp::$op))
+                ok(self.try_reduce::<AX>(ReduceOp::$op)).retype()
             }
 
             $(#[$doc])*
@@ -518,11 +538,11 @@ macro_rules! reductions {
             /// # Panics
             /// Max/min over an empty axis.
             #[track_caller]
-            pub fn $keep<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>
+            pub fn $keep<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::$m>>::Replaced<One>, E, D>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
-                ok(self.try_reduce_keepdim::<AX>(ReduceOp::$op))
+                ok(self.try_reduce_keepdim::<AX>(ReduceOp::$op)).retype()
             }
 
             $(#[$doc])*

@@ -121,6 +121,6 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     {
         let len = idx.len();
         let idx = Tensor::<(Dyn,), i64, D>::from_vec_on(idx, (Dyn(len),), &self.device)?;
-        self.try_index_select::<AX, Dyn>(&idx)
+        self.index_select_at::<AX, Dyn>(&idx)
     }
 }

@@ -50,7 +50,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         S: HasAxis<AX>,
     {
         let idx = self.try_argsort::<AX>(descending)?;
-        Ok((self.try_gather::<AX, S>(&idx)?, idx))
+        Ok((self.gather_at::<AX, S>(&idx)?, idx))
     }
 
     /// The indices that sort axis `AX`, like `x.argsort(dim=ax, descending=.., stable=True)`.
@@ -157,6 +157,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             ));
         }
         let (values, idx) = self.try_sort::<AX>(largest)?;
-        Ok((values.try_narrow::<AX>(0, k)?, idx.try_narrow::<AX>(0, k)?))
+        Ok((
+            values.slice_at::<AX>(0, k, 1)?,
+            idx.slice_at::<AX>(0, k, 1)?,
+        ))
     }
 }

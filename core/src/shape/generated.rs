@@ -59,7 +59,29 @@ pub trait HasAxis<const AX: isize>: Shape {
     label = "this tensor has no axis {AX}",
     note = "axes count from 0, or from -1 for the last, so a tensor of rank r has axes -r to r - 1"
 )]
-pub trait AxisOf<const AX: isize, Op>: HasAxis<AX> {}
+pub trait AxisOf<const AX: isize, Op>: HasAxis<AX> {
+    /// [`HasAxis::At`], the same type. The result types of these ops name
+    /// this rule's types rather than [`HasAxis`]'s: rustc reports an unmet
+    /// projection in a result type on its own, so a wrong axis would be two
+    /// errors, the first without the op's name.
+    type At: Dim;
+    /// [`HasAxis::Removed`], the same type.
+    type Removed: Shape;
+    /// [`HasAxis::Replaced`], the same type.
+    type Replaced<D: Dim>: Shape;
+}
+
+/// The rule of an operation `Op` that inserts an axis at `AX` (`unsqueeze`);
+/// [`InsertAxis`] gives the index.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: cannot insert axis {AX} into a tensor of shape `{Self}`",
+    label = "no position {AX} here",
+    note = "a tensor of rank r takes new axes at positions 0 to r (or -r - 1 to -1, counting from the end), up to rank 6"
+)]
+pub trait InsertAxisOf<const AX: isize, Op>: InsertAxis<AX> {
+    /// [`InsertAxis::Inserted`], the same type (named as [`AxisOf`]'s are).
+    type Inserted<D: Dim>: Shape;
+}
 
 /// A shape into which a new axis can be inserted at position `AX` (`unsqueeze`).
 #[diagnostic::on_unimplemented(
@@ -1519,210 +1541,330 @@ impl<D0: Dim> HasAxis<0> for (D0,) {
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
-impl<D0: Dim, Op> AxisOf<0, Op> for (D0,) {}
+impl<D0: Dim, Op> AxisOf<0, Op> for (D0,) {
+    type At = D0;
+    type Removed = ();
+    type Replaced<D: Dim> = (D,);
+}
 impl<D0: Dim> HasAxis<-1> for (D0,) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
-impl<D0: Dim, Op> AxisOf<-1, Op> for (D0,) {}
+impl<D0: Dim, Op> AxisOf<-1, Op> for (D0,) {
+    type At = D0;
+    type Removed = ();
+    type Replaced<D: Dim> = (D,);
+}
 impl<D0: Dim, D1: Dim> HasAxis<0> for (D0, D1) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
 }
-impl<D0: Dim, D1: Dim, Op> AxisOf<0, Op> for (D0, D1) {}
+impl<D0: Dim, D1: Dim, Op> AxisOf<0, Op> for (D0, D1) {
+    type At = D0;
+    type Removed = (D1,);
+    type Replaced<D: Dim> = (D, D1);
+}
 impl<D0: Dim, D1: Dim> HasAxis<-2> for (D0, D1) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
 }
-impl<D0: Dim, D1: Dim, Op> AxisOf<-2, Op> for (D0, D1) {}
+impl<D0: Dim, D1: Dim, Op> AxisOf<-2, Op> for (D0, D1) {
+    type At = D0;
+    type Removed = (D1,);
+    type Replaced<D: Dim> = (D, D1);
+}
 impl<D0: Dim, D1: Dim> HasAxis<1> for (D0, D1) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
 }
-impl<D0: Dim, D1: Dim, Op> AxisOf<1, Op> for (D0, D1) {}
+impl<D0: Dim, D1: Dim, Op> AxisOf<1, Op> for (D0, D1) {
+    type At = D1;
+    type Removed = (D0,);
+    type Replaced<D: Dim> = (D0, D);
+}
 impl<D0: Dim, D1: Dim> HasAxis<-1> for (D0, D1) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
 }
-impl<D0: Dim, D1: Dim, Op> AxisOf<-1, Op> for (D0, D1) {}
+impl<D0: Dim, D1: Dim, Op> AxisOf<-1, Op> for (D0, D1) {
+    type At = D1;
+    type Removed = (D0,);
+    type Replaced<D: Dim> = (D0, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<0> for (D0, D1, D2) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<0, Op> for (D0, D1, D2) {}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<0, Op> for (D0, D1, D2) {
+    type At = D0;
+    type Removed = (D1, D2);
+    type Replaced<D: Dim> = (D, D1, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-3> for (D0, D1, D2) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2) {}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2) {
+    type At = D0;
+    type Removed = (D1, D2);
+    type Replaced<D: Dim> = (D, D1, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<1> for (D0, D1, D2) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<1, Op> for (D0, D1, D2) {}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<1, Op> for (D0, D1, D2) {
+    type At = D1;
+    type Removed = (D0, D2);
+    type Replaced<D: Dim> = (D0, D, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-2> for (D0, D1, D2) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2) {}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2) {
+    type At = D1;
+    type Removed = (D0, D2);
+    type Replaced<D: Dim> = (D0, D, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<2> for (D0, D1, D2) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<2, Op> for (D0, D1, D2) {}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<2, Op> for (D0, D1, D2) {
+    type At = D2;
+    type Removed = (D0, D1);
+    type Replaced<D: Dim> = (D0, D1, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-1> for (D0, D1, D2) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2) {}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2) {
+    type At = D2;
+    type Removed = (D0, D1);
+    type Replaced<D: Dim> = (D0, D1, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<0> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3) {
+    type At = D0;
+    type Removed = (D1, D2, D3);
+    type Replaced<D: Dim> = (D, D1, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-4> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3) {
+    type At = D0;
+    type Removed = (D1, D2, D3);
+    type Replaced<D: Dim> = (D, D1, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<1> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3) {
+    type At = D1;
+    type Removed = (D0, D2, D3);
+    type Replaced<D: Dim> = (D0, D, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-3> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3) {
+    type At = D1;
+    type Removed = (D0, D2, D3);
+    type Replaced<D: Dim> = (D0, D, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3) {
+    type At = D2;
+    type Removed = (D0, D1, D3);
+    type Replaced<D: Dim> = (D0, D1, D, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3) {
+    type At = D2;
+    type Removed = (D0, D1, D3);
+    type Replaced<D: Dim> = (D0, D1, D, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<3> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3) {
+    type At = D3;
+    type Removed = (D0, D1, D2);
+    type Replaced<D: Dim> = (D0, D1, D2, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-1> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3) {
+    type At = D3;
+    type Removed = (D0, D1, D2);
+    type Replaced<D: Dim> = (D0, D1, D2, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<0> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3, D4) {
+    type At = D0;
+    type Removed = (D1, D2, D3, D4);
+    type Replaced<D: Dim> = (D, D1, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-5> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
     type At = D0;
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-5, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-5, Op> for (D0, D1, D2, D3, D4) {
+    type At = D0;
+    type Removed = (D1, D2, D3, D4);
+    type Replaced<D: Dim> = (D, D1, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3, D4) {
+    type At = D1;
+    type Removed = (D0, D2, D3, D4);
+    type Replaced<D: Dim> = (D0, D, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
     type At = D1;
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3, D4) {
+    type At = D1;
+    type Removed = (D0, D2, D3, D4);
+    type Replaced<D: Dim> = (D0, D, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3, D4) {
+    type At = D2;
+    type Removed = (D0, D1, D3, D4);
+    type Replaced<D: Dim> = (D0, D1, D, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
     type At = D2;
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3, D4) {
+    type At = D2;
+    type Removed = (D0, D1, D3, D4);
+    type Replaced<D: Dim> = (D0, D1, D, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3, D4) {
+    type At = D3;
+    type Removed = (D0, D1, D2, D4);
+    type Replaced<D: Dim> = (D0, D1, D2, D, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
     type At = D3;
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3, D4) {
+    type At = D3;
+    type Removed = (D0, D1, D2, D4);
+    type Replaced<D: Dim> = (D0, D1, D2, D, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<4, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<4, Op> for (D0, D1, D2, D3, D4) {
+    type At = D4;
+    type Removed = (D0, D1, D2, D3);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type At = D4;
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
 }
-impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3, D4) {}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3, D4) {
+    type At = D4;
+    type Removed = (D0, D1, D2, D3);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<0> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 0;
     type At = D0;
@@ -1732,6 +1874,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<0> for (D0, D
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<0, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D0;
+    type Removed = (D1, D2, D3, D4, D5);
+    type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-6>
     for (D0, D1, D2, D3, D4, D5)
@@ -1744,6 +1889,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-6>
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-6, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D0;
+    type Removed = (D1, D2, D3, D4, D5);
+    type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<1> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 1;
@@ -1754,6 +1902,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<1> for (D0, D
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<1, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D1;
+    type Removed = (D0, D2, D3, D4, D5);
+    type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-5>
     for (D0, D1, D2, D3, D4, D5)
@@ -1766,6 +1917,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-5>
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-5, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D1;
+    type Removed = (D0, D2, D3, D4, D5);
+    type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<2> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 2;
@@ -1776,6 +1930,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<2> for (D0, D
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<2, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D2;
+    type Removed = (D0, D1, D3, D4, D5);
+    type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-4>
     for (D0, D1, D2, D3, D4, D5)
@@ -1788,6 +1945,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-4>
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-4, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D2;
+    type Removed = (D0, D1, D3, D4, D5);
+    type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<3> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 3;
@@ -1798,6 +1958,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<3> for (D0, D
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<3, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D3;
+    type Removed = (D0, D1, D2, D4, D5);
+    type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-3>
     for (D0, D1, D2, D3, D4, D5)
@@ -1810,6 +1973,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-3>
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-3, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D3;
+    type Removed = (D0, D1, D2, D4, D5);
+    type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<4> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 4;
@@ -1820,6 +1986,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<4> for (D0, D
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<4, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D4;
+    type Removed = (D0, D1, D2, D3, D5);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-2>
     for (D0, D1, D2, D3, D4, D5)
@@ -1832,6 +2001,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-2>
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-2, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D4;
+    type Removed = (D0, D1, D2, D3, D5);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<5> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 5;
@@ -1842,6 +2014,9 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<5> for (D0, D
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<5, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D5;
+    type Removed = (D0, D1, D2, D3, D4);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-1>
     for (D0, D1, D2, D3, D4, D5)
@@ -1854,173 +2029,314 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-1>
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-1, Op>
     for (D0, D1, D2, D3, D4, D5)
 {
+    type At = D5;
+    type Removed = (D0, D1, D2, D3, D4);
+    type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl InsertAxis<0> for () {
     const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D,);
+}
+impl<Op> InsertAxisOf<0, Op> for () {
     type Inserted<D: Dim> = (D,);
 }
 impl InsertAxis<-1> for () {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D,);
 }
+impl<Op> InsertAxisOf<-1, Op> for () {
+    type Inserted<D: Dim> = (D,);
+}
 impl<D0: Dim> InsertAxis<0> for (D0,) {
     const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0);
+}
+impl<D0: Dim, Op> InsertAxisOf<0, Op> for (D0,) {
     type Inserted<D: Dim> = (D, D0);
 }
 impl<D0: Dim> InsertAxis<-2> for (D0,) {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0);
 }
+impl<D0: Dim, Op> InsertAxisOf<-2, Op> for (D0,) {
+    type Inserted<D: Dim> = (D, D0);
+}
 impl<D0: Dim> InsertAxis<1> for (D0,) {
     const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D);
+}
+impl<D0: Dim, Op> InsertAxisOf<1, Op> for (D0,) {
     type Inserted<D: Dim> = (D0, D);
 }
 impl<D0: Dim> InsertAxis<-1> for (D0,) {
     const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D);
 }
+impl<D0: Dim, Op> InsertAxisOf<-1, Op> for (D0,) {
+    type Inserted<D: Dim> = (D0, D);
+}
 impl<D0: Dim, D1: Dim> InsertAxis<0> for (D0, D1) {
     const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1);
+}
+impl<D0: Dim, D1: Dim, Op> InsertAxisOf<0, Op> for (D0, D1) {
     type Inserted<D: Dim> = (D, D0, D1);
 }
 impl<D0: Dim, D1: Dim> InsertAxis<-3> for (D0, D1) {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1);
 }
+impl<D0: Dim, D1: Dim, Op> InsertAxisOf<-3, Op> for (D0, D1) {
+    type Inserted<D: Dim> = (D, D0, D1);
+}
 impl<D0: Dim, D1: Dim> InsertAxis<1> for (D0, D1) {
     const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1);
+}
+impl<D0: Dim, D1: Dim, Op> InsertAxisOf<1, Op> for (D0, D1) {
     type Inserted<D: Dim> = (D0, D, D1);
 }
 impl<D0: Dim, D1: Dim> InsertAxis<-2> for (D0, D1) {
     const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1);
 }
+impl<D0: Dim, D1: Dim, Op> InsertAxisOf<-2, Op> for (D0, D1) {
+    type Inserted<D: Dim> = (D0, D, D1);
+}
 impl<D0: Dim, D1: Dim> InsertAxis<2> for (D0, D1) {
     const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D);
+}
+impl<D0: Dim, D1: Dim, Op> InsertAxisOf<2, Op> for (D0, D1) {
     type Inserted<D: Dim> = (D0, D1, D);
 }
 impl<D0: Dim, D1: Dim> InsertAxis<-1> for (D0, D1) {
     const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D);
 }
+impl<D0: Dim, D1: Dim, Op> InsertAxisOf<-1, Op> for (D0, D1) {
+    type Inserted<D: Dim> = (D0, D1, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<0> for (D0, D1, D2) {
     const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<0, Op> for (D0, D1, D2) {
     type Inserted<D: Dim> = (D, D0, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-4> for (D0, D1, D2) {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<-4, Op> for (D0, D1, D2) {
+    type Inserted<D: Dim> = (D, D0, D1, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<1> for (D0, D1, D2) {
     const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<1, Op> for (D0, D1, D2) {
     type Inserted<D: Dim> = (D0, D, D1, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-3> for (D0, D1, D2) {
     const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<-3, Op> for (D0, D1, D2) {
+    type Inserted<D: Dim> = (D0, D, D1, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<2> for (D0, D1, D2) {
     const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<2, Op> for (D0, D1, D2) {
     type Inserted<D: Dim> = (D0, D1, D, D2);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-2> for (D0, D1, D2) {
     const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<-2, Op> for (D0, D1, D2) {
+    type Inserted<D: Dim> = (D0, D1, D, D2);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<3> for (D0, D1, D2) {
     const INDEX: usize = 3;
+    type Inserted<D: Dim> = (D0, D1, D2, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<3, Op> for (D0, D1, D2) {
     type Inserted<D: Dim> = (D0, D1, D2, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim> InsertAxis<-1> for (D0, D1, D2) {
     const INDEX: usize = 3;
     type Inserted<D: Dim> = (D0, D1, D2, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, Op> InsertAxisOf<-1, Op> for (D0, D1, D2) {
+    type Inserted<D: Dim> = (D0, D1, D2, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<0> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<0, Op> for (D0, D1, D2, D3) {
     type Inserted<D: Dim> = (D, D0, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-5> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<-5, Op> for (D0, D1, D2, D3) {
+    type Inserted<D: Dim> = (D, D0, D1, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<1> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<1, Op> for (D0, D1, D2, D3) {
     type Inserted<D: Dim> = (D0, D, D1, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-4> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<-4, Op> for (D0, D1, D2, D3) {
+    type Inserted<D: Dim> = (D0, D, D1, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<2, Op> for (D0, D1, D2, D3) {
     type Inserted<D: Dim> = (D0, D1, D, D2, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-3> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<-3, Op> for (D0, D1, D2, D3) {
+    type Inserted<D: Dim> = (D0, D1, D, D2, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<3> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
+    type Inserted<D: Dim> = (D0, D1, D2, D, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<3, Op> for (D0, D1, D2, D3) {
     type Inserted<D: Dim> = (D0, D1, D2, D, D3);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-2> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
     type Inserted<D: Dim> = (D0, D1, D2, D, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<-2, Op> for (D0, D1, D2, D3) {
+    type Inserted<D: Dim> = (D0, D1, D2, D, D3);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<4> for (D0, D1, D2, D3) {
     const INDEX: usize = 4;
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<4, Op> for (D0, D1, D2, D3) {
     type Inserted<D: Dim> = (D0, D1, D2, D3, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> InsertAxis<-1> for (D0, D1, D2, D3) {
     const INDEX: usize = 4;
     type Inserted<D: Dim> = (D0, D1, D2, D3, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> InsertAxisOf<-1, Op> for (D0, D1, D2, D3) {
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<0> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
+    type Inserted<D: Dim> = (D, D0, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<0, Op> for (D0, D1, D2, D3, D4) {
     type Inserted<D: Dim> = (D, D0, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-6> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D, D0, D1, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-6, Op>
+    for (D0, D1, D2, D3, D4)
+{
+    type Inserted<D: Dim> = (D, D0, D1, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
+    type Inserted<D: Dim> = (D0, D, D1, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<1, Op> for (D0, D1, D2, D3, D4) {
     type Inserted<D: Dim> = (D0, D, D1, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-5> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
     type Inserted<D: Dim> = (D0, D, D1, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-5, Op>
+    for (D0, D1, D2, D3, D4)
+{
+    type Inserted<D: Dim> = (D0, D, D1, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
+    type Inserted<D: Dim> = (D0, D1, D, D2, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<2, Op> for (D0, D1, D2, D3, D4) {
     type Inserted<D: Dim> = (D0, D1, D, D2, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
     type Inserted<D: Dim> = (D0, D1, D, D2, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-4, Op>
+    for (D0, D1, D2, D3, D4)
+{
+    type Inserted<D: Dim> = (D0, D1, D, D2, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
+    type Inserted<D: Dim> = (D0, D1, D2, D, D3, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<3, Op> for (D0, D1, D2, D3, D4) {
     type Inserted<D: Dim> = (D0, D1, D2, D, D3, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
     type Inserted<D: Dim> = (D0, D1, D2, D, D3, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-3, Op>
+    for (D0, D1, D2, D3, D4)
+{
+    type Inserted<D: Dim> = (D0, D1, D2, D, D3, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D, D4);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<4, Op> for (D0, D1, D2, D3, D4) {
     type Inserted<D: Dim> = (D0, D1, D2, D3, D, D4);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type Inserted<D: Dim> = (D0, D1, D2, D3, D, D4);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-2, Op>
+    for (D0, D1, D2, D3, D4)
+{
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D, D4);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<5> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 5;
     type Inserted<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<5, Op> for (D0, D1, D2, D3, D4) {
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> InsertAxis<-1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 5;
+    type Inserted<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-1, Op>
+    for (D0, D1, D2, D3, D4)
+{
     type Inserted<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl AppendDim for () {

@@ -3,20 +3,23 @@
 //! not match size 4`.
 //!
 //! A check trait takes the name as a parameter (`S: Broadcasts<S2,
-//! op::add>`), carries it down to the pair of sizes that disagree, and its
-//! `#[diagnostic::on_unimplemented]` message prints it. rustc prints a type
-//! by its bare name when no other public item of any crate in the build has
-//! that name, so each name here is the method's own and must stay unique:
-//! the op module that shares one (`ops::matmul`) is `#[doc(hidden)]`,
-//! which takes it out of that count, and a free function
-//! that programs import by a glob and call (`where_cond`, `fused`) gets a
-//! name of its part (`where_cond_branches`). Where a name is not unique the
-//! message still ends in it (`forma::core::shape::op::add`).
+//! op::add>`, `S: AxisOf<AX, op::sum>`), carries it down to the sizes that
+//! disagree, and its `#[diagnostic::on_unimplemented]` message prints it.
+//! rustc prints a type by its bare name when no other public item of any
+//! crate in the build has that name, so each name here is the method's own
+//! and must stay unique: the op modules that share one (`ops::matmul`,
+//! `ops::softmax`, `ops::cumsum`) are `#[doc(hidden)]`, which takes them out
+//! of that count; `std` is the standard library's (hence `std_dev`); and a
+//! free function that programs import by a glob and call (`where_cond`,
+//! `fused`, `cat`) gets the name of its part (`where_cond_branches`) or
+//! PyTorch's other name for it (`concatenate`). Where a name is not unique
+//! the message still ends in it (`forma::core::shape::op::add`).
 //!
 //! Code generic over shapes names the operation in its bound:
 //! `fn f<S1: Broadcasts<S2, op::add>, S2: Shape>(a: &Tensor<S1>, b:
-//! &Tensor<S2>) { a + b }`. Code generic over a dim only needs `B: Dim`:
-//! every dim broadcasts with itself under every name below.
+//! &Tensor<S2>) { a + b }`, or takes them all: [`Elementwise`],
+//! [`AlongAxis`]. Code generic over a dim only needs `B: Dim`: every dim
+//! broadcasts with itself under every elementwise name.
 #![allow(non_camel_case_types)]
 
 use super::dims::{Dim, DimBroadcasts};
@@ -123,16 +126,56 @@ macro_rules! along {
     };
 }
 
-// Only operations whose result type does not name one of `HasAxis`'s
-// associated types take `AxisOf`: for `sum`, whose result is
-// `<S as HasAxis<AX>>::Removed`, rustc reports the unmet projection as well,
-// so a wrong axis gave two errors, the first without the op's name (tried).
-// Those keep `HasAxis`'s message (the axis and the shape, not the op).
 along! {
+    /// [`crate::Tensor::sum`] and its `_keepdim` form.
+    sum,
+    /// [`crate::Tensor::mean`].
+    mean,
+    /// [`crate::Tensor::max`].
+    max,
+    /// [`crate::Tensor::min`].
+    min,
+    /// [`crate::Tensor::prod`].
+    prod,
+    /// [`crate::Tensor::logsumexp`].
+    logsumexp,
+    /// [`crate::Tensor::argmax`].
+    argmax,
+    /// [`crate::Tensor::argmin`].
+    argmin,
+    /// [`crate::Tensor::var`].
+    var,
+    /// [`crate::Tensor::std`] (not `std`, the standard library's name, which
+    /// rustc would print in full).
+    std_dev,
     /// [`crate::Tensor::cumsum`].
     cumsum,
     /// [`crate::Tensor::softmax`].
     softmax,
     /// [`crate::Tensor::log_softmax`].
     log_softmax,
+    /// [`crate::Tensor::index_select`].
+    index_select,
+    /// [`crate::Tensor::gather`].
+    gather,
+    /// [`crate::Tensor::scatter_add`].
+    scatter_add,
+    /// [`crate::Tensor::squeeze`].
+    squeeze,
+    /// [`crate::Tensor::narrow`] and `narrow_static`.
+    narrow,
+    /// [`crate::Tensor::slice`].
+    slice,
+    /// [`crate::Tensor::split`].
+    split,
+    /// [`crate::Tensor::chunk`].
+    chunk,
+    /// [`crate::ops::cat::cat`], named as `torch.concatenate` (a program that
+    /// imports `cat` through the prelude's glob and calls it would see this
+    /// type's whole path were it named `cat`).
+    concatenate,
 }
+
+/// [`crate::Tensor::unsqueeze`].
+#[derive(Debug)]
+pub enum unsqueeze {}

@@ -10,7 +10,8 @@ use crate::graph::{self, note_op, Op};
 use crate::layout::Layout;
 use crate::shape::check::assert_same_numel;
 use crate::shape::{
-    Dim, Dyn, ExpandTo, HasAxis, InsertAxis, One, PermuteShape, Shape, SizeOne, SwapAxes,
+    op, AxisOf, Dim, Dyn, ExpandTo, HasAxis, InsertAxis, InsertAxisOf, One, PermuteShape, Shape,
+    SizeOne, SwapAxes,
 };
 use crate::tape::util::{embed, reshape};
 use crate::tape::Raw;
@@ -63,7 +64,19 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
 
     /// Inserts a size-1 axis at `AX` (a view), like `tensor.unsqueeze(ax)`.
     /// The new dim is [`One`], which broadcasts.
-    pub fn unsqueeze<const AX: isize>(&self) -> Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>
+    pub fn unsqueeze<const AX: isize>(
+        &self,
+    ) -> Tensor<<S as InsertAxisOf<AX, op::unsqueeze>>::Inserted<One>, E, D>
+    where
+        S: InsertAxisOf<AX, op::unsqueeze>,
+    {
+        self.unsqueeze_at::<AX>().retype()
+    }
+
+    /// [`Tensor::unsqueeze`] under its types' rule only, for ops built on it.
+    pub(crate) fn unsqueeze_at<const AX: isize>(
+        &self,
+    ) -> Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>
     where
         S: InsertAxis<AX>,
     {
@@ -83,10 +96,10 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// # Panics
     /// If the axis is a `Dyn` whose size is not 1; see [`Tensor::try_squeeze`].
     #[track_caller]
-    pub fn squeeze<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, E, D>
+    pub fn squeeze<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::squeeze>>::Removed, E, D>
     where
-        S: HasAxis<AX>,
-        <S as HasAxis<AX>>::At: SizeOne,
+        S: AxisOf<AX, op::squeeze>,
+        <S as AxisOf<AX, op::squeeze>>::At: SizeOne,
     {
         ok(self.try_squeeze::<AX>())
     }
@@ -95,10 +108,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A [`crate::ShapeError`] when the axis does not have size 1.
-    pub fn try_squeeze<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
+    pub fn try_squeeze<const AX: isize>(
+        &self,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::squeeze>>::Removed, E, D>>
     where
-        S: HasAxis<AX>,
-        <S as HasAxis<AX>>::At: SizeOne,
+        S: AxisOf<AX, op::squeeze>,
+        <S as AxisOf<AX, op::squeeze>>::At: SizeOne,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         if self.layout.dims[ax] != 1 {
@@ -128,9 +143,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         &self,
         start: usize,
         len: usize,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::narrow>>::Replaced<Dyn>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::narrow>,
     {
         ok(self.try_narrow::<AX>(start, len))
     }
@@ -143,11 +158,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         &self,
         start: usize,
         len: usize,
-    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Result<Tensor<<S as AxisOf<AX, op::narrow>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::narrow>,
     {
-        self.try_slice::<AX>(start, start + len, 1)
+        self.slice_at::<AX>(start, start + len, 1)
+            .map(Tensor::retype)
     }
 
     /// Keeps a static number `LEN` of elements of axis `AX` from `start` (a view).
@@ -157,11 +173,11 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     pub fn narrow_static<const AX: isize, const LEN: usize>(
         &self,
         start: usize,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<crate::C<LEN>>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::narrow>>::Replaced<crate::C<LEN>>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::narrow>,
     {
-        let v = ok(self.try_slice::<AX>(start, start + LEN, 1));
+        let v = ok(self.slice_at::<AX>(start, start + LEN, 1));
         v.retype()
     }
 
@@ -171,6 +187,19 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// # Errors
     /// When the range is out of bounds or `step` is zero.
     pub fn try_slice<const AX: isize>(
+        &self,
+        start: usize,
+        end: usize,
+        step: usize,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::slice>>::Replaced<Dyn>, E, D>>
+    where
+        S: AxisOf<AX, op::slice>,
+    {
+        self.slice_at::<AX>(start, end, step).map(Tensor::retype)
+    }
+
+    /// [`Tensor::try_slice`] under its types' rule only, for ops built on it.
+    pub(crate) fn slice_at<const AX: isize>(
         &self,
         start: usize,
         end: usize,
@@ -213,9 +242,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         start: usize,
         end: usize,
         step: usize,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::slice>>::Replaced<Dyn>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::slice>,
     {
         ok(self.try_slice::<AX>(start, end, step))
     }
@@ -228,16 +257,23 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     pub fn split<const AX: isize>(
         &self,
         size: usize,
-    ) -> Vec<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Vec<Tensor<<S as AxisOf<AX, op::split>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::split>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         assert!(size > 0, "split: the piece size must be positive");
-        let n = self.layout.dims[ax];
+        self.pieces_at::<AX, _>(self.layout.dims[ax], size)
+    }
+
+    /// Views of `size` elements along `AX` (of `n`), the last maybe shorter.
+    fn pieces_at<const AX: isize, S2: Shape>(&self, n: usize, size: usize) -> Vec<Tensor<S2, E, D>>
+    where
+        S: HasAxis<AX>,
+    {
         (0..n)
             .step_by(size)
-            .map(|s| self.narrow::<AX>(s, size.min(n - s)))
+            .map(|s| ok(self.slice_at::<AX>(s, s + size.min(n - s), 1)).retype())
             .collect()
     }
 
@@ -248,14 +284,14 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     pub fn chunk<const AX: isize>(
         &self,
         chunks: usize,
-    ) -> Vec<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Vec<Tensor<<S as AxisOf<AX, op::chunk>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::chunk>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         assert!(chunks > 0, "chunk: the number of chunks must be positive");
         let n = self.layout.dims[ax];
-        self.split::<AX>(n.div_ceil(chunks).max(1))
+        self.pieces_at::<AX, _>(n, n.div_ceil(chunks).max(1))
     }
 
     /// Broadcasts to `shape` (a view with stride 0 on stretched dims), like
