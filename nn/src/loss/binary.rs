@@ -9,6 +9,7 @@
 //! and on logits `sigmoid(x) - y` holds at `x = 0`, where the stable form's
 //! `|x|` and `min(x, 0)` have kinks.
 
+use super::op;
 use super::{flat_pair, ok, reduce, LossError, LossShape, Mean, Reduction, Weight};
 use forma_core::device::Device;
 use forma_core::tape::no_grad;
@@ -182,7 +183,7 @@ pub fn binary_cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Devic
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::binary_cross_entropy>,
 {
     ok(try_binary_cross_entropy(input, target, reduction))
 }
@@ -198,7 +199,7 @@ pub fn try_binary_cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: D
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::binary_cross_entropy>,
 {
     BceLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -218,7 +219,7 @@ pub fn binary_cross_entropy_with_logits<S: Shape, T: Shape, R: Reduction, E: Flo
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::binary_cross_entropy_with_logits>,
 {
     ok(try_binary_cross_entropy_with_logits(
         input, target, reduction,
@@ -241,7 +242,7 @@ pub fn try_binary_cross_entropy_with_logits<
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::binary_cross_entropy_with_logits>,
 {
     BceWithLogitsLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -300,7 +301,7 @@ impl<E: Float, D: Device<E>, R: Reduction> BceLoss<E, D, R> {
         target: &Tensor<T, E, D>,
     ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
     where
-        S: LossShape<T>,
+        S: LossShape<T, op::binary_cross_entropy>,
     {
         const OP: &str = "binary_cross_entropy";
         let _ = self.reduction;
@@ -327,7 +328,7 @@ impl<E: Float, D: Device<E>, R: Reduction> BceLoss<E, D, R> {
         target: &Tensor<T, E, D>,
     ) -> Tensor<R::Output<S>, E, D>
     where
-        S: LossShape<T>,
+        S: LossShape<T, op::binary_cross_entropy>,
     {
         ok(self.try_forward(input, target))
     }
@@ -408,7 +409,7 @@ impl<E: Float, D: Device<E>, R: Reduction> BceWithLogitsLoss<E, D, R> {
         target: &Tensor<T, E, D>,
     ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
     where
-        S: LossShape<T>,
+        S: LossShape<T, op::binary_cross_entropy_with_logits>,
     {
         const OP: &str = "binary_cross_entropy_with_logits";
         let _ = self.reduction;
@@ -438,7 +439,7 @@ impl<E: Float, D: Device<E>, R: Reduction> BceWithLogitsLoss<E, D, R> {
         target: &Tensor<T, E, D>,
     ) -> Tensor<R::Output<S>, E, D>
     where
-        S: LossShape<T>,
+        S: LossShape<T, op::binary_cross_entropy_with_logits>,
     {
         ok(self.try_forward(input, target))
     }

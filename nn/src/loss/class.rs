@@ -9,6 +9,7 @@
 //! too), so an index outside `0..C` other than `ignore_index` is an error
 //! value, never a wild read.
 
+use super::op;
 use super::{check_dims, ok, reduce, LossError, LossShape, Mean, Reduction};
 use forma_core::device::Device;
 use forma_core::shape::HasAxis;
@@ -230,7 +231,7 @@ pub fn cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
 ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
 where
     S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T>,
+    <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
 {
     ok(try_cross_entropy(input, target, reduction))
 }
@@ -247,7 +248,7 @@ pub fn try_cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E
 ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
 where
     S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T>,
+    <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
 {
     CrossEntropyLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -266,7 +267,7 @@ pub fn cross_entropy_probs<S: Shape, T: Shape, R: Reduction, E: Float, D: Device
     reduction: R,
 ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
 where
-    S: HasAxis<1> + LossShape<T>,
+    S: HasAxis<1> + LossShape<T, op::cross_entropy>,
 {
     ok(try_cross_entropy_probs(input, target, reduction))
 }
@@ -281,7 +282,7 @@ pub fn try_cross_entropy_probs<S: Shape, T: Shape, R: Reduction, E: Float, D: De
     reduction: R,
 ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
 where
-    S: HasAxis<1> + LossShape<T>,
+    S: HasAxis<1> + LossShape<T, op::cross_entropy>,
 {
     CrossEntropyLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -303,7 +304,7 @@ pub fn nll_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
 ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
 where
     S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T>,
+    <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
 {
     ok(try_nll_loss(input, target, reduction))
 }
@@ -319,7 +320,7 @@ pub fn try_nll_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
 ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
 where
     S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T>,
+    <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
 {
     NllLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -425,7 +426,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
     where
         S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T>,
+        <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
     {
         index_loss::<R, S, T, E, D>(
             "cross_entropy",
@@ -449,7 +450,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
     where
         S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T>,
+        <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
     {
         ok(self.try_forward(input, target))
     }
@@ -507,7 +508,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         target: &Tensor<T, E, D>,
     ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
     where
-        S: HasAxis<1> + LossShape<T>,
+        S: HasAxis<1> + LossShape<T, op::cross_entropy>,
     {
         prob_loss::<R, S, T, E, D>(
             "cross_entropy",
@@ -529,7 +530,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         target: &Tensor<T, E, D>,
     ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
     where
-        S: HasAxis<1> + LossShape<T>,
+        S: HasAxis<1> + LossShape<T, op::cross_entropy>,
     {
         ok(self.try_forward_probs(input, target))
     }
@@ -595,7 +596,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
     where
         S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T>,
+        <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
     {
         let o = Options {
             weight: self.weight.as_ref(),
@@ -617,7 +618,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
     where
         S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T>,
+        <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
     {
         ok(self.try_forward(input, target))
     }

@@ -1,6 +1,7 @@
 //! [`kl_div`]: the Kullback-Leibler divergence of a target distribution from
 //! the input's, with the input given as log-probabilities, like `F.kl_div`.
 
+use super::op;
 use super::{flat_pair, ok, reduce, AnyReduction, LossError, LossShape, Mean};
 use forma_core::device::Device;
 use forma_core::{Float, Shape, Tensor};
@@ -32,7 +33,7 @@ pub fn kl_div<S: Shape, T: Shape, R: AnyReduction, E: Float, D: Device<E>>(
     log_target: bool,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::kl_div>,
 {
     ok(try_kl_div(input, target, reduction, log_target))
 }
@@ -48,7 +49,7 @@ pub fn try_kl_div<S: Shape, T: Shape, R: AnyReduction, E: Float, D: Device<E>>(
     log_target: bool,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::kl_div>,
 {
     const OP: &str = "kl_div";
     let _ = reduction;
@@ -105,7 +106,7 @@ impl<R: AnyReduction> KlDivLoss<R> {
         target: &Tensor<T, E, D>,
     ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
     where
-        S: LossShape<T>,
+        S: LossShape<T, op::kl_div>,
     {
         try_kl_div(input, target, self.reduction, self.log_target)
     }
@@ -121,7 +122,7 @@ impl<R: AnyReduction> KlDivLoss<R> {
         target: &Tensor<T, E, D>,
     ) -> Tensor<R::Output<S>, E, D>
     where
-        S: LossShape<T>,
+        S: LossShape<T, op::kl_div>,
     {
         ok(self.try_forward(input, target))
     }

@@ -4,6 +4,7 @@
 //! the linear branch, whose gradient there equals the quadratic one's; the
 //! gradient of `|d|` at 0 is 0).
 
+use super::op;
 use super::{flat_pair, ok, reduce, LossError, LossShape, Mean, Reduction};
 use forma_core::device::Device;
 use forma_core::ops::cmp::where_cond;
@@ -29,7 +30,7 @@ pub fn mse_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::mse_loss>,
 {
     ok(try_mse_loss(input, target, reduction))
 }
@@ -44,7 +45,7 @@ pub fn try_mse_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::mse_loss>,
 {
     let _ = reduction;
     let (x, y) = flat_pair("mse_loss", input, target)?;
@@ -62,7 +63,7 @@ pub fn l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::l1_loss>,
 {
     ok(try_l1_loss(input, target, reduction))
 }
@@ -77,7 +78,7 @@ pub fn try_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::l1_loss>,
 {
     let _ = reduction;
     let (x, y) = flat_pair("l1_loss", input, target)?;
@@ -117,7 +118,7 @@ pub fn smooth_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::smooth_l1_loss>,
 {
     ok(try_smooth_l1_loss(input, target, beta, reduction))
 }
@@ -134,7 +135,7 @@ pub fn try_smooth_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::smooth_l1_loss>,
 {
     const OP: &str = "smooth_l1_loss";
     if beta.is_nan() || beta < 0.0 {
@@ -144,8 +145,11 @@ where
         ));
     }
     if beta == 0.0 {
-        // PyTorch's special case; the quadratic branch would divide by zero.
-        return try_l1_loss(input, target, reduction);
+        // PyTorch's special case (the quadratic branch would divide by
+        // zero): the L1 loss.
+        let _ = reduction;
+        let (x, y) = flat_pair(OP, input, target)?;
+        return reduce::<R, S, E, D>(OP, (&x - &y).abs(), &input.dims(), None);
     }
     let (x, y) = flat_pair(OP, input, target)?;
     let per = piecewise(&(&x - &y), beta, |q| q.div_scalar(beta), |l| l);
@@ -166,7 +170,7 @@ pub fn huber_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::huber_loss>,
 {
     ok(try_huber_loss(input, target, delta, reduction))
 }
@@ -183,7 +187,7 @@ pub fn try_huber_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
-    S: LossShape<T>,
+    S: LossShape<T, op::huber_loss>,
 {
     const OP: &str = "huber_loss";
     let _ = reduction;
@@ -201,7 +205,7 @@ where
 macro_rules! elementwise_loss_struct {
     (
         $(#[$doc:meta])*
-        $name:ident { $($field:ident : $default:expr => $fdoc:literal),* } => $try_f:ident($($arg:ident),*)
+        $name:ident { $($field:ident : $default:expr => $fdoc:literal),* } => $try_f:ident($($arg:ident),*) as $op:ident
     ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq)]
@@ -247,7 +251,7 @@ macro_rules! elementwise_loss_struct {
                 target: &Tensor<T, E, D>,
             ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
             where
-                S: LossShape<T>,
+                S: LossShape<T, op::$op>,
             {
                 $try_f(input, target, $(self.$arg,)* self.reduction)
             }
@@ -263,7 +267,7 @@ macro_rules! elementwise_loss_struct {
                 target: &Tensor<T, E, D>,
             ) -> Tensor<R::Output<S>, E, D>
             where
-                S: LossShape<T>,
+                S: LossShape<T, op::$op>,
             {
                 ok(self.try_forward(input, target))
             }
@@ -281,20 +285,20 @@ elementwise_loss_struct! {
     /// let y = Tensor::<(C<2>,)>::from_vec(vec![0.0, 4.0], (C,)).unwrap();
     /// assert_eq!(MseLoss::new().reduction(Sum).forward(&x, &y).item(), 5.0);
     /// ```
-    MseLoss {} => try_mse_loss()
+    MseLoss {} => try_mse_loss() as mse_loss
 }
 
 elementwise_loss_struct! {
     /// [`l1_loss`] as a struct holding its reduction, like `nn.L1Loss`.
-    L1Loss {} => try_l1_loss()
+    L1Loss {} => try_l1_loss() as l1_loss
 }
 
 elementwise_loss_struct! {
     /// [`smooth_l1_loss`] as a struct holding its options, like `nn.SmoothL1Loss`.
-    SmoothL1Loss { beta: 1.0 => "Sets `beta` (default 1), where the loss turns from quadratic to linear." } => try_smooth_l1_loss(beta)
+    SmoothL1Loss { beta: 1.0 => "Sets `beta` (default 1), where the loss turns from quadratic to linear." } => try_smooth_l1_loss(beta) as smooth_l1_loss
 }
 
 elementwise_loss_struct! {
     /// [`huber_loss`] as a struct holding its options, like `nn.HuberLoss`.
-    HuberLoss { delta: 1.0 => "Sets `delta` (default 1), where the loss turns from quadratic to linear." } => try_huber_loss(delta)
+    HuberLoss { delta: 1.0 => "Sets `delta` (default 1), where the loss turns from quadratic to linear." } => try_huber_loss(delta) as huber_loss
 }
