@@ -129,6 +129,14 @@ pub trait AppendDim: Shape {
     type Appended<D: Dim>: Shape;
 }
 
+/// Two shapes joined along axis `AX` by operation `Op` (`cat_with`): the
+/// same rank, and the same size on every other axis ([`DimEquals`]).
+#[diagnostic::on_unimplemented(
+    message = "{Op}: `{Self}` and `{Rhs}` cannot be joined along axis {AX}",
+    note = "pieces joined along an axis have the same rank and the same size on every other axis"
+)]
+pub trait JoinsAlong<Rhs: Shape, const AX: isize, Op>: Shape {}
+
 /// A shape whose axes `A` and `B` can be swapped (`transpose`).
 #[diagnostic::on_unimplemented(
     message = "transpose: axes {A} and {B} do not both exist in shape `{Self}`",
@@ -237,6 +245,9 @@ for r in range(1, MAXR + 1):
         for spelled in (ax, ax - r):
             w(f"impl<{gens(names)}> HasAxis<{spelled}> for {tup(names)} {{ const INDEX: usize = {ax}; type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
             w(f"impl<{gens(names)}, Op> AxisOf<{spelled}, Op> for {tup(names)} {{ type At = D{ax}; type Removed = {tup(rem) if rem else '()'}; type Replaced<D: Dim> = {tup(rep)}; }}")
+            bs = [f"B{i}" for i in range(r)]
+            eq = ", ".join(f"D{i}: DimEquals<B{i}, Op>" for i in range(r) if i != ax)
+            w(f"impl<{gens(names)}, {gens(bs)}, Op> JoinsAlong<{tup(bs)}, {spelled}, Op> for {tup(names)}{' where ' + eq if eq else ''} {{}}")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     for ax in range(r + 1):

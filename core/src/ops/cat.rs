@@ -7,7 +7,7 @@ use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::check::assert_cat_sum;
-use crate::shape::{op, AxisOf, Dim, Dyn, HasAxis, InsertAxis, One, Shape};
+use crate::shape::{op, AxisOf, Dim, Dyn, HasAxis, InsertAxis, JoinsAlong, One, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -121,8 +121,8 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         other: &Tensor<S2, E, D>,
     ) -> Tensor<<S as HasAxis<AX>>::Replaced<O>, E, D>
     where
-        S: HasAxis<AX>,
-        S2: HasAxis<AX, Replaced<Dyn> = <S as HasAxis<AX>>::Replaced<Dyn>>,
+        S: HasAxis<AX> + JoinsAlong<S2, AX, op::cat_with>,
+        S2: HasAxis<AX>,
     {
         const {
             assert_cat_sum(
@@ -144,8 +144,8 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         other: &Tensor<S2, E, D>,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<O>, E, D>>
     where
-        S: HasAxis<AX>,
-        S2: HasAxis<AX, Replaced<Dyn> = <S as HasAxis<AX>>::Replaced<Dyn>>,
+        S: HasAxis<AX> + JoinsAlong<S2, AX, op::cat_with>,
+        S2: HasAxis<AX>,
     {
         let a = self.try_into_shape::<<S as HasAxis<AX>>::Replaced<Dyn>>()?;
         let b = other.try_into_shape::<<S as HasAxis<AX>>::Replaced<Dyn>>()?;

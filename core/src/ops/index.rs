@@ -6,6 +6,7 @@ use crate::device::Backend;
 use crate::dtype::{Dtype, Float};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::shape::op::SameDtype;
 use crate::shape::{op, AppendDim, AxisOf, Dim, Dyn, HasAxis, Shape, C};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
@@ -362,10 +363,11 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`] for an index outside the vocabulary.
-    pub fn try_embedding<Si: AppendDim>(
+    pub fn try_embedding<Si: AppendDim, I: SameDtype<i64, op::embedding_indices>>(
         &self,
-        idx: &Tensor<Si, i64, D>,
+        idx: &Tensor<Si, I, D>,
     ) -> Result<Tensor<<Si as AppendDim>::Appended<Dm>, E, D>> {
+        let idx = I::same(idx);
         let flat = idx.flatten_all();
         let rows = self.try_index_select::<0, Dyn>(&flat)?;
         let mut dims = idx.layout.dims.to_vec();
@@ -377,11 +379,11 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
 
     /// [`Tensor::try_embedding`] that panics on a bad index.
     #[track_caller]
-    pub fn embedding<Si: AppendDim>(
+    pub fn embedding<Si: AppendDim, I: SameDtype<i64, op::embedding_indices>>(
         &self,
-        idx: &Tensor<Si, i64, D>,
+        idx: &Tensor<Si, I, D>,
     ) -> Tensor<<Si as AppendDim>::Appended<Dm>, E, D> {
-        ok(self.try_embedding(idx))
+        ok(self.try_embedding(I::same(idx)))
     }
 
     /// [`Tensor::try_embedding`] with a padding row, like

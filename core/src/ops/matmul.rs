@@ -6,6 +6,7 @@ use crate::device::Backend;
 use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::{broadcast_dims, Layout};
+use crate::shape::op::{self, SameDtype};
 use crate::shape::{MatmulShape, Shape};
 use crate::tape::util::{reshape, sum_to};
 use crate::tape::Raw;
@@ -130,14 +131,14 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Panics
     /// If `Dyn` sizes disagree at run time (see [`Tensor::try_matmul`]).
     #[track_caller]
-    pub fn matmul<S2: Shape>(
+    pub fn matmul<S2: Shape, E2: SameDtype<E, op::matmul>>(
         &self,
-        rhs: &Tensor<S2, E, D>,
+        rhs: &Tensor<S2, E2, D>,
     ) -> Tensor<<S as MatmulShape<S2>>::Output, E, D>
     where
         S: MatmulShape<S2>,
     {
-        ok(self.try_matmul(rhs))
+        ok(self.try_matmul(E2::same(rhs)))
     }
 
     fn try_matmul_unnoted<S2: Shape>(
@@ -297,13 +298,14 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A [`crate::ShapeError`] when the inner sizes or the batch sizes disagree.
-    pub fn try_matmul<S2: Shape>(
+    pub fn try_matmul<S2: Shape, E2: SameDtype<E, op::matmul>>(
         &self,
-        rhs: &Tensor<S2, E, D>,
+        rhs: &Tensor<S2, E2, D>,
     ) -> Result<Tensor<<S as MatmulShape<S2>>::Output, E, D>>
     where
         S: MatmulShape<S2>,
     {
+        let rhs = E2::same(rhs);
         let y = self.try_matmul_unnoted(rhs)?;
         Ok(y.noted(|| (crate::graph::Op::Matmul, vec![self.val(), rhs.val()])))
     }

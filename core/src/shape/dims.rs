@@ -221,6 +221,24 @@ impl<Op> ExpandDim<Dyn, Op> for One {}
 impl<Op> ExpandDim<Dyn, Op> for Dyn {}
 impl<Op> ExpandDim<One, Op> for Dyn {}
 
+/// Two dims that must be the same size under operation `Op` (the axes two
+/// pieces share in `cat_with`): equal static sizes, or a [`Dyn`] checked at
+/// run time.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: size {Self} does not match size {Rhs}",
+    label = "these sizes must be equal"
+)]
+pub trait DimEquals<Rhs, Op> {}
+impl<const N: usize, const M: usize, Op> DimEquals<C<M>, Op> for C<N> where (): EqualSizes<N, M, Op> {}
+impl<const N: usize, Op> DimEquals<Dyn, Op> for C<N> {}
+impl<const N: usize, Op> DimEquals<C<N>, Op> for Dyn {}
+impl<Op> DimEquals<Dyn, Op> for Dyn {}
+impl<Op> DimEquals<One, Op> for One {}
+impl<Op> DimEquals<Dyn, Op> for One {}
+impl<Op> DimEquals<One, Op> for Dyn {}
+impl<const N: usize, Op> DimEquals<One, Op> for C<N> where (): EqualSizes<N, 1, Op> {}
+impl<const N: usize, Op> DimEquals<C<N>, Op> for One where (): EqualSizes<1, N, Op> {}
+
 /// A dim that may be removed by `squeeze`: size 1 ([`One`], `C<1>`), or [`Dyn`]
 /// (checked at run time).
 #[diagnostic::on_unimplemented(
@@ -252,6 +270,15 @@ impl<const N: usize, Op> BroadcastSizes<N, N, Op> for () {}
 )]
 pub trait MatmulSizes<const A: usize, const B: usize> {}
 impl<const N: usize> MatmulSizes<N, N> for () {}
+
+/// Two static sizes that must be equal under operation `Op`.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: size {A} does not match size {B}",
+    label = "size {A} vs size {B}: these must be equal",
+    note = "pieces joined along an axis must have the same size on every other axis"
+)]
+pub trait EqualSizes<const A: usize, const B: usize, Op> {}
+impl<const N: usize, Op> EqualSizes<N, N, Op> for () {}
 
 /// A static size expanded to another under operation `Op`.
 #[diagnostic::on_unimplemented(

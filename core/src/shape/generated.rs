@@ -106,6 +106,14 @@ pub trait AppendDim: Shape {
     type Appended<D: Dim>: Shape;
 }
 
+/// Two shapes joined along axis `AX` by operation `Op` (`cat_with`): the
+/// same rank, and the same size on every other axis ([`DimEquals`]).
+#[diagnostic::on_unimplemented(
+    message = "{Op}: `{Self}` and `{Rhs}` cannot be joined along axis {AX}",
+    note = "pieces joined along an axis have the same rank and the same size on every other axis"
+)]
+pub trait JoinsAlong<Rhs: Shape, const AX: isize, Op>: Shape {}
+
 /// A shape whose axes `A` and `B` can be swapped (`transpose`).
 #[diagnostic::on_unimplemented(
     message = "transpose: axes {A} and {B} do not both exist in shape `{Self}`",
@@ -1546,6 +1554,7 @@ impl<D0: Dim, Op> AxisOf<0, Op> for (D0,) {
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
+impl<D0: Dim, B0: Dim, Op> JoinsAlong<(B0,), 0, Op> for (D0,) {}
 impl<D0: Dim> HasAxis<-1> for (D0,) {
     const INDEX: usize = 0;
     type At = D0;
@@ -1557,6 +1566,7 @@ impl<D0: Dim, Op> AxisOf<-1, Op> for (D0,) {
     type Removed = ();
     type Replaced<D: Dim> = (D,);
 }
+impl<D0: Dim, B0: Dim, Op> JoinsAlong<(B0,), -1, Op> for (D0,) {}
 impl<D0: Dim, D1: Dim> HasAxis<0> for (D0, D1) {
     const INDEX: usize = 0;
     type At = D0;
@@ -1567,6 +1577,10 @@ impl<D0: Dim, D1: Dim, Op> AxisOf<0, Op> for (D0, D1) {
     type At = D0;
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
+}
+impl<D0: Dim, D1: Dim, B0: Dim, B1: Dim, Op> JoinsAlong<(B0, B1), 0, Op> for (D0, D1) where
+    D1: DimEquals<B1, Op>
+{
 }
 impl<D0: Dim, D1: Dim> HasAxis<-2> for (D0, D1) {
     const INDEX: usize = 0;
@@ -1579,6 +1593,10 @@ impl<D0: Dim, D1: Dim, Op> AxisOf<-2, Op> for (D0, D1) {
     type Removed = (D1,);
     type Replaced<D: Dim> = (D, D1);
 }
+impl<D0: Dim, D1: Dim, B0: Dim, B1: Dim, Op> JoinsAlong<(B0, B1), -2, Op> for (D0, D1) where
+    D1: DimEquals<B1, Op>
+{
+}
 impl<D0: Dim, D1: Dim> HasAxis<1> for (D0, D1) {
     const INDEX: usize = 1;
     type At = D1;
@@ -1589,6 +1607,10 @@ impl<D0: Dim, D1: Dim, Op> AxisOf<1, Op> for (D0, D1) {
     type At = D1;
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
+}
+impl<D0: Dim, D1: Dim, B0: Dim, B1: Dim, Op> JoinsAlong<(B0, B1), 1, Op> for (D0, D1) where
+    D0: DimEquals<B0, Op>
+{
 }
 impl<D0: Dim, D1: Dim> HasAxis<-1> for (D0, D1) {
     const INDEX: usize = 1;
@@ -1601,6 +1623,10 @@ impl<D0: Dim, D1: Dim, Op> AxisOf<-1, Op> for (D0, D1) {
     type Removed = (D0,);
     type Replaced<D: Dim> = (D0, D);
 }
+impl<D0: Dim, D1: Dim, B0: Dim, B1: Dim, Op> JoinsAlong<(B0, B1), -1, Op> for (D0, D1) where
+    D0: DimEquals<B0, Op>
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<0> for (D0, D1, D2) {
     const INDEX: usize = 0;
     type At = D0;
@@ -1611,6 +1637,13 @@ impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<0, Op> for (D0, D1, D2) {
     type At = D0;
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> JoinsAlong<(B0, B1, B2), 0, Op>
+    for (D0, D1, D2)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-3> for (D0, D1, D2) {
     const INDEX: usize = 0;
@@ -1623,6 +1656,13 @@ impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2) {
     type Removed = (D1, D2);
     type Replaced<D: Dim> = (D, D1, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> JoinsAlong<(B0, B1, B2), -3, Op>
+    for (D0, D1, D2)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<1> for (D0, D1, D2) {
     const INDEX: usize = 1;
     type At = D1;
@@ -1633,6 +1673,13 @@ impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<1, Op> for (D0, D1, D2) {
     type At = D1;
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> JoinsAlong<(B0, B1, B2), 1, Op>
+    for (D0, D1, D2)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-2> for (D0, D1, D2) {
     const INDEX: usize = 1;
@@ -1645,6 +1692,13 @@ impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2) {
     type Removed = (D0, D2);
     type Replaced<D: Dim> = (D0, D, D2);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> JoinsAlong<(B0, B1, B2), -2, Op>
+    for (D0, D1, D2)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<2> for (D0, D1, D2) {
     const INDEX: usize = 2;
     type At = D2;
@@ -1655,6 +1709,13 @@ impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<2, Op> for (D0, D1, D2) {
     type At = D2;
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> JoinsAlong<(B0, B1, B2), 2, Op>
+    for (D0, D1, D2)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim> HasAxis<-1> for (D0, D1, D2) {
     const INDEX: usize = 2;
@@ -1667,6 +1728,13 @@ impl<D0: Dim, D1: Dim, D2: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2) {
     type Removed = (D0, D1);
     type Replaced<D: Dim> = (D0, D1, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, B0: Dim, B1: Dim, B2: Dim, Op> JoinsAlong<(B0, B1, B2), -1, Op>
+    for (D0, D1, D2)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<0> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
     type At = D0;
@@ -1677,6 +1745,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<0, Op> for (D0, D1, D2, D3) 
     type At = D0;
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), 0, Op> for (D0, D1, D2, D3)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-4> for (D0, D1, D2, D3) {
     const INDEX: usize = 0;
@@ -1689,6 +1765,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-4, Op> for (D0, D1, D2, D3)
     type Removed = (D1, D2, D3);
     type Replaced<D: Dim> = (D, D1, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), -4, Op> for (D0, D1, D2, D3)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<1> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
     type At = D1;
@@ -1699,6 +1783,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<1, Op> for (D0, D1, D2, D3) 
     type At = D1;
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), 1, Op> for (D0, D1, D2, D3)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-3> for (D0, D1, D2, D3) {
     const INDEX: usize = 1;
@@ -1711,6 +1803,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-3, Op> for (D0, D1, D2, D3)
     type Removed = (D0, D2, D3);
     type Replaced<D: Dim> = (D0, D, D2, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), -3, Op> for (D0, D1, D2, D3)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
     type At = D2;
@@ -1721,6 +1821,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<2, Op> for (D0, D1, D2, D3) 
     type At = D2;
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), 2, Op> for (D0, D1, D2, D3)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D3: DimEquals<B3, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-2> for (D0, D1, D2, D3) {
     const INDEX: usize = 2;
@@ -1733,6 +1841,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-2, Op> for (D0, D1, D2, D3)
     type Removed = (D0, D1, D3);
     type Replaced<D: Dim> = (D0, D1, D, D3);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), -2, Op> for (D0, D1, D2, D3)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D3: DimEquals<B3, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<3> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
     type At = D3;
@@ -1743,6 +1859,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<3, Op> for (D0, D1, D2, D3) 
     type At = D3;
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), 3, Op> for (D0, D1, D2, D3)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> HasAxis<-1> for (D0, D1, D2, D3) {
     const INDEX: usize = 3;
@@ -1755,6 +1879,14 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AxisOf<-1, Op> for (D0, D1, D2, D3)
     type Removed = (D0, D1, D2);
     type Replaced<D: Dim> = (D0, D1, D2, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, B0: Dim, B1: Dim, B2: Dim, B3: Dim, Op>
+    JoinsAlong<(B0, B1, B2, B3), -1, Op> for (D0, D1, D2, D3)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<0> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
     type At = D0;
@@ -1765,6 +1897,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<0, Op> for (D0, D1,
     type At = D0;
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), 0, Op> for (D0, D1, D2, D3, D4)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-5> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 0;
@@ -1777,6 +1929,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-5, Op> for (D0, D1
     type Removed = (D1, D2, D3, D4);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), -5, Op> for (D0, D1, D2, D3, D4)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
     type At = D1;
@@ -1787,6 +1959,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<1, Op> for (D0, D1,
     type At = D1;
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), 1, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 1;
@@ -1799,6 +1991,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-4, Op> for (D0, D1
     type Removed = (D0, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), -4, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
     type At = D2;
@@ -1809,6 +2021,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<2, Op> for (D0, D1,
     type At = D2;
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), 2, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 2;
@@ -1821,6 +2053,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-3, Op> for (D0, D1
     type Removed = (D0, D1, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), -3, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<3> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
     type At = D3;
@@ -1831,6 +2083,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<3, Op> for (D0, D1,
     type At = D3;
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), 3, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D4: DimEquals<B4, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-2> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 3;
@@ -1843,6 +2115,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-2, Op> for (D0, D1
     type Removed = (D0, D1, D2, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), -2, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D4: DimEquals<B4, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<4> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type At = D4;
@@ -1854,6 +2146,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<4, Op> for (D0, D1,
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), 4, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> HasAxis<-1> for (D0, D1, D2, D3, D4) {
     const INDEX: usize = 4;
     type At = D4;
@@ -1864,6 +2176,26 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AxisOf<-1, Op> for (D0, D1
     type At = D4;
     type Removed = (D0, D1, D2, D3);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4), -1, Op> for (D0, D1, D2, D3, D4)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<0> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 0;
@@ -1877,6 +2209,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<0, Op>
     type At = D0;
     type Removed = (D1, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), 0, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-6>
     for (D0, D1, D2, D3, D4, D5)
@@ -1893,6 +2248,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-6, Op>
     type Removed = (D1, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D, D1, D2, D3, D4, D5);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), -6, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<1> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 1;
     type At = D1;
@@ -1905,6 +2283,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<1, Op>
     type At = D1;
     type Removed = (D0, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), 1, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-5>
     for (D0, D1, D2, D3, D4, D5)
@@ -1921,6 +2322,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-5, Op>
     type Removed = (D0, D2, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D, D2, D3, D4, D5);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), -5, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<2> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 2;
     type At = D2;
@@ -1933,6 +2357,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<2, Op>
     type At = D2;
     type Removed = (D0, D1, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), 2, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-4>
     for (D0, D1, D2, D3, D4, D5)
@@ -1949,6 +2396,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-4, Op>
     type Removed = (D0, D1, D3, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D, D3, D4, D5);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), -4, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<3> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 3;
     type At = D3;
@@ -1961,6 +2431,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<3, Op>
     type At = D3;
     type Removed = (D0, D1, D2, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), 3, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-3>
     for (D0, D1, D2, D3, D4, D5)
@@ -1977,6 +2470,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-3, Op>
     type Removed = (D0, D1, D2, D4, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D, D4, D5);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), -3, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D4: DimEquals<B4, Op>,
+    D5: DimEquals<B5, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<4> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 4;
     type At = D4;
@@ -1989,6 +2505,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<4, Op>
     type At = D4;
     type Removed = (D0, D1, D2, D3, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), 4, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D5: DimEquals<B5, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-2>
     for (D0, D1, D2, D3, D4, D5)
@@ -2005,6 +2544,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-2, Op>
     type Removed = (D0, D1, D2, D3, D5);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D, D5);
 }
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), -2, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D5: DimEquals<B5, Op>,
+{
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<5> for (D0, D1, D2, D3, D4, D5) {
     const INDEX: usize = 5;
     type At = D5;
@@ -2017,6 +2579,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<5, Op>
     type At = D5;
     type Removed = (D0, D1, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), 5, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim> HasAxis<-1>
     for (D0, D1, D2, D3, D4, D5)
@@ -2032,6 +2617,29 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, Op> AxisOf<-1, Op>
     type At = D5;
     type Removed = (D0, D1, D2, D3, D4);
     type Replaced<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<
+        D0: Dim,
+        D1: Dim,
+        D2: Dim,
+        D3: Dim,
+        D4: Dim,
+        D5: Dim,
+        B0: Dim,
+        B1: Dim,
+        B2: Dim,
+        B3: Dim,
+        B4: Dim,
+        B5: Dim,
+        Op,
+    > JoinsAlong<(B0, B1, B2, B3, B4, B5), -1, Op> for (D0, D1, D2, D3, D4, D5)
+where
+    D0: DimEquals<B0, Op>,
+    D1: DimEquals<B1, Op>,
+    D2: DimEquals<B2, Op>,
+    D3: DimEquals<B3, Op>,
+    D4: DimEquals<B4, Op>,
+{
 }
 impl InsertAxis<0> for () {
     const INDEX: usize = 0;

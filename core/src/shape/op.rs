@@ -24,6 +24,9 @@
 
 use super::dims::{Dim, DimBroadcasts};
 use super::{AxisOf, Broadcasts, HasAxis, Shape};
+use crate::device::Backend;
+use crate::dtype::Dtype;
+use crate::tensor::Tensor;
 
 macro_rules! names {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
@@ -179,3 +182,34 @@ along! {
 /// [`crate::Tensor::unsqueeze`].
 #[derive(Debug)]
 pub enum unsqueeze {}
+
+/// [`crate::Tensor::cat_with`]: the pieces agree outside the joined axis.
+#[derive(Debug)]
+pub enum cat_with {}
+
+/// [`crate::Tensor::embedding`]: its indices are `i64` (named as
+/// `where_cond_branches` is: `embedding` is a public module of `forma-nn`).
+#[derive(Debug)]
+pub enum embedding_indices {}
+
+/// An operand's element type `Self`, which must be `E` under operation
+/// `Op` (the right operand of `matmul`, a loss's target, `i64` indices):
+/// implemented only for `E` itself, so another type is one error naming
+/// the op and both types ("matmul: an operand of f64 where f32 is
+/// expected") rather than "mismatched types" on the argument.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: an operand of {Self} where {E} is expected",
+    label = "a tensor of {Self} here",
+    note = "operands share one element type; convert with `.to_dtype::<{E}>()` (indices are i64)"
+)]
+pub trait SameDtype<E: Dtype, Op>: Dtype {
+    /// `t`, whose element type is `E` (it is `Self`).
+    fn same<S: Shape, D: Backend>(t: &Tensor<S, Self, D>) -> &Tensor<S, E, D>;
+}
+
+impl<E: Dtype, Op> SameDtype<E, Op> for E {
+    #[inline]
+    fn same<S: Shape, D: Backend>(t: &Tensor<S, E, D>) -> &Tensor<S, E, D> {
+        t
+    }
+}

@@ -50,13 +50,30 @@ impl<const I: usize, const O: usize, E: Float, D: Device<E>> Linear<I, O, E, D> 
     }
 }
 
+/// The input features of a `Linear<I, ..>` against the input's last dim,
+/// carried as numbers so a mismatch reads in decimal.
+#[diagnostic::on_unimplemented(
+    message = "Linear: the layer takes {I} input features, but the input has {N}",
+    label = "an input of {N} features, for a layer of {I}",
+    note = "a `Linear<I, O>` takes `[.., I]` and gives `[.., O]`: the last dim of its input must be `I`"
+)]
+pub trait LinearFeatures<const I: usize, const N: usize> {}
+impl<const N: usize> LinearFeatures<N, N> for () {}
+
+// The impls take any static last dim `N` and require `N == I` through
+// `LinearFeatures`, so a wrong width is one error naming both numbers; an
+// impl for `C<I>` alone made rustc list every `Forward` impl of every rank.
 macro_rules! linear_forward {
     ($($d:ident),*) => {
-        impl<$($d: Dim,)* const I: usize, const O: usize, E: Float, D: Device<E>>
-            Forward<Tensor<($($d,)* C<I>,), E, D>, Tensor<($($d,)* C<O>,), E, D>> for Linear<I, O, E, D>
+        impl<$($d: Dim,)* const I: usize, const N: usize, const O: usize, E: Float, D: Device<E>>
+            Forward<Tensor<($($d,)* C<N>,), E, D>, Tensor<($($d,)* C<O>,), E, D>> for Linear<I, O, E, D>
+        where
+            (): LinearFeatures<I, N>,
         {
-            fn try_forward(&self, x: Tensor<($($d,)* C<I>,), E, D>) -> Result<Tensor<($($d,)* C<O>,), E, D>> {
-                x.try_linear(&self.weight, self.bias.as_ref())
+            fn try_forward(&self, x: Tensor<($($d,)* C<N>,), E, D>) -> Result<Tensor<($($d,)* C<O>,), E, D>> {
+                // `N == I` (the bound above): a change of type only.
+                x.try_into_shape::<($($d,)* C<I>,)>()?
+                    .try_linear(&self.weight, self.bias.as_ref())
             }
         }
     };

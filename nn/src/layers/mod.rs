@@ -31,7 +31,7 @@ pub use conv::{Conv1d, Conv2d, Conv2dRect, ConvTranspose2d, PaddingMode};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use flatten::Flatten;
-pub use linear::{Bilinear, Linear};
+pub use linear::{Bilinear, Linear, LinearFeatures};
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, LayerNorm, RMSNorm};
 pub use pool::{
     AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, MaxUnpool2d, Pooled,

@@ -8,6 +8,7 @@ use super::op;
 use super::{flat_pair, ok, reduce, LossError, LossShape, Mean, Reduction};
 use forma_core::device::Device;
 use forma_core::ops::cmp::where_cond;
+use forma_core::shape::op::SameDtype;
 use forma_core::{Dyn, Float, Shape, Tensor};
 
 /// Mean squared error `(x - y)^2`, like `F.mse_loss(input, target, reduction=...)`.
@@ -24,9 +25,16 @@ use forma_core::{Dyn, Float, Shape, Tensor};
 /// # Panics
 /// If a `Dyn` size of the target differs from the input's (see [`try_mse_loss`]).
 #[track_caller]
-pub fn mse_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn mse_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::mse_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
@@ -39,14 +47,22 @@ where
 ///
 /// # Errors
 /// [`LossError::Core`] when a `Dyn` size of the target differs from the input's.
-pub fn try_mse_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn try_mse_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::mse_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
     S: LossShape<T, op::mse_loss>,
 {
+    let target = E2::same(target);
     let _ = reduction;
     let (x, y) = flat_pair("mse_loss", input, target)?;
     reduce::<R, S, E, D>("mse_loss", (&x - &y).square(), &input.dims(), None)
@@ -57,9 +73,16 @@ where
 /// # Panics
 /// If a `Dyn` size of the target differs from the input's (see [`try_l1_loss`]).
 #[track_caller]
-pub fn l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn l1_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::l1_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
 where
@@ -72,14 +95,22 @@ where
 ///
 /// # Errors
 /// [`LossError::Core`] when a `Dyn` size of the target differs from the input's.
-pub fn try_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn try_l1_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::l1_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
     S: LossShape<T, op::l1_loss>,
 {
+    let target = E2::same(target);
     let _ = reduction;
     let (x, y) = flat_pair("l1_loss", input, target)?;
     reduce::<R, S, E, D>("l1_loss", (&x - &y).abs(), &input.dims(), None)
@@ -111,9 +142,16 @@ fn piecewise<E: Float, D: Device<E>>(
 /// # Panics
 /// If `beta` is negative or a `Dyn` size differs (see [`try_smooth_l1_loss`]).
 #[track_caller]
-pub fn smooth_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn smooth_l1_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::smooth_l1_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     beta: f64,
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
@@ -128,15 +166,23 @@ where
 /// # Errors
 /// [`LossError::InvalidOption`] for a negative (or NaN) `beta`;
 /// [`LossError::Core`] when a `Dyn` size of the target differs.
-pub fn try_smooth_l1_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn try_smooth_l1_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::smooth_l1_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     beta: f64,
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
     S: LossShape<T, op::smooth_l1_loss>,
 {
+    let target = E2::same(target);
     const OP: &str = "smooth_l1_loss";
     if beta.is_nan() || beta < 0.0 {
         return Err(LossError::option(
@@ -163,9 +209,16 @@ where
 /// # Panics
 /// If `delta` is not positive or a `Dyn` size differs (see [`try_huber_loss`]).
 #[track_caller]
-pub fn huber_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn huber_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::huber_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     delta: f64,
     reduction: R,
 ) -> Tensor<R::Output<S>, E, D>
@@ -180,15 +233,23 @@ where
 /// # Errors
 /// [`LossError::InvalidOption`] for a `delta` that is not positive;
 /// [`LossError::Core`] when a `Dyn` size of the target differs.
-pub fn try_huber_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
+pub fn try_huber_loss<
+    S: Shape,
+    T: Shape,
+    R: Reduction,
+    E: Float,
+    D: Device<E>,
+    E2: SameDtype<E, op::huber_loss>,
+>(
     input: &Tensor<S, E, D>,
-    target: &Tensor<T, E, D>,
+    target: &Tensor<T, E2, D>,
     delta: f64,
     reduction: R,
 ) -> Result<Tensor<R::Output<S>, E, D>, LossError>
 where
     S: LossShape<T, op::huber_loss>,
 {
+    let target = E2::same(target);
     const OP: &str = "huber_loss";
     let _ = reduction;
     if delta.is_nan() || delta <= 0.0 {

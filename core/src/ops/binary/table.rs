@@ -6,6 +6,7 @@ use crate::dtype::{Float, Real};
 use crate::error::Result;
 use crate::ops::fused::{Binary, Expr};
 use crate::ops::unary::Neg;
+use crate::shape::op::SameDtype;
 use crate::shape::{op, BroadcastShape, Broadcasts, Shape};
 use crate::tensor::{ok, Tensor};
 
@@ -146,48 +147,68 @@ binary_table! {
 
 macro_rules! std_op {
     ($tr:ident, $f:ident, $op:ident) => {
-        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
-            std::ops::$tr<&Tensor<S2, E, D>> for &Tensor<S, E, D>
+        impl<
+                S: Shape,
+                S2: Shape,
+                E: Float,
+                E2: SameDtype<E, op::$f>,
+                D: crate::device::Device<E>,
+            > std::ops::$tr<&Tensor<S2, E2, D>> for &Tensor<S, E, D>
         where
             S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
-            fn $f(self, rhs: &Tensor<S2, E, D>) -> Self::Output {
-                ok(self.try_zip($op, rhs))
+            fn $f(self, rhs: &Tensor<S2, E2, D>) -> Self::Output {
+                ok(self.try_zip($op, E2::same(rhs)))
             }
         }
-        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
-            std::ops::$tr<Tensor<S2, E, D>> for Tensor<S, E, D>
+        impl<
+                S: Shape,
+                S2: Shape,
+                E: Float,
+                E2: SameDtype<E, op::$f>,
+                D: crate::device::Device<E>,
+            > std::ops::$tr<Tensor<S2, E2, D>> for Tensor<S, E, D>
         where
             S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
-            fn $f(self, rhs: Tensor<S2, E, D>) -> Self::Output {
-                ok(self.try_zip($op, &rhs))
+            fn $f(self, rhs: Tensor<S2, E2, D>) -> Self::Output {
+                ok(self.try_zip($op, E2::same(&rhs)))
             }
         }
-        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
-            std::ops::$tr<&Tensor<S2, E, D>> for Tensor<S, E, D>
+        impl<
+                S: Shape,
+                S2: Shape,
+                E: Float,
+                E2: SameDtype<E, op::$f>,
+                D: crate::device::Device<E>,
+            > std::ops::$tr<&Tensor<S2, E2, D>> for Tensor<S, E, D>
         where
             S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
-            fn $f(self, rhs: &Tensor<S2, E, D>) -> Self::Output {
-                ok(self.try_zip($op, rhs))
+            fn $f(self, rhs: &Tensor<S2, E2, D>) -> Self::Output {
+                ok(self.try_zip($op, E2::same(rhs)))
             }
         }
-        impl<S: Shape, S2: Shape, E: Float, D: crate::device::Device<E>>
-            std::ops::$tr<Tensor<S2, E, D>> for &Tensor<S, E, D>
+        impl<
+                S: Shape,
+                S2: Shape,
+                E: Float,
+                E2: SameDtype<E, op::$f>,
+                D: crate::device::Device<E>,
+            > std::ops::$tr<Tensor<S2, E2, D>> for &Tensor<S, E, D>
         where
             S: Broadcasts<S2, op::$f>,
         {
             type Output = Tensor<<S as BroadcastShape<S2>>::Output, E, D>;
             #[track_caller]
-            fn $f(self, rhs: Tensor<S2, E, D>) -> Self::Output {
-                ok(self.try_zip($op, &rhs))
+            fn $f(self, rhs: Tensor<S2, E2, D>) -> Self::Output {
+                ok(self.try_zip($op, E2::same(&rhs)))
             }
         }
     };
