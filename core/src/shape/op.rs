@@ -13,7 +13,7 @@
 //! free function that programs import by a glob and call (`where_cond`,
 //! `fused`, `cat`) gets the name of its part (`where_cond_branches`) or
 //! PyTorch's other name for it (`concatenate`). Where a name is not unique
-//! the message still ends in it (`forma::core::shape::op::add`).
+//! the message still ends in it (`forma::forma_core::shape::op::add`).
 //!
 //! Code generic over shapes names the operation in its bound:
 //! `fn f<S1: Broadcasts<S2, op::add>, S2: Shape>(a: &Tensor<S1>, b:
