@@ -129,6 +129,17 @@ pub trait AppendDim: Shape {
     type Appended<D: Dim>: Shape;
 }
 
+/// [`AppendDim`] under operation `Op` (`one_hot`), whose message names it.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: `{Self}` already has rank 6, the highest a shape can have",
+    label = "no rank-7 result",
+    note = "shapes have rank 0 to 6; {Op} adds a dim at the end"
+)]
+pub trait AppendDimOf<Op>: Shape {
+    /// The shape with `D` appended (the same as [`AppendDim::Appended`]).
+    type Appended<D: Dim>: Shape;
+}
+
 /// Two shapes joined along axis `AX` by operation `Op` (`cat_with`): the
 /// same rank, and the same size on every other axis ([`DimEquals`]).
 #[diagnostic::on_unimplemented(
@@ -260,6 +271,7 @@ for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     g = f"<{gens(names)}>" if r else ""
     w(f"impl{g} AppendDim for {tup(names) if r else '()'} {{ type Appended<D: Dim> = {tup(names + ['D'])}; }}")
+    w(f"impl<{gens(names) + ', ' if r else ''}Op> AppendDimOf<Op> for {tup(names) if r else '()'} {{ type Appended<D: Dim> = {tup(names + ['D'])}; }}")
 for r in range(1, MAXR + 1):
     names = [f"D{i}" for i in range(r)]
     for a in range(r):

@@ -2,7 +2,7 @@
 """Writes the table of every ui-tests compile-fail case into
 ui-tests/README.md (between the `<!-- cases -->` markers): the case, what the
 mistake is (the case's first comment line), when the compiler reports it, and
-the first line of the message.
+the first line of the first error.
 
 "build" means the error is a post-monomorphisation const panic (an E0080 whose
 primary span is inside Forma): `cargo check` does not report it. Every other
@@ -22,8 +22,11 @@ for rs in sorted(glob.glob(f"{ROOT}/*/*.rs")):
     if not os.path.exists(stderr):
         continue
     lines = open(stderr).read().splitlines()
-    first = lines[0] if lines else ""
-    where = lines[1] if len(lines) > 1 else ""
+    # The first error's first line: a lint's warning printed before it
+    # (`dims/rank1_missing_comma.rs`) is not the error.
+    at = next((i for i, l in enumerate(lines) if l.startswith("error")), 0)
+    first = lines[at] if lines else ""
+    where = lines[at + 1] if len(lines) > at + 1 else ""
     build = first.startswith("error[E0080]") and "$WORKSPACE" in where
     comment = []
     for l in open(rs).read().splitlines():

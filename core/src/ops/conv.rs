@@ -7,6 +7,7 @@ use crate::device::Backend;
 use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
+use crate::shape::op::{self, ImageInput, SequenceInput};
 use crate::shape::window::{transposed_window_out, window_out};
 use crate::shape::{Dim, Dyn, Shape};
 use crate::tape::Raw;
@@ -284,6 +285,22 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         ))
     }
 
+    fn try_conv2d_at<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        p: Conv2dParams,
+    ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
+        let y = self.try_conv2d_unnoted(weight, p)?;
+        Ok(y.noted(|| (crate::graph::Op::Conv(p), vec![self.val(), weight.val()])))
+    }
+}
+
+/// The input of `conv2d` is `[batch, channels, height, width]`, a rule
+/// stated on the weight's first dim `Co` so that a tensor of another rank
+/// is one error naming the op (see [`crate::shape::op::ImageInput`]).
+type ImageOut<S, Co, E, D> = Tensor<(<Co as ImageInput<S, op::conv2d>>::Batch, Co, Dyn, Dyn), E, D>;
+
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// 2-d convolution of `[n, c_in, h, w]` by `[c_out, c_in / groups, kh, kw]`,
     /// like `F.conv2d(x, weight, stride, padding, dilation, groups)`.
     ///
@@ -294,9 +311,12 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         &self,
         weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
         p: Conv2dParams,
-    ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
-        let y = self.try_conv2d_unnoted(weight, p)?;
-        Ok(y.noted(|| (crate::graph::Op::Conv(p), vec![self.val(), weight.val()])))
+    ) -> Result<ImageOut<S, Co, E, D>>
+    where
+        Co: ImageInput<S, op::conv2d>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        Ok(x.try_conv2d_at(weight, p)?.retype())
     }
 
     /// [`Tensor::try_conv2d`] that panics on bad sizes.
@@ -305,7 +325,10 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         &self,
         weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
         p: Conv2dParams,
-    ) -> Tensor<(N, Co, Dyn, Dyn), E, D> {
+    ) -> ImageOut<S, Co, E, D>
+    where
+        Co: ImageInput<S, op::conv2d>,
+    {
         ok(self.try_conv2d(weight, p))
     }
 
@@ -329,7 +352,10 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
         bias: Option<&Tensor<(Co,), E, D>>,
         p: Conv2dParams,
-    ) -> Result<Tensor<(N, Co, Dyn, Dyn), E, D>> {
+    ) -> Result<ImageOut<S, Co, E, D>>
+    where
+        Co: ImageInput<S, op::conv2d>,
+    {
         let y = self.try_conv2d(weight, p)?;
         match bias {
             Some(b) => try_add_channel_bias(&y, b),
@@ -344,18 +370,16 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
         bias: Option<&Tensor<(Co,), E, D>>,
         p: Conv2dParams,
-    ) -> Tensor<(N, Co, Dyn, Dyn), E, D> {
+    ) -> ImageOut<S, Co, E, D>
+    where
+        Co: ImageInput<S, op::conv2d>,
+    {
         ok(self.try_conv2d_bias(weight, bias, p))
     }
 }
 
 impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, Ci, L), E, D> {
-    /// 1-d convolution of `[n, c_in, l]` by `[c_out, c_in / groups, k]`, like
-    /// `F.conv1d`; computed as a 2-d convolution of height 1.
-    ///
-    /// # Errors
-    /// As [`Tensor::try_conv2d`].
-    pub fn try_conv1d<Co: Dim, Cg: Dim, K: Dim>(
+    fn try_conv1d_at<Co: Dim, Cg: Dim, K: Dim>(
         &self,
         weight: &Tensor<(Co, Cg, K), E, D>,
         stride: usize,
@@ -379,6 +403,34 @@ impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, 
             Dyn(dims[3]),
         ))
     }
+}
+
+/// The input of `conv1d` is `[batch, channels, length]` (see
+/// [`crate::shape::op::SequenceInput`]).
+type SequenceOut<S, Co, E, D> =
+    Tensor<(<Co as SequenceInput<S, op::conv1d>>::Batch, Co, Dyn), E, D>;
+
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
+    /// 1-d convolution of `[n, c_in, l]` by `[c_out, c_in / groups, k]`, like
+    /// `F.conv1d`; computed as a 2-d convolution of height 1.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_conv2d`].
+    pub fn try_conv1d<Co: Dim, Cg: Dim, K: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, K), E, D>,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Result<SequenceOut<S, Co, E, D>>
+    where
+        Co: SequenceInput<S, op::conv1d>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn)>();
+        let y = x.try_conv1d_at(weight, stride, padding, dilation, groups)?;
+        Ok(y.retype())
+    }
 
     /// [`Tensor::try_conv1d`] that panics on bad sizes.
     #[track_caller]
@@ -389,7 +441,10 @@ impl<N: Dim, Ci: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, 
         padding: usize,
         dilation: usize,
         groups: usize,
-    ) -> Tensor<(N, Co, Dyn), E, D> {
+    ) -> SequenceOut<S, Co, E, D>
+    where
+        Co: SequenceInput<S, op::conv1d>,
+    {
         ok(self.try_conv1d(weight, stride, padding, dilation, groups))
     }
 }
@@ -667,6 +722,36 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         ))
     }
 
+    fn try_conv_transpose2d_at<Wi: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
+        p: ConvTranspose2dParams,
+    ) -> Result<Tensor<(N, Dyn, Dyn, Dyn), E, D>> {
+        let y = self.try_conv_transpose2d_unnoted(weight, p)?;
+        Ok(y.noted(|| {
+            let op = crate::graph::Op::ConvTranspose {
+                p: p.conv(),
+                output_padding: p.output_padding,
+            };
+            (op, vec![self.val(), weight.val()])
+        }))
+    }
+}
+
+/// The input of `conv_transpose2d` is `[batch, channels, height, width]`
+/// (see [`crate::shape::op::ImageInput`]), stated on the weight's first dim.
+type TransposedOut<S, Wi, E, D> = Tensor<
+    (
+        <Wi as ImageInput<S, op::conv_transpose2d>>::Batch,
+        Dyn,
+        Dyn,
+        Dyn,
+    ),
+    E,
+    D,
+>;
+
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// 2-d transposed convolution of `[n, c_in, h, w]` by
     /// `[c_in, c_out / groups, kh, kw]`, like `F.conv_transpose2d`: the
     /// gradient of [`Tensor::conv2d`] with respect to its input, so its
@@ -695,15 +780,12 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         &self,
         weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
         p: ConvTranspose2dParams,
-    ) -> Result<Tensor<(N, Dyn, Dyn, Dyn), E, D>> {
-        let y = self.try_conv_transpose2d_unnoted(weight, p)?;
-        Ok(y.noted(|| {
-            let op = crate::graph::Op::ConvTranspose {
-                p: p.conv(),
-                output_padding: p.output_padding,
-            };
-            (op, vec![self.val(), weight.val()])
-        }))
+    ) -> Result<TransposedOut<S, Wi, E, D>>
+    where
+        Wi: ImageInput<S, op::conv_transpose2d>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        Ok(x.try_conv_transpose2d_at(weight, p)?.retype())
     }
 
     /// [`Tensor::try_conv_transpose2d`] that panics on bad sizes.
@@ -712,7 +794,10 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         &self,
         weight: &Tensor<(Wi, Cg, Kh, Kw), E, D>,
         p: ConvTranspose2dParams,
-    ) -> Tensor<(N, Dyn, Dyn, Dyn), E, D> {
+    ) -> TransposedOut<S, Wi, E, D>
+    where
+        Wi: ImageInput<S, op::conv_transpose2d>,
+    {
         ok(self.try_conv_transpose2d(weight, p))
     }
 }

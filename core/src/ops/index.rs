@@ -6,8 +6,8 @@ use crate::device::Backend;
 use crate::dtype::{Dtype, Float};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::shape::op::SameDtype;
-use crate::shape::{op, AppendDim, AxisOf, Dim, Dyn, HasAxis, Shape, C};
+use crate::shape::op::{OneHotOf, SameDtype};
+use crate::shape::{op, AppendDim, AxisOf, Dim, Dyn, HasAxis, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -455,9 +455,9 @@ impl<S: Shape, D: Backend> Tensor<S, i64, D> {
     /// [`Error::IndexOutOfRange`] for an index outside `0..N`.
     pub fn try_one_hot<const N: usize, F: Dtype>(
         &self,
-    ) -> Result<Tensor<<S as AppendDim>::Appended<C<N>>, F, D>>
+    ) -> Result<Tensor<<F as OneHotOf<S, N>>::Out, F, D>>
     where
-        S: AppendDim,
+        F: OneHotOf<S, N>,
     {
         let idx = self.try_to_vec()?;
         let mut data = vec![F::from_f64(0.0); idx.len() * N];
@@ -479,11 +479,9 @@ impl<S: Shape, D: Backend> Tensor<S, i64, D> {
 
     /// [`Tensor::try_one_hot`] that panics on a bad index.
     #[track_caller]
-    pub fn one_hot<const N: usize, F: Dtype>(
-        &self,
-    ) -> Tensor<<S as AppendDim>::Appended<C<N>>, F, D>
+    pub fn one_hot<const N: usize, F: Dtype>(&self) -> Tensor<<F as OneHotOf<S, N>>::Out, F, D>
     where
-        S: AppendDim,
+        F: OneHotOf<S, N>,
     {
         ok(self.try_one_hot::<N, F>())
     }

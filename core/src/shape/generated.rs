@@ -106,6 +106,17 @@ pub trait AppendDim: Shape {
     type Appended<D: Dim>: Shape;
 }
 
+/// [`AppendDim`] under operation `Op` (`one_hot`), whose message names it.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: `{Self}` already has rank 6, the highest a shape can have",
+    label = "no rank-7 result",
+    note = "shapes have rank 0 to 6; {Op} adds a dim at the end"
+)]
+pub trait AppendDimOf<Op>: Shape {
+    /// The shape with `D` appended (the same as [`AppendDim::Appended`]).
+    type Appended<D: Dim>: Shape;
+}
+
 /// Two shapes joined along axis `AX` by operation `Op` (`cat_with`): the
 /// same rank, and the same size on every other axis ([`DimEquals`]).
 #[diagnostic::on_unimplemented(
@@ -2950,19 +2961,37 @@ impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> InsertAxisOf<-1, Op>
 impl AppendDim for () {
     type Appended<D: Dim> = (D,);
 }
+impl<Op> AppendDimOf<Op> for () {
+    type Appended<D: Dim> = (D,);
+}
 impl<D0: Dim> AppendDim for (D0,) {
+    type Appended<D: Dim> = (D0, D);
+}
+impl<D0: Dim, Op> AppendDimOf<Op> for (D0,) {
     type Appended<D: Dim> = (D0, D);
 }
 impl<D0: Dim, D1: Dim> AppendDim for (D0, D1) {
     type Appended<D: Dim> = (D0, D1, D);
 }
+impl<D0: Dim, D1: Dim, Op> AppendDimOf<Op> for (D0, D1) {
+    type Appended<D: Dim> = (D0, D1, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim> AppendDim for (D0, D1, D2) {
+    type Appended<D: Dim> = (D0, D1, D2, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, Op> AppendDimOf<Op> for (D0, D1, D2) {
     type Appended<D: Dim> = (D0, D1, D2, D);
 }
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim> AppendDim for (D0, D1, D2, D3) {
     type Appended<D: Dim> = (D0, D1, D2, D3, D);
 }
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, Op> AppendDimOf<Op> for (D0, D1, D2, D3) {
+    type Appended<D: Dim> = (D0, D1, D2, D3, D);
+}
 impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim> AppendDim for (D0, D1, D2, D3, D4) {
+    type Appended<D: Dim> = (D0, D1, D2, D3, D4, D);
+}
+impl<D0: Dim, D1: Dim, D2: Dim, D3: Dim, D4: Dim, Op> AppendDimOf<Op> for (D0, D1, D2, D3, D4) {
     type Appended<D: Dim> = (D0, D1, D2, D3, D4, D);
 }
 impl<D0: Dim> SwapAxes<0, 0> for (D0,) {

@@ -23,7 +23,7 @@
 #![allow(non_camel_case_types)]
 
 use super::dims::{Dim, DimBroadcasts};
-use super::{AxisOf, Broadcasts, HasAxis, Shape};
+use super::{AppendDimOf, AxisOf, Broadcasts, HasAxis, Shape};
 use crate::device::Backend;
 use crate::dtype::Dtype;
 use crate::tensor::Tensor;
@@ -212,4 +212,92 @@ impl<E: Dtype, Op> SameDtype<E, Op> for E {
     fn same<S: Shape, D: Backend>(t: &Tensor<S, E, D>) -> &Tensor<S, E, D> {
         t
     }
+}
+
+/// [`crate::Tensor::one_hot`].
+#[derive(Debug)]
+pub enum one_hot {}
+
+/// [`crate::Tensor::conv2d`] and its `_bias` form.
+#[derive(Debug)]
+pub enum conv2d {}
+
+/// [`crate::Tensor::conv1d`].
+#[derive(Debug)]
+pub enum conv1d {}
+
+/// [`crate::Tensor::conv_transpose2d`].
+#[derive(Debug)]
+pub enum conv_transpose2d {}
+
+// A method of every tensor whose receiver must have some rank states that
+// rule on one of its own type parameters (`Co: ImageInput<S, op::conv2d>`,
+// the weight's first dim), not on the receiver's shape. rustc looks a
+// method up before it reads the arguments, so then it cannot yet tell that
+// the rule fails: a rank-3 input is one E0277 naming the op ("conv2d: the
+// input `(C<1>, C<28>, C<28>)` is not [batch, channels, height, width]"),
+// where a rule on the receiver alone, or a method of rank-4 tensors only,
+// is E0599 "no method named `conv2d`" (tried on rustc 1.95).
+
+/// A shape laid out `[batch, channels, height, width]`, the input of `Op`.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: the input `{Self}` is not [batch, channels, height, width]",
+    label = "not a rank-4 input",
+    note = "a single image [channels, height, width] needs a batch dim first: `x.unsqueeze::<0>()`"
+)]
+pub trait ImageBatch<Op>: Shape {
+    /// The batch dim.
+    type Batch: Dim;
+}
+
+impl<N: Dim, C: Dim, H: Dim, W: Dim, Op> ImageBatch<Op> for (N, C, H, W) {
+    type Batch = N;
+}
+
+/// A shape laid out `[batch, channels, length]`, the input of `Op`.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: the input `{Self}` is not [batch, channels, length]",
+    label = "not a rank-3 input",
+    note = "a single sequence [channels, length] needs a batch dim first: `x.unsqueeze::<0>()`"
+)]
+pub trait SequenceBatch<Op>: Shape {
+    /// The batch dim.
+    type Batch: Dim;
+}
+
+impl<N: Dim, C: Dim, L: Dim, Op> SequenceBatch<Op> for (N, C, L) {
+    type Batch = N;
+}
+
+/// The input `S` of a 2-d convolution `Op` is an [`ImageBatch`], stated
+/// on a dim `Self` of the weight (see above why).
+pub trait ImageInput<S: Shape, Op> {
+    /// The input's batch dim.
+    type Batch: Dim;
+}
+
+impl<X, S: ImageBatch<Op>, Op> ImageInput<S, Op> for X {
+    type Batch = S::Batch;
+}
+
+/// The input `S` of a 1-d convolution `Op` is a [`SequenceBatch`], stated
+/// on a dim `Self` of the weight.
+pub trait SequenceInput<S: Shape, Op> {
+    /// The input's batch dim.
+    type Batch: Dim;
+}
+
+impl<X, S: SequenceBatch<Op>, Op> SequenceInput<S, Op> for X {
+    type Batch = S::Batch;
+}
+
+/// `one_hot`'s input `S` takes another dim ([`AppendDimOf`]), stated on
+/// its output element type `Self`.
+pub trait OneHotOf<S: Shape, const N: usize> {
+    /// `S` with `N` classes appended.
+    type Out: Shape;
+}
+
+impl<F, S: AppendDimOf<one_hot>, const N: usize> OneHotOf<S, N> for F {
+    type Out = S::Appended<super::C<N>>;
 }
