@@ -7,7 +7,9 @@ use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
 use crate::shape::check::assert_cat_sum;
-use crate::shape::{op, AxisOf, Dim, Dyn, HasAxis, InsertAxis, JoinsAlong, One, Shape};
+use crate::shape::{
+    op, AxisOf, Dim, Dyn, HasAxis, InsertAxis, InsertAxisOf, JoinsAlong, One, Shape,
+};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -159,11 +161,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
 /// An empty list, or tensors of different sizes.
 pub fn try_stack<const AX: isize, S, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
-) -> Result<Tensor<<S as InsertAxis<AX>>::Inserted<Dyn>, E, D>>
+) -> Result<Tensor<<S as InsertAxisOf<AX, op::stack_axis>>::Inserted<Dyn>, E, D>>
 where
-    S: Shape + InsertAxis<AX>,
-    <S as InsertAxis<AX>>::Inserted<One>:
-        HasAxis<AX, Replaced<Dyn> = <S as InsertAxis<AX>>::Inserted<Dyn>>,
+    S: Shape + InsertAxisOf<AX, op::stack_axis>,
 {
     let parts: Vec<Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>> =
         tensors.iter().map(|t| t.unsqueeze_at::<AX>()).collect();
@@ -174,11 +174,9 @@ where
 #[track_caller]
 pub fn stack<const AX: isize, S, E: Dtype, D: Backend>(
     tensors: &[Tensor<S, E, D>],
-) -> Tensor<<S as InsertAxis<AX>>::Inserted<Dyn>, E, D>
+) -> Tensor<<S as InsertAxisOf<AX, op::stack_axis>>::Inserted<Dyn>, E, D>
 where
-    S: Shape + InsertAxis<AX>,
-    <S as InsertAxis<AX>>::Inserted<One>:
-        HasAxis<AX, Replaced<Dyn> = <S as InsertAxis<AX>>::Inserted<Dyn>>,
+    S: Shape + InsertAxisOf<AX, op::stack_axis>,
 {
     ok(try_stack::<AX, S, E, D>(tensors))
 }

@@ -3,13 +3,14 @@
 //! along an axis (`sum::<AX>()`), keeping it (`sum_keepdim::<AX>()`) or over
 //! every element (`sum_all()`), with `try_` forms.
 //!
-//! The shape rule is the float reductions' ([`HasAxis`]). The values are
+//! The shape rule is the float reductions' ([`AxisOf`], naming the op).
+//! The values are
 //! exact at any magnitude: the reduction runs on the host, so a CUDA tensor
 //! makes a round trip. Integer tensors carry no gradient.
 
 use crate::device::Backend;
 use crate::error::{Error, Result};
-use crate::shape::{HasAxis, One, Shape};
+use crate::shape::{op, AxisOf, HasAxis, One, Shape};
 use crate::tensor::{ok, Tensor};
 
 #[derive(Clone, Copy)]
@@ -136,11 +137,11 @@ macro_rules! int_reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis (PyTorch raises), or a backend failure.
-            pub fn $try_m<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Removed, i64, D>>
+            pub fn $try_m<const AX: isize>(&self) -> Result<Tensor<<S as AxisOf<AX, op::$m>>::Removed, i64, D>>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
-                self.try_int_reduce_axis::<AX>(IntOp::$op)
+                self.try_int_reduce_axis::<AX>(IntOp::$op).map(Tensor::retype)
             }
 
             $(#[$doc])*
@@ -148,11 +149,11 @@ macro_rules! int_reductions {
             ///
             /// # Errors
             /// Max/min over an empty axis, or a backend failure.
-            pub fn $try_keep<const AX: isize>(&self) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>>
+            pub fn $try_keep<const AX: isize>(&self) -> Result<Tensor<<S as AxisOf<AX, op::$m>>::Replaced<One>, i64, D>>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
-                self.try_int_reduce_keepdim::<AX>(IntOp::$op)
+                self.try_int_reduce_keepdim::<AX>(IntOp::$op).map(Tensor::retype)
             }
 
             $(#[$doc])*
@@ -170,9 +171,9 @@ macro_rules! int_reductions {
             /// # Panics
             /// Max/min over an empty axis.
             #[track_caller]
-            pub fn $m<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Removed, i64, D>
+            pub fn $m<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::$m>>::Removed, i64, D>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
                 ok(self.$try_m::<AX>())
             }
@@ -183,9 +184,9 @@ macro_rules! int_reductions {
             /// # Panics
             /// Max/min over an empty axis.
             #[track_caller]
-            pub fn $keep<const AX: isize>(&self) -> Tensor<<S as HasAxis<AX>>::Replaced<One>, i64, D>
+            pub fn $keep<const AX: isize>(&self) -> Tensor<<S as AxisOf<AX, op::$m>>::Replaced<One>, i64, D>
             where
-                S: HasAxis<AX>,
+                S: AxisOf<AX, op::$m>,
             {
                 ok(self.$try_keep::<AX>())
             }

@@ -60,14 +60,17 @@ pub mod linear;
 #[doc(hidden)] // a public `matmul` here would make rustc print `shape::op::matmul` in full
 pub mod matmul;
 pub mod norm;
+#[doc(hidden)] // as `cumsum` (`shape::op::pad`)
 pub mod pad;
 pub mod pool;
 pub mod reduce;
 pub mod resample;
 pub mod rnn;
+#[doc(hidden)] // as `cumsum` (`shape::op::roll`)
 pub mod roll;
 #[doc(hidden)] // as `cumsum` (`shape::op::softmax`)
 pub mod softmax;
+#[doc(hidden)] // as `cumsum` (`shape::op::sort`)
 pub mod sort;
 pub mod tri;
 pub mod unary;

@@ -4,7 +4,8 @@
 //! `x.pad::<3>(l, r, m)?.pad::<2>(t, b, m)?` (PyTorch's pads list the last
 //! axis first).
 //!
-//! The shape rule: the axis must exist ([`HasAxis`]) and becomes [`Dyn`];
+//! The shape rule: the axis must exist ([`AxisOf`], whose message names
+//! the op) and becomes [`Dyn`];
 //! the rest of the shape is unchanged. Constant padding writes the input
 //! into a filled output, and its gradient is the output gradient's middle;
 //! the other modes are an `index_select` along the axis, whose gradient adds
@@ -14,7 +15,7 @@ use crate::device::Device;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::shape::{Dyn, HasAxis, Shape};
+use crate::shape::{op, AxisOf, Dyn, HasAxis, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -84,9 +85,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         before: usize,
         after: usize,
         mode: PadMode,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::pad>>::Replaced<Dyn>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::pad>,
     {
         ok(self.try_pad::<AX>(before, after, mode))
     }
@@ -102,9 +103,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         before: usize,
         after: usize,
         mode: PadMode,
-    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Result<Tensor<<S as AxisOf<AX, op::pad>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::pad>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         let n = self.layout.dims[ax];
@@ -148,6 +149,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
                 },
             ));
         }
-        self.select_along::<AX>((0..out_len).map(|p| mode.source(p, before, n)).collect())
+        let idx = (0..out_len).map(|p| mode.source(p, before, n)).collect();
+        Ok(self.select_along::<AX>(idx)?.retype())
     }
 }

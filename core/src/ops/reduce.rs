@@ -216,6 +216,16 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     pub fn try_reduce<const AX: isize>(
         &self,
         op: ReduceOp,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::try_reduce>>::Removed, E, D>>
+    where
+        S: AxisOf<AX, op::try_reduce>,
+    {
+        Ok(self.reduce_at::<AX>(op)?.retype())
+    }
+
+    pub(crate) fn reduce_at<const AX: isize>(
+        &self,
+        op: ReduceOp,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Removed, E, D>>
     where
         S: HasAxis<AX>,
@@ -229,6 +239,16 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     /// # Errors
     /// Max/min over an empty axis.
     pub fn try_reduce_keepdim<const AX: isize>(
+        &self,
+        op: ReduceOp,
+    ) -> Result<Tensor<<S as AxisOf<AX, op::try_reduce>>::Replaced<One>, E, D>>
+    where
+        S: AxisOf<AX, op::try_reduce>,
+    {
+        Ok(self.reduce_keepdim_at::<AX>(op)?.retype())
+    }
+
+    pub(crate) fn reduce_keepdim_at<const AX: isize>(
         &self,
         op: ReduceOp,
     ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<One>, E, D>>
@@ -416,7 +436,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: AxisOf<AX, op::var>,
     {
-        ok(self.try_reduce::<AX>(ReduceOp::Var {
+        ok(self.reduce_at::<AX>(ReduceOp::Var {
             ddof: unbiased as usize,
         }))
         .retype()
@@ -431,7 +451,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: AxisOf<AX, op::var>,
     {
-        ok(self.try_reduce_keepdim::<AX>(ReduceOp::Var {
+        ok(self.reduce_keepdim_at::<AX>(ReduceOp::Var {
             ddof: unbiased as usize,
         }))
         .retype()
@@ -455,7 +475,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: AxisOf<AX, op::std_dev>,
     {
-        ok(self.try_reduce::<AX>(ReduceOp::Var {
+        ok(self.reduce_at::<AX>(ReduceOp::Var {
             ddof: unbiased as usize,
         }))
         .sqrt()
@@ -470,7 +490,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     where
         S: AxisOf<AX, op::std_dev>,
     {
-        ok(self.try_reduce_keepdim::<AX>(ReduceOp::Var {
+        ok(self.reduce_keepdim_at::<AX>(ReduceOp::Var {
             ddof: unbiased as usize,
         }))
         .sqrt()
@@ -495,7 +515,7 @@ macro_rules! reductions {
             where
                 S: AxisOf<AX, op::$m>,
             {
-                self.try_reduce::<AX>(ReduceOp::$op).map(Tensor::retype)
+                self.reduce_at::<AX>(ReduceOp::$op).map(Tensor::retype)
             }
 
             $(#[$doc])*
@@ -507,7 +527,7 @@ macro_rules! reductions {
             where
                 S: AxisOf<AX, op::$m>,
             {
-                self.try_reduce_keepdim::<AX>(ReduceOp::$op).map(Tensor::retype)
+                self.reduce_keepdim_at::<AX>(ReduceOp::$op).map(Tensor::retype)
             }
 
             $(#[$doc])*
@@ -529,7 +549,7 @@ macro_rules! reductions {
             where
                 S: AxisOf<AX, op::$m>,
             {
-                ok(self.try_reduce::<AX>(ReduceOp::$op)).retype()
+                ok(self.reduce_at::<AX>(ReduceOp::$op)).retype()
             }
 
             $(#[$doc])*
@@ -542,7 +562,7 @@ macro_rules! reductions {
             where
                 S: AxisOf<AX, op::$m>,
             {
-                ok(self.try_reduce_keepdim::<AX>(ReduceOp::$op)).retype()
+                ok(self.reduce_keepdim_at::<AX>(ReduceOp::$op)).retype()
             }
 
             $(#[$doc])*

@@ -1,7 +1,8 @@
 //! Rotating and repeating the elements of one axis, like `torch.roll` and
 //! `torch.repeat_interleave`.
 //!
-//! The shape rule: the axis must exist ([`HasAxis`]); `roll` keeps the
+//! The shape rule: the axis must exist ([`AxisOf`], whose message names
+//! the op); `roll` keeps the
 //! shape, `repeat_interleave` makes the axis [`Dyn`]. Both are an
 //! `index_select` along the axis with indices computed on the host, so the
 //! gradient adds up every copy of an element.
@@ -9,7 +10,7 @@
 use crate::device::Device;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
-use crate::shape::{Dyn, HasAxis, Shape};
+use crate::shape::{op, AxisOf, Dyn, HasAxis, Shape};
 use crate::tensor::{ok, Tensor};
 
 impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
@@ -25,7 +26,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn roll<const AX: isize>(&self, shift: i64) -> Self
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::roll>,
     {
         ok(self.try_roll::<AX>(shift))
     }
@@ -36,7 +37,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// A backend failure.
     pub fn try_roll<const AX: isize>(&self, shift: i64) -> Result<Self>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::roll>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         let n = self.layout.dims[ax] as i64;
@@ -57,9 +58,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     pub fn repeat_interleave<const AX: isize>(
         &self,
         repeats: usize,
-    ) -> Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    ) -> Tensor<<S as AxisOf<AX, op::repeat_interleave>>::Replaced<Dyn>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::repeat_interleave>,
     {
         ok(self.try_repeat_interleave::<AX>(repeats))
     }
@@ -71,9 +72,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     pub fn try_repeat_interleave<const AX: isize>(
         &self,
         repeats: usize,
-    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Result<Tensor<<S as AxisOf<AX, op::repeat_interleave>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::repeat_interleave>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         let n = self.layout.dims[ax];
@@ -88,9 +89,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     pub fn try_repeat_interleave_each<const AX: isize>(
         &self,
         repeats: &[usize],
-    ) -> Result<Tensor<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Result<Tensor<<S as AxisOf<AX, op::repeat_interleave>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::repeat_interleave>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         let n = self.layout.dims[ax];
@@ -108,7 +109,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             .enumerate()
             .flat_map(|(i, &r)| std::iter::repeat_n(i as i64, r))
             .collect();
-        self.select_along::<AX>(idx)
+        Ok(self.select_along::<AX>(idx)?.retype())
     }
 
     /// `index_select` along `AX` with host indices.

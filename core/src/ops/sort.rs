@@ -3,7 +3,8 @@
 //! descending), as in PyTorch; the sort is stable, so equal values keep
 //! their order (PyTorch's `stable=True`).
 //!
-//! The shape rule: the axis must exist ([`HasAxis`]); `sort` keeps the
+//! The shape rule: the axis must exist ([`AxisOf`], whose message names
+//! the op); `sort` keeps the
 //! shape, `topk` makes the axis [`Dyn`]. Composite: the permutation is
 //! computed on the host (on every backend: a CUDA tensor makes a round trip),
 //! and the values are a `gather` of the input by it, so their gradient is
@@ -13,7 +14,7 @@
 use crate::device::Device;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
-use crate::shape::{Dyn, HasAxis, Shape};
+use crate::shape::{op, AxisOf, Dyn, HasAxis, Shape};
 use crate::tensor::{ok, Tensor};
 use std::cmp::Ordering;
 
@@ -36,7 +37,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn sort<const AX: isize>(&self, descending: bool) -> Sorted<S, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::sort>,
     {
         ok(self.try_sort::<AX>(descending))
     }
@@ -47,9 +48,16 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// A backend failure.
     pub fn try_sort<const AX: isize>(&self, descending: bool) -> Result<Sorted<S, E, D>>
     where
+        S: AxisOf<AX, op::sort>,
+    {
+        self.sort_at::<AX>(descending)
+    }
+
+    fn sort_at<const AX: isize>(&self, descending: bool) -> Result<Sorted<S, E, D>>
+    where
         S: HasAxis<AX>,
     {
-        let idx = self.try_argsort::<AX>(descending)?;
+        let idx = self.argsort_at::<AX>(descending)?;
         Ok((self.gather_at::<AX, S>(&idx)?, idx))
     }
 
@@ -58,6 +66,13 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// # Errors
     /// A backend failure.
     pub fn try_argsort<const AX: isize>(&self, descending: bool) -> Result<Tensor<S, i64, D>>
+    where
+        S: AxisOf<AX, op::argsort>,
+    {
+        self.argsort_at::<AX>(descending)
+    }
+
+    fn argsort_at<const AX: isize>(&self, descending: bool) -> Result<Tensor<S, i64, D>>
     where
         S: HasAxis<AX>,
     {
@@ -104,7 +119,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn argsort<const AX: isize>(&self, descending: bool) -> Tensor<S, i64, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::argsort>,
     {
         ok(self.try_argsort::<AX>(descending))
     }
@@ -128,9 +143,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         &self,
         k: usize,
         largest: bool,
-    ) -> Sorted<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>
+    ) -> Sorted<<S as AxisOf<AX, op::topk>>::Replaced<Dyn>, E, D>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::topk>,
     {
         ok(self.try_topk::<AX>(k, largest))
     }
@@ -144,9 +159,9 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
         &self,
         k: usize,
         largest: bool,
-    ) -> Result<Sorted<<S as HasAxis<AX>>::Replaced<Dyn>, E, D>>
+    ) -> Result<Sorted<<S as AxisOf<AX, op::topk>>::Replaced<Dyn>, E, D>>
     where
-        S: HasAxis<AX>,
+        S: AxisOf<AX, op::topk>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         let n = self.layout.dims[ax];
@@ -156,10 +171,10 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
                 format!("k = {k} is larger than axis {ax} of size {n}"),
             ));
         }
-        let (values, idx) = self.try_sort::<AX>(largest)?;
+        let (values, idx) = self.sort_at::<AX>(largest)?;
         Ok((
-            values.slice_at::<AX>(0, k, 1)?,
-            idx.slice_at::<AX>(0, k, 1)?,
+            values.slice_at::<AX>(0, k, 1)?.retype(),
+            idx.slice_at::<AX>(0, k, 1)?.retype(),
         ))
     }
 }

@@ -3,14 +3,14 @@
 //! (NaN and Inf included), and so does their gradient.
 //!
 //! The shape rule: the tensor has at least two axes (the bound
-//! `(Dyn, Dyn): ExpandTo<S>`, which holds exactly for rank 2 and up); the
-//! output has the input's shape. Composite: a mask of the last two axes and
+//! `S: AxisOf<-2, op::tril>`, which holds exactly for rank 2 and up, and
+//! whose message names the op); the output has the input's shape. Composite: a mask of the last two axes and
 //! `masked_fill`.
 
 use crate::device::Device;
 use crate::dtype::Float;
 use crate::error::Result;
-use crate::shape::{Dyn, ExpandTo, Shape};
+use crate::shape::{op, AxisOf, Dyn, Shape};
 use crate::tensor::{ok, Tensor};
 
 impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
@@ -26,7 +26,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn tril(&self, diagonal: i64) -> Self
     where
-        (Dyn, Dyn): ExpandTo<S>,
+        S: AxisOf<-2, op::tril>,
     {
         ok(self.try_tril(diagonal))
     }
@@ -37,7 +37,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// A backend failure.
     pub fn try_tril(&self, diagonal: i64) -> Result<Self>
     where
-        (Dyn, Dyn): ExpandTo<S>,
+        S: AxisOf<-2, op::tril>,
     {
         self.try_zero_outside(|i, j| j - i > diagonal)
     }
@@ -53,7 +53,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Self
     where
-        (Dyn, Dyn): ExpandTo<S>,
+        S: AxisOf<-2, op::triu>,
     {
         ok(self.try_triu(diagonal))
     }
@@ -64,16 +64,13 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
     /// A backend failure.
     pub fn try_triu(&self, diagonal: i64) -> Result<Self>
     where
-        (Dyn, Dyn): ExpandTo<S>,
+        S: AxisOf<-2, op::triu>,
     {
         self.try_zero_outside(|i, j| j - i < diagonal)
     }
 
     /// Zeroes element `(.., i, j)` wherever `drop(i, j)`.
-    fn try_zero_outside(&self, drop: impl Fn(i64, i64) -> bool) -> Result<Self>
-    where
-        (Dyn, Dyn): ExpandTo<S>,
-    {
+    fn try_zero_outside(&self, drop: impl Fn(i64, i64) -> bool) -> Result<Self> {
         let dims = &self.layout.dims;
         let (rows, cols) = (dims[S::RANK - 2], dims[S::RANK - 1]);
         let mask: Vec<bool> = (0..rows as i64)

@@ -177,7 +177,32 @@ along! {
     /// imports `cat` through the prelude's glob and calls it would see this
     /// type's whole path were it named `cat`).
     concatenate,
+    /// [`crate::Tensor::sort`].
+    sort,
+    /// [`crate::Tensor::argsort`].
+    argsort,
+    /// [`crate::Tensor::topk`].
+    topk,
+    /// [`crate::Tensor::roll`].
+    roll,
+    /// [`crate::Tensor::repeat_interleave`] and its `_each` form.
+    repeat_interleave,
+    /// [`crate::Tensor::pad`].
+    pad,
+    /// [`crate::Tensor::flatten`] (axis 0 is kept).
+    flatten,
+    /// [`crate::Tensor::try_reduce`] and its `_keepdim` form.
+    try_reduce,
+    /// [`crate::Tensor::tril`], whose rule is that axis -2 exists (rank 2 or more).
+    tril,
+    /// [`crate::Tensor::triu`], as `tril`.
+    triu,
 }
+
+/// [`crate::ops::cat::stack`]'s new axis (named after its part, as
+/// [`where_cond_mask`] is: `stack` is a function programs import by a glob).
+#[derive(Debug)]
+pub enum stack_axis {}
 
 /// [`crate::Tensor::unsqueeze`].
 #[derive(Debug)]

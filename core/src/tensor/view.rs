@@ -462,9 +462,9 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     /// # Panics
     /// If `O` disagrees with a `Dyn` size at run time; see [`Tensor::try_flatten`].
     #[track_caller]
-    pub fn flatten<O: Dim>(&self) -> Tensor<(<S as HasAxis<0>>::At, O), E, D>
+    pub fn flatten<O: Dim>(&self) -> Tensor<(<S as AxisOf<0, op::flatten>>::At, O), E, D>
     where
-        S: HasAxis<0>,
+        S: AxisOf<0, op::flatten>,
     {
         ok(self.try_flatten())
     }
@@ -473,9 +473,11 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     ///
     /// # Errors
     /// A shape error when `O` disagrees with the sizes at run time.
-    pub fn try_flatten<O: Dim>(&self) -> Result<Tensor<(<S as HasAxis<0>>::At, O), E, D>>
+    pub fn try_flatten<O: Dim>(
+        &self,
+    ) -> Result<Tensor<(<S as AxisOf<0, op::flatten>>::At, O), E, D>>
     where
-        S: HasAxis<0>,
+        S: AxisOf<0, op::flatten>,
     {
         const {
             assert_same_numel(
@@ -486,12 +488,12 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
         };
         let first = self.layout.dims[0];
         let rest = self.numel().checked_div(first).unwrap_or(0);
-        let shape = <(<S as HasAxis<0>>::At, O)>::from_dims(&[first, rest]);
+        let shape = <(<S as AxisOf<0, op::flatten>>::At, O)>::from_dims(&[first, rest]);
         shape
             .ok_or_else(|| {
                 Error::shape(
                     "flatten",
-                    <(<S as HasAxis<0>>::At, O)>::describe(),
+                    <(<S as AxisOf<0, op::flatten>>::At, O)>::describe(),
                     &self.layout.dims,
                 )
             })

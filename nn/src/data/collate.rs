@@ -10,8 +10,8 @@
 //! DataError>` closure is one.
 
 use super::DataError;
-use forma_core::shape::{HasAxis, InsertAxis};
-use forma_core::{Backend, Dtype, Dyn, One, Shape, Tensor};
+use forma_core::shape::{op, InsertAxisOf};
+use forma_core::{Backend, Dtype, Dyn, Shape, Tensor};
 use forma_cpu::Cpu;
 
 /// Turns the items of one batch (in order) into a batch.
@@ -71,11 +71,9 @@ pub trait Batchable: Sized {
 /// Tensors stack along a new first axis, like `torch.stack(items, 0)`.
 impl<S, E: Dtype, D: Backend> Batchable for Tensor<S, E, D>
 where
-    S: Shape + InsertAxis<0>,
-    <S as InsertAxis<0>>::Inserted<One>:
-        HasAxis<0, Replaced<Dyn> = <S as InsertAxis<0>>::Inserted<Dyn>>,
+    S: Shape + InsertAxisOf<0, op::stack_axis>,
 {
-    type Batch = Tensor<<S as InsertAxis<0>>::Inserted<Dyn>, E, D>;
+    type Batch = Tensor<<S as InsertAxisOf<0, op::stack_axis>>::Inserted<Dyn>, E, D>;
     fn batch(items: Vec<Self>) -> Result<Self::Batch, DataError> {
         Ok(forma_core::ops::cat::try_stack::<0, S, E, D>(&items)?)
     }
