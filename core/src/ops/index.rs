@@ -224,7 +224,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ) -> Result<Tensor<Si, E, D>>
     where
         S: AxisOf<AX, op::gather>,
-        Si: HasAxis<AX>,
+        Si: AxisOf<AX, op::gather>,
     {
         self.gather_at::<AX, Si>(idx)
     }
@@ -253,7 +253,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     pub fn gather<const AX: isize, Si: Shape>(&self, idx: &Tensor<Si, i64, D>) -> Tensor<Si, E, D>
     where
         S: AxisOf<AX, op::gather>,
-        Si: HasAxis<AX>,
+        Si: AxisOf<AX, op::gather>,
     {
         ok(self.try_gather::<AX, Si>(idx))
     }
@@ -270,7 +270,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ) -> Result<Self>
     where
         S: AxisOf<AX, op::scatter_add>,
-        Si: HasAxis<AX>,
+        Si: AxisOf<AX, op::scatter_add>,
     {
         let ax = <S as HasAxis<AX>>::INDEX;
         self.same_device("scatter_add", idx)?;
@@ -329,7 +329,7 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     ) -> Self
     where
         S: AxisOf<AX, op::scatter_add>,
-        Si: HasAxis<AX>,
+        Si: AxisOf<AX, op::scatter_add>,
     {
         ok(self.try_scatter_add::<AX, Si>(idx, src))
     }
