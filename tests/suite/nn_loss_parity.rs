@@ -17,11 +17,10 @@
 use crate::common;
 
 use common::{Checks, Fixture, FixtureElem, Tol, F32_TOL};
-use forma::core::shape::HasAxis;
 use forma::core::tape::{gradcheck, GradcheckOptions};
 use forma::nn::loss::{
-    self, op, AnyReduction, BatchMean, BceLoss, BceWithLogitsLoss, CrossEntropyLoss, LossError,
-    LossShape, Mean, NllLoss, NoReduction, Reduction, Sum,
+    self, op, AnyReduction, BatchMean, BceLoss, BceWithLogitsLoss, ClassInput, ClassTargets,
+    CrossEntropyLoss, LossError, LossShape, Mean, NllLoss, NoReduction, Reduction, Sum,
 };
 use forma::prelude::*;
 use std::collections::BTreeSet;
@@ -136,13 +135,13 @@ macro_rules! with_reduction {
 /// Class-index losses (`cross_entropy`, `nll_loss`) on an input of shape `S`.
 fn class_case<S: Shape, T: Shape>(c: &Case, checks: &mut Checks, loss: &str, red: &str)
 where
-    S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy> + LossShape<T, op::nll_loss>,
+    S: ClassInput<op::cross_entropy> + ClassInput<op::nll_loss>,
+    <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy> + LossShape<T, op::nll_loss>,
 {
     fn run<S: Shape, T: Shape, R: Reduction>(c: &Case, checks: &mut Checks, loss: &str, r: R)
     where
-        S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy> + LossShape<T, op::nll_loss>,
+        S: ClassInput<op::cross_entropy> + ClassInput<op::nll_loss>,
+        <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy> + LossShape<T, op::nll_loss>,
     {
         let x = c.tensor::<S>("input").requires_grad();
         let y: Tensor<T, i64> = c.fx.tensor(&c.key("target"), &Cpu);
@@ -197,11 +196,11 @@ fn unbatched_case(c: &Case, checks: &mut Checks, loss: &str, red: &str) {
 /// `cross_entropy` with class probabilities on an input of shape `S`.
 fn probs_case<S: Shape>(c: &Case, checks: &mut Checks, red: &str)
 where
-    S: HasAxis<1> + LossShape<S, op::cross_entropy>,
+    S: ClassInput<op::cross_entropy> + LossShape<S, op::cross_entropy>,
 {
     fn run<S: Shape, R: Reduction>(c: &Case, checks: &mut Checks, r: R)
     where
-        S: HasAxis<1> + LossShape<S, op::cross_entropy>,
+        S: ClassInput<op::cross_entropy> + LossShape<S, op::cross_entropy>,
     {
         let (x, y) = c.leaves::<S>();
         let mut l = CrossEntropyLoss::new()

@@ -1,18 +1,20 @@
 //! Classification losses over a class axis (axis 1, as in PyTorch):
 //! [`cross_entropy`] with class indices (`ignore_index`, `label_smoothing`,
 //! class `weight`), [`cross_entropy_probs`] with class probabilities, and
-//! [`nll_loss`] on log-probabilities. Inputs are `[B, C]` or `[B, C, d1, ...]`;
-//! index targets are `[B]` or `[B, d1, ...]` (`i64`); an unbatched sample
-//! (`[C]` at `[]`) goes through the losses' `forward_unbatched`.
+//! [`nll_loss`] on log-probabilities. Inputs are `[B, C]` or `[B, C, d1, ...]`,
+//! or one unbatched sample `[C]` as in PyTorch ([`ClassInput`]); index
+//! targets are the input without its class axis (`[B]`, `[B, d1, ...]`, `[]`
+//! for `[C]`), in `i64`.
 //!
 //! The class indices are read on the host to check them (PyTorch checks them
 //! too), so an index outside `0..C` other than `ignore_index` is an error
 //! value, never a wild read.
 
 use super::op;
-use super::{check_dims, ok, reduce, LossError, LossShape, Mean, Reduction};
+use super::{
+    check_dims, ok, reduce, ClassInput, ClassTargets, LossError, LossShape, Mean, Reduction,
+};
 use forma_core::device::Device;
-use forma_core::shape::HasAxis;
 use forma_core::{Dim, Dtype, Dyn, Float, One, Shape, Tensor};
 use forma_cpu::Cpu;
 
@@ -30,6 +32,10 @@ struct Options<'a, E: Float, D: Device<E>> {
 /// The input's sizes as `(batch, classes, rest)` and the sizes the target
 /// (and the unreduced loss) must have: the input's without axis 1.
 fn split_dims(dims: &[usize]) -> (usize, usize, usize, Vec<usize>) {
+    if let [classes] = dims {
+        // One sample's scores: a batch of one whose targets have no dims.
+        return (1, *classes, 1, vec![]);
+    }
     let rest: usize = dims[2..].iter().product();
     let tdims = std::iter::once(dims[0])
         .chain(dims[2..].iter().copied())
@@ -73,17 +79,14 @@ fn class_weight<E: Float, D: Device<E>>(
 }
 
 /// NLL (or, with `log_softmax`, cross-entropy) with class-index targets.
-fn index_loss<R: Reduction, S: Shape, T: Shape, E: Float, D: Device<E>>(
+fn index_loss<R: Reduction, S: Shape, Tg: Shape, T: Shape, E: Float, D: Device<E>>(
     op: &'static str,
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
     log_softmax: bool,
     o: Options<'_, E, D>,
     reduction: R,
-) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
-where
-    S: HasAxis<1>,
-{
+) -> Result<Tensor<R::Output<Tg>, E, D>, LossError> {
     let _ = reduction;
     let (n, c, d, tdims) = split_dims(&input.dims());
     check_dims(op, &tdims, &target.dims())?;
@@ -164,20 +167,17 @@ where
         }
         per = &per.mul_scalar(1.0 - ls) + &smooth.mul_scalar(ls / c as f64);
     }
-    reduce::<R, <S as HasAxis<1>>::Removed, E, D>(op, per, &tdims, Some(total))
+    reduce::<R, Tg, E, D>(op, per, &tdims, Some(total))
 }
 
 /// Cross-entropy with class-probability targets of the input's shape.
-fn prob_loss<R: Reduction, S: Shape, T: Shape, E: Float, D: Device<E>>(
+fn prob_loss<R: Reduction, S: Shape, Tg: Shape, T: Shape, E: Float, D: Device<E>>(
     op: &'static str,
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
     o: Options<'_, E, D>,
     reduction: R,
-) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
-where
-    S: HasAxis<1>,
-{
+) -> Result<Tensor<R::Output<Tg>, E, D>, LossError> {
     let _ = reduction;
     if o.ignore_index >= 0 {
         return Err(LossError::option(
@@ -203,7 +203,7 @@ where
     }
     let per = -&prod.sum::<1>().try_reshape_to((Dyn(n * d),))?;
     // PyTorch's mean divides by the number of samples, `numel / C`.
-    reduce::<R, <S as HasAxis<1>>::Removed, E, D>(op, per, &tdims, Some((n * d) as f64))
+    reduce::<R, Tg, E, D>(op, per, &tdims, Some((n * d) as f64))
 }
 
 /// Cross-entropy of logits `[B, C, ...]` against class indices `[B, ...]`,
@@ -228,10 +228,10 @@ pub fn cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
     reduction: R,
-) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
+) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
 where
-    S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
+    S: ClassInput<op::cross_entropy>,
+    <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy>,
 {
     ok(try_cross_entropy(input, target, reduction))
 }
@@ -245,10 +245,10 @@ pub fn try_cross_entropy<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
     reduction: R,
-) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
+) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
 where
-    S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
+    S: ClassInput<op::cross_entropy>,
+    <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy>,
 {
     CrossEntropyLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -265,9 +265,9 @@ pub fn cross_entropy_probs<S: Shape, T: Shape, R: Reduction, E: Float, D: Device
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
     reduction: R,
-) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
+) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
 where
-    S: HasAxis<1> + LossShape<T, op::cross_entropy>,
+    S: ClassInput<op::cross_entropy> + LossShape<T, op::cross_entropy>,
 {
     ok(try_cross_entropy_probs(input, target, reduction))
 }
@@ -280,9 +280,9 @@ pub fn try_cross_entropy_probs<S: Shape, T: Shape, R: Reduction, E: Float, D: De
     input: &Tensor<S, E, D>,
     target: &Tensor<T, E, D>,
     reduction: R,
-) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
+) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
 where
-    S: HasAxis<1> + LossShape<T, op::cross_entropy>,
+    S: ClassInput<op::cross_entropy> + LossShape<T, op::cross_entropy>,
 {
     CrossEntropyLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -301,10 +301,10 @@ pub fn nll_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
     reduction: R,
-) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
+) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
 where
-    S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
+    S: ClassInput<op::nll_loss>,
+    <S as ClassTargets>::Targets: LossShape<T, op::nll_loss>,
 {
     ok(try_nll_loss(input, target, reduction))
 }
@@ -317,10 +317,10 @@ pub fn try_nll_loss<S: Shape, T: Shape, R: Reduction, E: Float, D: Device<E>>(
     input: &Tensor<S, E, D>,
     target: &Tensor<T, i64, D>,
     reduction: R,
-) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
+) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
 where
-    S: HasAxis<1>,
-    <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
+    S: ClassInput<op::nll_loss>,
+    <S as ClassTargets>::Targets: LossShape<T, op::nll_loss>,
 {
     NllLoss::<E, D, Mean>::default()
         .reduction(reduction)
@@ -423,12 +423,12 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         &self,
         input: &Tensor<S, E, D>,
         target: &Tensor<T, i64, D>,
-    ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
+    ) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
     where
-        S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
+        S: ClassInput<op::cross_entropy>,
+        <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy>,
     {
-        index_loss::<R, S, T, E, D>(
+        index_loss::<R, S, <S as ClassTargets>::Targets, T, E, D>(
             "cross_entropy",
             input,
             target,
@@ -447,10 +447,10 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         &self,
         input: &Tensor<S, E, D>,
         target: &Tensor<T, i64, D>,
-    ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
+    ) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
     where
-        S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T, op::cross_entropy>,
+        S: ClassInput<op::cross_entropy>,
+        <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy>,
     {
         ok(self.try_forward(input, target))
     }
@@ -459,7 +459,8 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     /// (PyTorch's `cross_entropy` on a 1-d input): a scalar for every
     /// reduction, with the options' meaning unchanged (a weighted mean of
     /// one sample is its loss; an ignored one gives NaN with `Mean`, as in
-    /// PyTorch).
+    /// PyTorch). [`Self::forward`] takes `[C]` too; this form only says so in
+    /// its types.
     ///
     /// ```
     /// use forma::prelude::*;
@@ -477,8 +478,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         input: &Tensor<(Cd,), E, D>,
         target: &Tensor<(), i64, D>,
     ) -> Result<Tensor<R::Output<()>, E, D>, LossError> {
-        let batched = self.try_forward(&input.unsqueeze::<0>(), &target.unsqueeze::<0>())?;
-        Ok(batched.try_reshape()?)
+        self.try_forward(input, target)
     }
 
     /// [`Self::try_forward_unbatched`] that panics on its errors.
@@ -506,11 +506,11 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         &self,
         input: &Tensor<S, E, D>,
         target: &Tensor<T, E, D>,
-    ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
+    ) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
     where
-        S: HasAxis<1> + LossShape<T, op::cross_entropy>,
+        S: ClassInput<op::cross_entropy> + LossShape<T, op::cross_entropy>,
     {
-        prob_loss::<R, S, T, E, D>(
+        prob_loss::<R, S, <S as ClassTargets>::Targets, T, E, D>(
             "cross_entropy",
             input,
             target,
@@ -528,9 +528,9 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         &self,
         input: &Tensor<S, E, D>,
         target: &Tensor<T, E, D>,
-    ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
+    ) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
     where
-        S: HasAxis<1> + LossShape<T, op::cross_entropy>,
+        S: ClassInput<op::cross_entropy> + LossShape<T, op::cross_entropy>,
     {
         ok(self.try_forward_probs(input, target))
     }
@@ -593,17 +593,24 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
         &self,
         input: &Tensor<S, E, D>,
         target: &Tensor<T, i64, D>,
-    ) -> Result<Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>, LossError>
+    ) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
     where
-        S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
+        S: ClassInput<op::nll_loss>,
+        <S as ClassTargets>::Targets: LossShape<T, op::nll_loss>,
     {
         let o = Options {
             weight: self.weight.as_ref(),
             ignore_index: self.ignore_index,
             label_smoothing: 0.0,
         };
-        index_loss::<R, S, T, E, D>("nll_loss", input, target, false, o, self.reduction)
+        index_loss::<R, S, <S as ClassTargets>::Targets, T, E, D>(
+            "nll_loss",
+            input,
+            target,
+            false,
+            o,
+            self.reduction,
+        )
     }
 
     /// [`Self::try_forward`] that panics on its errors.
@@ -615,16 +622,16 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
         &self,
         input: &Tensor<S, E, D>,
         target: &Tensor<T, i64, D>,
-    ) -> Tensor<R::Output<<S as HasAxis<1>>::Removed>, E, D>
+    ) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
     where
-        S: HasAxis<1>,
-        <S as HasAxis<1>>::Removed: LossShape<T, op::nll_loss>,
+        S: ClassInput<op::nll_loss>,
+        <S as ClassTargets>::Targets: LossShape<T, op::nll_loss>,
     {
         ok(self.try_forward(input, target))
     }
     /// The loss of one unbatched sample, log-probabilities `[C]` at a class
     /// index `[]`, like PyTorch's `nll_loss` on a 1-d input: a scalar for
-    /// every reduction.
+    /// every reduction ([`Self::forward`] on a `[C]` input).
     ///
     /// # Errors
     /// As [`Self::try_forward`].
@@ -633,8 +640,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
         input: &Tensor<(Cd,), E, D>,
         target: &Tensor<(), i64, D>,
     ) -> Result<Tensor<R::Output<()>, E, D>, LossError> {
-        let batched = self.try_forward(&input.unsqueeze::<0>(), &target.unsqueeze::<0>())?;
-        Ok(batched.try_reshape()?)
+        self.try_forward(input, target)
     }
 
     /// [`Self::try_forward_unbatched`] that panics on its errors.

@@ -164,3 +164,51 @@ loss_ranks! {
     (A0, A1, A2, A3, A4, A5) 6, (B0, B1, B2, B3) 4;
     (A0, A1, A2, A3, A4, A5) 6, (B0, B1, B2, B3, B4) 5;
 }
+
+/// The shape of class-index targets for an input `Self`: the input without
+/// its class axis (axis 1), and `()` for one sample's `[classes]`. Defined
+/// for every shape, so a result type named through it is never the error
+/// (a free function would otherwise report a wrong input twice);
+/// [`ClassInput`] is the rule.
+pub trait ClassTargets: Shape {
+    /// The shape of class-index targets.
+    type Targets: Shape;
+}
+
+impl ClassTargets for () {
+    type Targets = ();
+}
+
+/// The input of a class loss `Op` (`cross_entropy`, `nll_loss`): one
+/// sample's scores `[classes]`, or `[batch, classes, d1, ..]`, as PyTorch
+/// takes them.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: the input `{Self}` has no class axis",
+    label = "a scalar, not scores over classes",
+    note = "a class loss takes scores [classes] for one sample or [batch, classes, ..] for a batch"
+)]
+pub trait ClassInput<Op>: ClassTargets {}
+
+impl<K: Dim> ClassTargets for (K,) {
+    type Targets = ();
+}
+
+impl<K: Dim, Op> ClassInput<Op> for (K,) {}
+
+macro_rules! class_input {
+    ($(($($rest:ident),*))*) => {$(
+        impl<N: Dim, K: Dim, $($rest: Dim,)*> ClassTargets for (N, K, $($rest,)*) {
+            type Targets = (N, $($rest,)*);
+        }
+
+        impl<N: Dim, K: Dim, $($rest: Dim,)* Op> ClassInput<Op> for (N, K, $($rest,)*) {}
+    )*};
+}
+
+class_input! {
+    ()
+    (D2)
+    (D2, D3)
+    (D2, D3, D4)
+    (D2, D3, D4, D5)
+}
