@@ -4,9 +4,8 @@
 //! every element (`sum_all()`), with `try_` forms.
 //!
 //! The shape rule is the float reductions' ([`AxisOf`], naming the op).
-//! The values are
-//! exact at any magnitude: the reduction runs on the host, so a CUDA tensor
-//! makes a round trip. Integer tensors carry no gradient.
+//! The values are exact at any magnitude: the reduction runs on the host,
+//! so a CUDA tensor makes a round trip. Integer tensors carry no gradient.
 
 use crate::device::Backend;
 use crate::error::{Error, Result};

@@ -5,8 +5,7 @@
 //! axis first).
 //!
 //! The shape rule: the axis must exist ([`AxisOf`], whose message names
-//! the op) and becomes [`Dyn`];
-//! the rest of the shape is unchanged. Constant padding writes the input
+//! the op) and becomes [`Dyn`]; the rest of the shape is unchanged. Constant padding writes the input
 //! into a filled output, and its gradient is the output gradient's middle;
 //! the other modes are an `index_select` along the axis, whose gradient adds
 //! up every copy of an element.

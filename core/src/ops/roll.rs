@@ -2,8 +2,8 @@
 //! `torch.repeat_interleave`.
 //!
 //! The shape rule: the axis must exist ([`AxisOf`], whose message names
-//! the op); `roll` keeps the
-//! shape, `repeat_interleave` makes the axis [`Dyn`]. Both are an
+//! the op); `roll` keeps the shape, `repeat_interleave` makes the axis
+//! [`Dyn`]. Both are an
 //! `index_select` along the axis with indices computed on the host, so the
 //! gradient adds up every copy of an element.
 

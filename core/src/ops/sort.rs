@@ -4,9 +4,9 @@
 //! their order (PyTorch's `stable=True`).
 //!
 //! The shape rule: the axis must exist ([`AxisOf`], whose message names
-//! the op); `sort` keeps the
-//! shape, `topk` makes the axis [`Dyn`]. Composite: the permutation is
-//! computed on the host (on every backend: a CUDA tensor makes a round trip),
+//! the op); `sort` keeps the shape, `topk` makes the axis [`Dyn`].
+//! Composite: the permutation is computed on the host (on every backend: a
+//! CUDA tensor makes a round trip),
 //! and the values are a `gather` of the input by it, so their gradient is
 //! the gather's (the output gradient scattered back to where each value
 //! came from).

@@ -4,8 +4,8 @@
 //!
 //! The shape rule: the tensor has at least two axes (the bound
 //! `S: AxisOf<-2, op::tril>`, which holds exactly for rank 2 and up, and
-//! whose message names the op); the output has the input's shape. Composite: a mask of the last two axes and
-//! `masked_fill`.
+//! whose message names the op); the output has the input's shape.
+//! Composite: a mask of the last two axes and `masked_fill`.
 
 use crate::device::Device;
 use crate::dtype::Float;

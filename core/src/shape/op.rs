@@ -260,9 +260,13 @@ pub enum conv_transpose2d {}
 // the weight's first dim), not on the receiver's shape. rustc looks a
 // method up before it reads the arguments, so then it cannot yet tell that
 // the rule fails: a rank-3 input is one E0277 naming the op ("conv2d: the
-// input `(C<1>, C<28>, C<28>)` is not [batch, channels, height, width]"),
-// where a rule on the receiver alone, or a method of rank-4 tensors only,
-// is E0599 "no method named `conv2d`" (tried on rustc 1.95).
+// input `(C<1>, C<28>, C<28>)` is not [batch, channels, height, width]").
+// Lookup does settle a rule on the receiver's shape alone when the shape
+// meets it for no parameters at all (no `ImageBatch<_>` for any rank-3
+// tuple; no `AxisOf<_, _>` for `()`), which is E0599 "no method named" or
+// "its trait bounds were not satisfied", as is a method of rank-4 tensors
+// only (tried on rustc 1.95). `S: AxisOf<-2, op::tril>` on a rank-1 shape
+// is E0277: `(D0,)` has `AxisOf` impls for other axes.
 
 /// A shape laid out `[batch, channels, height, width]`, the input of `Op`.
 #[diagnostic::on_unimplemented(

@@ -78,7 +78,8 @@ fn class_weight<E: Float, D: Device<E>>(
     Ok(w.try_reshape_to((One, Dyn(w.numel()), One))?)
 }
 
-/// NLL (or, with `log_softmax`, cross-entropy) with class-index targets.
+/// NLL (or, with `log_softmax`, cross-entropy) with class-index targets;
+/// `Tg` is the shape of the unreduced loss (the input without its class axis).
 fn index_loss<R: Reduction, S: Shape, Tg: Shape, T: Shape, E: Float, D: Device<E>>(
     op: &'static str,
     input: &Tensor<S, E, D>,
@@ -170,7 +171,8 @@ fn index_loss<R: Reduction, S: Shape, Tg: Shape, T: Shape, E: Float, D: Device<E
     reduce::<R, Tg, E, D>(op, per, &tdims, Some(total))
 }
 
-/// Cross-entropy with class-probability targets of the input's shape.
+/// Cross-entropy with class-probability targets of the input's shape; `Tg`
+/// is the shape of the unreduced loss (the input without its class axis).
 fn prob_loss<R: Reduction, S: Shape, Tg: Shape, T: Shape, E: Float, D: Device<E>>(
     op: &'static str,
     input: &Tensor<S, E, D>,
