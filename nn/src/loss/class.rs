@@ -12,11 +12,13 @@
 
 use super::op;
 use super::{
-    check_dims, ok, reduce, ClassInput, ClassTargets, LossError, LossShape, Mean, Reduction,
+    check_dims, ok, reduce, ClassInput, ClassTargets, ClassWeight, LossError, LossShape, Mean,
+    Reduction,
 };
 use forma_core::device::Device;
 use forma_core::{Dim, Dtype, Dyn, Float, One, Shape, Tensor};
 use forma_cpu::Cpu;
+use std::marker::PhantomData;
 
 /// PyTorch's default `ignore_index`.
 const IGNORE_INDEX: i64 = -100;
@@ -350,11 +352,14 @@ where
 /// assert!((l - 3.0 * 3f32.ln()).abs() < 1e-5);   // 2 ln 3 + 1 ln 3, the -1 skipped
 /// ```
 #[derive(Clone, Debug)]
-pub struct CrossEntropyLoss<E: Float = f32, D: Device<E> = Cpu, R: Reduction = Mean> {
+pub struct CrossEntropyLoss<E: Float = f32, D: Device<E> = Cpu, R: Reduction = Mean, K: Dim = Dyn> {
     weight: Option<Tensor<(Dyn,), E, D>>,
     ignore_index: i64,
     label_smoothing: f64,
     reduction: R,
+    /// The weight's length (`Dyn` without a weight), checked against the
+    /// input's classes at compile time where both are static.
+    classes: PhantomData<K>,
 }
 
 impl<E: Float, D: Device<E>> CrossEntropyLoss<E, D, Mean> {
@@ -371,15 +376,24 @@ impl<E: Float, D: Device<E>, R: Reduction> Default for CrossEntropyLoss<E, D, R>
             ignore_index: IGNORE_INDEX,
             label_smoothing: 0.0,
             reduction: R::default(),
+            classes: PhantomData,
         }
     }
 }
 
-impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
-    /// A weight per class (`[C]`, a constant: no gradient reaches it).
-    pub fn weight<W: Dim>(mut self, weight: &Tensor<(W,), E, D>) -> Self {
-        self.weight = Some(weight.detach().flatten_all());
-        self
+impl<E: Float, D: Device<E>, R: Reduction, K: Dim> CrossEntropyLoss<E, D, R, K> {
+    /// A weight per class (`[C]`, a constant: no gradient reaches it). Its
+    /// length is part of the loss's type: a static one that differs from a
+    /// static class axis of the input is a compile error, a `Dyn` one an
+    /// error when the loss runs.
+    pub fn weight<W: Dim>(self, weight: &Tensor<(W,), E, D>) -> CrossEntropyLoss<E, D, R, W> {
+        CrossEntropyLoss {
+            weight: Some(weight.detach().flatten_all()),
+            ignore_index: self.ignore_index,
+            label_smoothing: self.label_smoothing,
+            reduction: self.reduction,
+            classes: PhantomData,
+        }
     }
 
     /// The target class to skip (default -100); it adds nothing to the loss
@@ -397,12 +411,13 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     }
 
     /// The same loss with another reduction.
-    pub fn reduction<R2: Reduction>(self, reduction: R2) -> CrossEntropyLoss<E, D, R2> {
+    pub fn reduction<R2: Reduction>(self, reduction: R2) -> CrossEntropyLoss<E, D, R2, K> {
         CrossEntropyLoss {
             weight: self.weight,
             ignore_index: self.ignore_index,
             label_smoothing: self.label_smoothing,
             reduction,
+            classes: PhantomData,
         }
     }
 
@@ -428,6 +443,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
     where
         S: ClassInput<op::cross_entropy>,
+        <S as ClassTargets>::Classes: ClassWeight<K, op::cross_entropy>,
         <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy>,
     {
         index_loss::<R, S, <S as ClassTargets>::Targets, T, E, D>(
@@ -452,6 +468,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
     where
         S: ClassInput<op::cross_entropy>,
+        <S as ClassTargets>::Classes: ClassWeight<K, op::cross_entropy>,
         <S as ClassTargets>::Targets: LossShape<T, op::cross_entropy>,
     {
         ok(self.try_forward(input, target))
@@ -479,7 +496,10 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         &self,
         input: &Tensor<(Cd,), E, D>,
         target: &Tensor<(), i64, D>,
-    ) -> Result<Tensor<R::Output<()>, E, D>, LossError> {
+    ) -> Result<Tensor<R::Output<()>, E, D>, LossError>
+    where
+        Cd: ClassWeight<K, op::cross_entropy>,
+    {
         self.try_forward(input, target)
     }
 
@@ -492,7 +512,10 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
         &self,
         input: &Tensor<(Cd,), E, D>,
         target: &Tensor<(), i64, D>,
-    ) -> Tensor<R::Output<()>, E, D> {
+    ) -> Tensor<R::Output<()>, E, D>
+    where
+        Cd: ClassWeight<K, op::cross_entropy>,
+    {
         ok(self.try_forward_unbatched(input, target))
     }
 
@@ -511,6 +534,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
     where
         S: ClassInput<op::cross_entropy> + LossShape<T, op::cross_entropy>,
+        <S as ClassTargets>::Classes: ClassWeight<K, op::cross_entropy>,
     {
         prob_loss::<R, S, <S as ClassTargets>::Targets, T, E, D>(
             "cross_entropy",
@@ -533,6 +557,7 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
     ) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
     where
         S: ClassInput<op::cross_entropy> + LossShape<T, op::cross_entropy>,
+        <S as ClassTargets>::Classes: ClassWeight<K, op::cross_entropy>,
     {
         ok(self.try_forward_probs(input, target))
     }
@@ -542,10 +567,13 @@ impl<E: Float, D: Device<E>, R: Reduction> CrossEntropyLoss<E, D, R> {
 /// reduction=...)`; `mean` divides by the total weight of the targets that are
 /// not ignored.
 #[derive(Clone, Debug)]
-pub struct NllLoss<E: Float = f32, D: Device<E> = Cpu, R: Reduction = Mean> {
+pub struct NllLoss<E: Float = f32, D: Device<E> = Cpu, R: Reduction = Mean, K: Dim = Dyn> {
     weight: Option<Tensor<(Dyn,), E, D>>,
     ignore_index: i64,
     reduction: R,
+    /// The weight's length (`Dyn` without a weight), checked against the
+    /// input's classes at compile time where both are static.
+    classes: PhantomData<K>,
 }
 
 impl<E: Float, D: Device<E>> NllLoss<E, D, Mean> {
@@ -561,15 +589,23 @@ impl<E: Float, D: Device<E>, R: Reduction> Default for NllLoss<E, D, R> {
             weight: None,
             ignore_index: IGNORE_INDEX,
             reduction: R::default(),
+            classes: PhantomData,
         }
     }
 }
 
-impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
-    /// A weight per class (`[C]`, a constant: no gradient reaches it).
-    pub fn weight<W: Dim>(mut self, weight: &Tensor<(W,), E, D>) -> Self {
-        self.weight = Some(weight.detach().flatten_all());
-        self
+impl<E: Float, D: Device<E>, R: Reduction, K: Dim> NllLoss<E, D, R, K> {
+    /// A weight per class (`[C]`, a constant: no gradient reaches it). Its
+    /// length is part of the loss's type: a static one that differs from a
+    /// static class axis of the input is a compile error, a `Dyn` one an
+    /// error when the loss runs.
+    pub fn weight<W: Dim>(self, weight: &Tensor<(W,), E, D>) -> NllLoss<E, D, R, W> {
+        NllLoss {
+            weight: Some(weight.detach().flatten_all()),
+            ignore_index: self.ignore_index,
+            reduction: self.reduction,
+            classes: PhantomData,
+        }
     }
 
     /// The target class to skip (default -100).
@@ -579,11 +615,12 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     }
 
     /// The same loss with another reduction.
-    pub fn reduction<R2: Reduction>(self, reduction: R2) -> NllLoss<E, D, R2> {
+    pub fn reduction<R2: Reduction>(self, reduction: R2) -> NllLoss<E, D, R2, K> {
         NllLoss {
             weight: self.weight,
             ignore_index: self.ignore_index,
             reduction,
+            classes: PhantomData,
         }
     }
 
@@ -598,6 +635,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     ) -> Result<Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>, LossError>
     where
         S: ClassInput<op::nll_loss>,
+        <S as ClassTargets>::Classes: ClassWeight<K, op::nll_loss>,
         <S as ClassTargets>::Targets: LossShape<T, op::nll_loss>,
     {
         let o = Options {
@@ -627,6 +665,7 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
     ) -> Tensor<R::Output<<S as ClassTargets>::Targets>, E, D>
     where
         S: ClassInput<op::nll_loss>,
+        <S as ClassTargets>::Classes: ClassWeight<K, op::nll_loss>,
         <S as ClassTargets>::Targets: LossShape<T, op::nll_loss>,
     {
         ok(self.try_forward(input, target))
@@ -641,7 +680,10 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
         &self,
         input: &Tensor<(Cd,), E, D>,
         target: &Tensor<(), i64, D>,
-    ) -> Result<Tensor<R::Output<()>, E, D>, LossError> {
+    ) -> Result<Tensor<R::Output<()>, E, D>, LossError>
+    where
+        Cd: ClassWeight<K, op::nll_loss>,
+    {
         self.try_forward(input, target)
     }
 
@@ -654,7 +696,10 @@ impl<E: Float, D: Device<E>, R: Reduction> NllLoss<E, D, R> {
         &self,
         input: &Tensor<(Cd,), E, D>,
         target: &Tensor<(), i64, D>,
-    ) -> Tensor<R::Output<()>, E, D> {
+    ) -> Tensor<R::Output<()>, E, D>
+    where
+        Cd: ClassWeight<K, op::nll_loss>,
+    {
         ok(self.try_forward_unbatched(input, target))
     }
 }

@@ -57,7 +57,10 @@ pub use regression::{
     huber_loss, l1_loss, mse_loss, smooth_l1_loss, try_huber_loss, try_l1_loss, try_mse_loss,
     try_smooth_l1_loss, HuberLoss, L1Loss, MseLoss, SmoothL1Loss,
 };
-pub use shape::{op, ClassInput, ClassTargets, LossDim, LossRanks, LossShape, LossSizes};
+pub use shape::{
+    op, ClassInput, ClassTargets, ClassWeight, LossDim, LossRanks, LossShape, LossSizes,
+    WeightSizes,
+};
 
 use crate::module::ok;
 use forma_core::device::Device;

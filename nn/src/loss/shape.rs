@@ -173,10 +173,13 @@ loss_ranks! {
 pub trait ClassTargets: Shape {
     /// The shape of class-index targets.
     type Targets: Shape;
+    /// The class dim (`Dyn` for a shape without one).
+    type Classes: Dim;
 }
 
 impl ClassTargets for () {
     type Targets = ();
+    type Classes = Dyn;
 }
 
 /// The input of a class loss `Op` (`cross_entropy`, `nll_loss`): one
@@ -191,6 +194,7 @@ pub trait ClassInput<Op>: ClassTargets {}
 
 impl<K: Dim> ClassTargets for (K,) {
     type Targets = ();
+    type Classes = K;
 }
 
 impl<K: Dim, Op> ClassInput<Op> for (K,) {}
@@ -199,6 +203,7 @@ macro_rules! class_input {
     ($(($($rest:ident),*))*) => {$(
         impl<N: Dim, K: Dim, $($rest: Dim,)*> ClassTargets for (N, K, $($rest,)*) {
             type Targets = (N, $($rest,)*);
+            type Classes = K;
         }
 
         impl<N: Dim, K: Dim, $($rest: Dim,)* Op> ClassInput<Op> for (N, K, $($rest,)*) {}
@@ -212,3 +217,29 @@ class_input! {
     (D2, D3, D4)
     (D2, D3, D4, D5)
 }
+
+/// Two static class counts that must be equal, the input's and its class
+/// weight's, carried as numbers so the message prints them in decimal.
+#[diagnostic::on_unimplemented(
+    message = "{Op}: the input has {A} classes where the class weight has {B}",
+    label = "the weight's length differs from the input's class axis",
+    note = "a class weight has one value per class: `[C]` for logits `[batch, C, ..]`"
+)]
+pub trait WeightSizes<const A: usize, const B: usize, Op> {}
+impl<const N: usize, Op> WeightSizes<N, N, Op> for () {}
+
+/// A class weight of length `K` for an input whose class dim is `Self`, in
+/// the loss `Op`: equal static sizes, or a [`Dyn`] on either side (checked
+/// when the loss runs). A loss without a weight has `K = Dyn`, which every
+/// class dim takes (so code generic over the input needs no bound for it).
+pub trait ClassWeight<K: Dim, Op>: Dim {}
+impl<X: Dim, Op> ClassWeight<Dyn, Op> for X {}
+impl<const N: usize, const M: usize, Op> ClassWeight<C<M>, Op> for C<N> where
+    (): WeightSizes<N, M, Op>
+{
+}
+impl<const M: usize, Op> ClassWeight<C<M>, Op> for Dyn {}
+impl<const M: usize, Op> ClassWeight<C<M>, Op> for One where (): WeightSizes<1, M, Op> {}
+impl<const N: usize, Op> ClassWeight<One, Op> for C<N> where (): WeightSizes<N, 1, Op> {}
+impl<Op> ClassWeight<One, Op> for Dyn {}
+impl<Op> ClassWeight<One, Op> for One {}
