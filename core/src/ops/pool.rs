@@ -6,8 +6,9 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
+use crate::shape::op::{self, ImageInput};
 use crate::shape::window::pool_window_out;
-use crate::shape::{Dim, Dyn};
+use crate::shape::{Dim, Dyn, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -133,6 +134,76 @@ pub fn check_pool(op: &'static str, dims: &[usize], p: &Pool2dParams) -> Result<
     Ok([oh, ow])
 }
 
+/// The output of the 2-d pooling `Op` of an input `S`: its batch and
+/// channels, then the pooled height and width. The rule that `S` is
+/// `[batch, channels, height, width]` is stated on the parameters' type
+/// `P` (see [`crate::shape::op::ImageInput`]), so a tensor of another rank
+/// is one error naming the op, not "no method named `max_pool2d`".
+type PoolOut<S, P, Op, E, D> = Tensor<
+    (
+        <P as ImageInput<S, Op>>::Batch,
+        <P as ImageInput<S, Op>>::Channels,
+        Dyn,
+        Dyn,
+    ),
+    E,
+    D,
+>;
+
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
+    /// Max pooling of `[n, c, h, w]`, like `F.max_pool2d(x, kernel, stride,
+    /// padding, dilation, ceil_mode)`; `p` is a [`Pool2dParams`].
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::core::ops::pool::Pool2dParams;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<4>)>::from_vec(vec![1., 5., 2., 0., 3., 4., 7., 6.], (C, C, C, C)).unwrap();
+    /// assert_eq!(x.max_pool2d(Pool2dParams::new([2, 2])).to_vec(), [5., 7.]);
+    /// ```
+    ///
+    /// # Errors
+    /// When the window does not fit the padded input.
+    pub fn try_max_pool2d<P>(&self, p: P) -> Result<PoolOut<S, P, op::max_pool2d, E, D>>
+    where
+        P: ImageInput<S, op::max_pool2d> + Into<Pool2dParams>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        Ok(x.try_max_pool2d_at(p.into())?.retype())
+    }
+
+    /// Average pooling of `[n, c, h, w]`, like `F.avg_pool2d(x, kernel,
+    /// stride, padding, ceil_mode, count_include_pad)`; `p` is a
+    /// [`Pool2dParams`].
+    ///
+    /// # Errors
+    /// When the window does not fit the padded input.
+    pub fn try_avg_pool2d<P>(&self, p: P) -> Result<PoolOut<S, P, op::avg_pool2d, E, D>>
+    where
+        P: ImageInput<S, op::avg_pool2d> + Into<Pool2dParams>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        Ok(x.try_avg_pool2d_at(p.into())?.retype())
+    }
+
+    /// [`Tensor::try_max_pool2d`] that panics when the window does not fit.
+    #[track_caller]
+    pub fn max_pool2d<P>(&self, p: P) -> PoolOut<S, P, op::max_pool2d, E, D>
+    where
+        P: ImageInput<S, op::max_pool2d> + Into<Pool2dParams>,
+    {
+        ok(self.try_max_pool2d(p))
+    }
+
+    /// [`Tensor::try_avg_pool2d`] that panics when the window does not fit.
+    #[track_caller]
+    pub fn avg_pool2d<P>(&self, p: P) -> PoolOut<S, P, op::avg_pool2d, E, D>
+    where
+        P: ImageInput<S, op::avg_pool2d> + Into<Pool2dParams>,
+    {
+        ok(self.try_avg_pool2d(p))
+    }
+}
+
 impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     Tensor<(N, Ch, H, W), E, D>
 {
@@ -164,11 +235,7 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         ))
     }
 
-    /// Max pooling, like `F.max_pool2d`.
-    ///
-    /// # Errors
-    /// When the window does not fit the padded input.
-    pub fn try_max_pool2d(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+    fn try_max_pool2d_at(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
         let y = self.try_max_pool2d_unnoted(p)?;
         Ok(y.noted(|| (crate::graph::Op::MaxPool(p), vec![self.val()])))
     }
@@ -197,25 +264,9 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         ))
     }
 
-    /// Average pooling, like `F.avg_pool2d`.
-    ///
-    /// # Errors
-    /// When the window does not fit the padded input.
-    pub fn try_avg_pool2d(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
+    fn try_avg_pool2d_at(&self, p: Pool2dParams) -> Result<Tensor<(N, Ch, Dyn, Dyn), E, D>> {
         let y = self.try_avg_pool2d_unnoted(p)?;
         Ok(y.noted(|| (crate::graph::Op::AvgPool(p), vec![self.val()])))
-    }
-
-    /// [`Tensor::try_max_pool2d`] that panics when the window does not fit.
-    #[track_caller]
-    pub fn max_pool2d(&self, p: Pool2dParams) -> Tensor<(N, Ch, Dyn, Dyn), E, D> {
-        ok(self.try_max_pool2d(p))
-    }
-
-    /// [`Tensor::try_avg_pool2d`] that panics when the window does not fit.
-    #[track_caller]
-    pub fn avg_pool2d(&self, p: Pool2dParams) -> Tensor<(N, Ch, Dyn, Dyn), E, D> {
-        ok(self.try_avg_pool2d(p))
     }
 
     /// Max pooling that also returns where each maximum came from, like

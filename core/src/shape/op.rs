@@ -255,6 +255,14 @@ pub enum conv1d {}
 #[derive(Debug)]
 pub enum conv_transpose2d {}
 
+/// [`crate::Tensor::max_pool2d`].
+#[derive(Debug)]
+pub enum max_pool2d {}
+
+/// [`crate::Tensor::avg_pool2d`].
+#[derive(Debug)]
+pub enum avg_pool2d {}
+
 // A method of every tensor whose receiver must have some rank states that
 // rule on one of its own type parameters (`Co: ImageInput<S, op::conv2d>`,
 // the weight's first dim), not on the receiver's shape. rustc looks a
@@ -277,10 +285,13 @@ pub enum conv_transpose2d {}
 pub trait ImageBatch<Op>: Shape {
     /// The batch dim.
     type Batch: Dim;
+    /// The channel dim.
+    type Channels: Dim;
 }
 
 impl<N: Dim, C: Dim, H: Dim, W: Dim, Op> ImageBatch<Op> for (N, C, H, W) {
     type Batch = N;
+    type Channels = C;
 }
 
 /// A shape laid out `[batch, channels, length]`, the input of `Op`.
@@ -298,15 +309,19 @@ impl<N: Dim, C: Dim, L: Dim, Op> SequenceBatch<Op> for (N, C, L) {
     type Batch = N;
 }
 
-/// The input `S` of a 2-d convolution `Op` is an [`ImageBatch`], stated
-/// on a dim `Self` of the weight (see above why).
+/// The input `S` of a 2-d convolution or pooling `Op` is an
+/// [`ImageBatch`], stated on a type parameter `Self` of the method (the
+/// weight's first dim, the pooling parameters; see above why).
 pub trait ImageInput<S: Shape, Op> {
     /// The input's batch dim.
     type Batch: Dim;
+    /// The input's channel dim.
+    type Channels: Dim;
 }
 
 impl<X, S: ImageBatch<Op>, Op> ImageInput<S, Op> for X {
     type Batch = S::Batch;
+    type Channels = S::Channels;
 }
 
 /// The input `S` of a 1-d convolution `Op` is a [`SequenceBatch`], stated
