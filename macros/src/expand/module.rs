@@ -75,13 +75,18 @@ const DEV2: &str = "__D2";
 /// `tokens` with the idents `E` and `D` replaced by the conversion's target
 /// parameters.
 fn substitute(tokens: TokenStream) -> TokenStream {
+    rename(rename(tokens, ELEM, ELEM2), DEV, DEV2)
+}
+
+/// `tokens` with the type parameter `from` renamed `to`.
+fn rename(tokens: TokenStream, from: &str, to: &str) -> TokenStream {
     tokens
         .into_iter()
         .map(|t| match t {
-            TokenTree::Ident(i) if i == ELEM => TokenTree::Ident(syn::Ident::new(ELEM2, i.span())),
-            TokenTree::Ident(i) if i == DEV => TokenTree::Ident(syn::Ident::new(DEV2, i.span())),
+            TokenTree::Ident(i) if i == from => TokenTree::Ident(syn::Ident::new(to, i.span())),
             TokenTree::Group(g) => {
-                let mut group = proc_macro2::Group::new(g.delimiter(), substitute(g.stream()));
+                let mut group =
+                    proc_macro2::Group::new(g.delimiter(), rename(g.stream(), from, to));
                 group.set_span(g.span());
                 TokenTree::Group(group)
             }
@@ -173,6 +178,19 @@ fn retype_impls(cont: &Container) -> TokenStream {
         syn::Ident::new(ELEM, Span::call_site()),
         syn::Ident::new(DEV, Span::call_site()),
     );
+    // `to_dtype` keeps the device type, `to_device` the element type.
+    let to_dtype = rename(quote!(#ident #ty_generics), ELEM, ELEM2);
+    let to_device = rename(quote!(#ident #ty_generics), DEV, DEV2);
+    let mut dtype_generics = cont.generics.clone();
+    dtype_generics
+        .params
+        .push(syn::parse_quote!(#e2: #private::Float));
+    let (dtype_generics, _, _) = dtype_generics.split_for_impl();
+    let mut device_generics = cont.generics.clone();
+    device_generics
+        .params
+        .push(syn::parse_quote!(#d2: #private::Device<#elem>));
+    let (device_generics, _, _) = device_generics.split_for_impl();
     quote! {
         #[automatically_derived]
         impl #convert_generics #root::module::Convert<#target, #d2> for #ident #ty_generics
@@ -180,6 +198,34 @@ fn retype_impls(cont: &Container) -> TokenStream {
         {
             fn try_convert(&self, __device: &#d2) -> #private::Result<#target> {
                 ::core::result::Result::Ok(#ident { #(#inits),* })
+            }
+        }
+
+        #[automatically_derived]
+        impl #dtype_generics #root::module::ToDtype<#e2> for #ident #ty_generics
+        where
+            #(#own_predicates,)*
+            #dev: #private::Device<#e2>,
+            Self: #root::module::Convert<#to_dtype, #dev>,
+        {
+            type Out = #to_dtype;
+
+            fn try_to_dtype_copy(&self) -> #private::Result<#to_dtype> {
+                let __device = #private::device_of::<#dev>(self)?;
+                <Self as #root::module::Convert<#to_dtype, #dev>>::try_convert(self, &__device)
+            }
+        }
+
+        #[automatically_derived]
+        impl #device_generics #root::module::ToDevice<#d2> for #ident #ty_generics
+        where
+            #(#own_predicates,)*
+            Self: #root::module::Convert<#to_device, #d2>,
+        {
+            type Out = #to_device;
+
+            fn try_to_device_copy(&self, __device: &#d2) -> #private::Result<#to_device> {
+                <Self as #root::module::Convert<#to_device, #d2>>::try_convert(self, __device)
             }
         }
 

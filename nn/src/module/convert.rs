@@ -8,7 +8,9 @@
 //! `#[derive(Module)]` implements it for a struct generic over type
 //! parameters named `E` (the element type) and `D` (the device), as every
 //! layer is; a model with fixed types (`Linear<4, 2>` fields, no `E`/`D`)
-//! has no conversion and calling one is a compile error saying so.
+//! has no conversion and calling one is a compile error saying so (one:
+//! [`Module::to_dtype`] and [`Module::to_device`] need one bound each,
+//! [`ToDtype`] and [`ToDevice`], derived beside `Retype`).
 //!
 //! ```
 //! use forma::prelude::*;
@@ -107,8 +109,53 @@ pub trait Retype: Module + Sized {
         Self: Convert<Self::With<E2, D2>, D2>;
 }
 
+/// A model that [`Module::to_dtype`] converts to element type `E2` on its
+/// own device: `#[derive(Module)]` implements it beside [`Retype`] for a
+/// struct generic over `E: Float` and `D: Device<E>`, when every field
+/// converts. One bound with its own result type, so that a model that is
+/// not generic is one error (a bound on `Retype` plus one on `Convert` of
+/// `Retype`'s type was two).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot change its element type or device",
+    label = "not generic over its element type `E` and device `D`",
+    note = "declare the model generic over both, as the layers are: \
+            `struct Net<E: Float = f32, D: Device<E> = Cpu> {{ fc: Linear<4, 2, E, D> }}`, \
+            and derive `Module`"
+)]
+pub trait ToDtype<E2: Float>: Module {
+    /// The converted model, [`Retype::With`]`<E2, Self::Dev>`.
+    type Out: Module;
+
+    /// [`Module::try_to_dtype`]'s work.
+    ///
+    /// # Errors
+    /// A model without a tensor to take its device from; a device failure.
+    fn try_to_dtype_copy(&self) -> Result<Self::Out>;
+}
+
+/// A model that [`Module::to_device`] moves to a device of type `D2`,
+/// keeping its element type; derived as [`ToDtype`] is.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot change its element type or device",
+    label = "not generic over its element type `E` and device `D`",
+    note = "declare the model generic over both, as the layers are: \
+            `struct Net<E: Float = f32, D: Device<E> = Cpu> {{ fc: Linear<4, 2, E, D> }}`, \
+            and derive `Module`"
+)]
+pub trait ToDevice<D2: Backend>: Module {
+    /// The moved model, [`Retype::With`]`<Self::Elem, D2>`.
+    type Out: Module;
+
+    /// [`Module::try_to_device`]'s work.
+    ///
+    /// # Errors
+    /// A device failure.
+    fn try_to_device_copy(&self, device: &D2) -> Result<Self::Out>;
+}
+
 /// The device of the first tensor of `model` on a `D` device.
-pub(super) fn device_of<D: Backend>(model: &impl Module) -> Result<D> {
+#[doc(hidden)]
+pub fn device_of<D: Backend>(model: &impl Module) -> Result<D> {
     struct Find<D>(Option<D>);
     impl<D: Backend> super::Visitor for Find<D> {
         fn tensor<S: Shape, E: Dtype, B: Backend>(&mut self, _: &super::Cx, t: &Tensor<S, E, B>) {
@@ -130,6 +177,7 @@ pub(super) fn device_of<D: Backend>(model: &impl Module) -> Result<D> {
 /// What the derive's generated code names.
 #[doc(hidden)]
 pub mod __private {
+    pub use super::device_of;
     pub use forma_core::device::Device;
     pub use forma_core::{Float, Result};
 

@@ -15,7 +15,7 @@ mod impls;
 mod params;
 mod repr;
 
-pub use convert::{Convert, Retype};
+pub use convert::{Convert, Retype, ToDevice, ToDtype};
 pub use cx::{Cx, Phase, Role};
 pub(crate) use forward::ok;
 pub use forward::Forward;
@@ -25,7 +25,6 @@ pub use repr::py_float;
 pub use repr::ReprNode;
 
 use crate::state::{CheckpointError, LoadError, LoadOptions, LoadReport, StateDict, TensorInfo};
-use forma_core::device::Device;
 use forma_core::{Backend, Dtype, Float, Shape, Tensor};
 
 /// Receives every tensor of a module, read-only.
@@ -288,16 +287,11 @@ pub trait Module {
     /// # Errors
     /// A model without a tensor to take its device from (use
     /// [`Retype::try_retype`] with a device); a device failure.
-    fn try_to_dtype<E2: Float>(
-        &self,
-    ) -> forma_core::Result<<Self as Retype>::With<E2, <Self as Retype>::Dev>>
+    fn try_to_dtype<E2: Float>(&self) -> forma_core::Result<<Self as ToDtype<E2>>::Out>
     where
-        Self: Retype
-            + Convert<<Self as Retype>::With<E2, <Self as Retype>::Dev>, <Self as Retype>::Dev>,
-        <Self as Retype>::Dev: Device<E2>,
+        Self: ToDtype<E2>,
     {
-        let device = convert::device_of::<<Self as Retype>::Dev>(self)?;
-        self.try_retype(&device)
+        ToDtype::try_to_dtype_copy(self)
     }
 
     /// [`Module::try_to_dtype`], panicking on its errors.
@@ -305,11 +299,9 @@ pub trait Module {
     /// # Panics
     /// When [`Module::try_to_dtype`] fails.
     #[track_caller]
-    fn to_dtype<E2: Float>(&self) -> <Self as Retype>::With<E2, <Self as Retype>::Dev>
+    fn to_dtype<E2: Float>(&self) -> <Self as ToDtype<E2>>::Out
     where
-        Self: Retype
-            + Convert<<Self as Retype>::With<E2, <Self as Retype>::Dev>, <Self as Retype>::Dev>,
-        <Self as Retype>::Dev: Device<E2>,
+        Self: ToDtype<E2>,
     {
         ok(self.try_to_dtype())
     }
@@ -319,14 +311,14 @@ pub trait Module {
     ///
     /// # Errors
     /// A device failure.
-    fn try_to_device<D2: Device<<Self as Retype>::Elem>>(
+    fn try_to_device<D2: Backend>(
         &self,
         device: &D2,
-    ) -> forma_core::Result<<Self as Retype>::With<<Self as Retype>::Elem, D2>>
+    ) -> forma_core::Result<<Self as ToDevice<D2>>::Out>
     where
-        Self: Retype + Convert<<Self as Retype>::With<<Self as Retype>::Elem, D2>, D2>,
+        Self: ToDevice<D2>,
     {
-        self.try_retype(device)
+        ToDevice::try_to_device_copy(self, device)
     }
 
     /// [`Module::try_to_device`], panicking on its errors.
@@ -334,12 +326,9 @@ pub trait Module {
     /// # Panics
     /// When [`Module::try_to_device`] fails.
     #[track_caller]
-    fn to_device<D2: Device<<Self as Retype>::Elem>>(
-        &self,
-        device: &D2,
-    ) -> <Self as Retype>::With<<Self as Retype>::Elem, D2>
+    fn to_device<D2: Backend>(&self, device: &D2) -> <Self as ToDevice<D2>>::Out
     where
-        Self: Retype + Convert<<Self as Retype>::With<<Self as Retype>::Elem, D2>, D2>,
+        Self: ToDevice<D2>,
     {
         ok(self.try_to_device(device))
     }
