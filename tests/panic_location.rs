@@ -43,7 +43,7 @@ fn plain_ops_panic_at_the_callers_line() {
         (
             "cat",
             line!(),
-            panic_location(|| drop(forma::cat::<0, _, _, _>(&[&a, &b].map(|t| t.clone())))),
+            panic_location(|| drop(forma::cat::<0, _, _>(&[&a, &b].map(|t| t.clone())))),
         ),
         (
             "narrow",

@@ -171,7 +171,7 @@ fn trains_evaluates_and_writes_every_file() {
     let (mean, std) = DigitSet::generate(TRAIN, DATA_SEED).pixel_stats();
     let test = DigitSet::generate(TEST, DATA_SEED + 1).normalize(mean, std);
     let items: Vec<_> = (0..TEST).map(|i| test.get(i).unwrap().0).collect();
-    let x: Images = stack::<0, _, _, _>(&items);
+    let x: Images = stack::<0, _, _>(&items);
     let _no_grad = no_grad();
     let logits: Logits = model.forward(x);
     let hits = logits

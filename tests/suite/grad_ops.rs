@@ -765,11 +765,7 @@ mod gradcheck_cat {
         let b = rand_t((Dyn(2), C::<3>), 2, ANY);
         let c = rand_t((Dyn(3), C::<3>), 3, ANY);
         let f0 = |a: &T<(Dyn, C<3>)>, b: &T<(Dyn, C<3>)>, c: &T<(Dyn, C<3>)>| {
-            wsum(&forma::cat::<0, _, _, _>(&[
-                a.clone(),
-                b.clone(),
-                c.clone(),
-            ]))
+            wsum(&forma::cat::<0, _, _>(&[a.clone(), b.clone(), c.clone()]))
         };
         g.check("axis 0, d/da", &a, |x| f0(x, &b, &c));
         g.check("axis 0, d/db", &b, |x| f0(&a, x, &c));
@@ -777,7 +773,7 @@ mod gradcheck_cat {
         let a = rand_t((C::<2>, Dyn(2)), 4, ANY);
         let b = rand_t((C::<2>, Dyn(3)), 5, ANY);
         let f1 = |a: &T<(C<2>, Dyn)>, b: &T<(C<2>, Dyn)>| {
-            wsum(&forma::cat::<1, _, _, _>(&[a.clone(), b.clone()]))
+            wsum(&forma::cat::<1, _, _>(&[a.clone(), b.clone()]))
         };
         g.check("axis 1, d/da", &a, |x| f1(x, &b));
         g.check("axis 1, d/db", &b, |x| f1(&a, x));
@@ -794,19 +790,15 @@ mod gradcheck_cat {
         let c = rt::<(C<2>, C<3>)>(8, ANY);
         type M = T<(C<2>, C<3>)>;
         let s0 = |a: &M, b: &M, c: &M| {
-            wsum(&forma::stack::<0, _, _, _>(&[
-                a.clone(),
-                b.clone(),
-                c.clone(),
-            ]))
+            wsum(&forma::stack::<0, _, _>(&[a.clone(), b.clone(), c.clone()]))
         };
         g.check("axis 0, d/da", &a, |x| s0(x, &b, &c));
         g.check("axis 0, d/db", &b, |x| s0(&a, x, &c));
         g.check("axis 0, d/dc", &c, |x| s0(&a, &b, x));
-        let s1 = |a: &M, b: &M| wsum(&forma::stack::<1, _, _, _>(&[a.clone(), b.clone()]));
+        let s1 = |a: &M, b: &M| wsum(&forma::stack::<1, _, _>(&[a.clone(), b.clone()]));
         g.check("axis 1, d/da", &a, |x| s1(x, &b));
         g.check("axis 1, d/db", &b, |x| s1(&a, x));
-        let s2 = |a: &M, b: &M| wsum(&forma::stack::<2, _, _, _>(&[a.clone(), b.clone()]));
+        let s2 = |a: &M, b: &M| wsum(&forma::stack::<2, _, _>(&[a.clone(), b.clone()]));
         g.check("axis 2, d/da", &a, |x| s2(x, &b));
         g.check("axis 2, d/db", &b, |x| s2(&a, x));
         g.finish();
@@ -924,12 +916,12 @@ mod gradcheck_view {
         // Pieces reordered and one dropped: its gradient must be zero.
         g.check("split(2, axis 1) -> cat([p2, p0])", &x, |x| {
             let p = x.split::<1>(2);
-            wsum(&forma::cat::<1, _, _, _>(&[p[2].clone(), p[0].clone()]))
+            wsum(&forma::cat::<1, _, _>(&[p[2].clone(), p[0].clone()]))
         });
         let y = rt::<(C<5>, C<3>)>(16, ANY);
         g.check("chunk(2, axis 0) -> cat([p1, p0])", &y, |y| {
             let p = y.chunk::<0>(2);
-            wsum(&forma::cat::<0, _, _, _>(&[p[1].clone(), p[0].clone()]))
+            wsum(&forma::cat::<0, _, _>(&[p[1].clone(), p[0].clone()]))
         });
         g.finish();
     }
@@ -1620,19 +1612,19 @@ mod fixture {
         type M = T<(C<2>, C<3>)>;
         let mut c = Fx::new("cat");
         c.case3("cat.cat0", |a: &R, b: &R, d: &R| {
-            forma::cat::<0, _, _, _>(&[a.clone(), b.clone(), d.clone()])
+            forma::cat::<0, _, _>(&[a.clone(), b.clone(), d.clone()])
         });
         c.case2("cat.cat1", |a: &Q, b: &Q| {
-            forma::cat::<1, _, _, _>(&[a.clone(), b.clone()])
+            forma::cat::<1, _, _>(&[a.clone(), b.clone()])
         });
         c.case3("cat.stack0", |a: &M, b: &M, d: &M| {
-            forma::stack::<0, _, _, _>(&[a.clone(), b.clone(), d.clone()])
+            forma::stack::<0, _, _>(&[a.clone(), b.clone(), d.clone()])
         });
         c.case2("cat.stack1", |a: &M, b: &M| {
-            forma::stack::<1, _, _, _>(&[a.clone(), b.clone()])
+            forma::stack::<1, _, _>(&[a.clone(), b.clone()])
         });
         c.case2("cat.stack2", |a: &M, b: &M| {
-            forma::stack::<2, _, _, _>(&[a.clone(), b.clone()])
+            forma::stack::<2, _, _>(&[a.clone(), b.clone()])
         });
         c.finish();
     }
@@ -1666,11 +1658,11 @@ mod fixture {
         c.case1("view.flatten_all", |x: &T<(C<2>, C<3>)>| x.flatten_all());
         c.case1("view.split", |x: &T<(C<3>, C<5>)>| {
             let p = x.split::<1>(2);
-            forma::cat::<1, _, _, _>(&[p[2].clone(), p[0].clone()])
+            forma::cat::<1, _, _>(&[p[2].clone(), p[0].clone()])
         });
         c.case1("view.chunk", |x: &T<(C<5>, C<3>)>| {
             let p = x.chunk::<0>(2);
-            forma::cat::<0, _, _, _>(&[p[1].clone(), p[0].clone()])
+            forma::cat::<0, _, _>(&[p[1].clone(), p[0].clone()])
         });
         c.case1("view.contiguous", |x: &T<M34>| x.t().contiguous());
         c.finish();
@@ -1773,7 +1765,7 @@ mod fixture {
             |x: &T<(C<4>, C<3>)>, s: &T<(C<3>, C<3>)>| x.scatter_add::<0, _>(&idx, s),
         );
         c.case2_strided("cat.cat1", |a: &T<(C<2>, Dyn)>, b: &T<(C<2>, Dyn)>| {
-            forma::cat::<1, _, _, _>(&[a.clone(), b.clone()])
+            forma::cat::<1, _, _>(&[a.clone(), b.clone()])
         });
         c.case1_strided("view.t", |x: &T<M34>| x.t());
         c.case1_strided("view.narrow", |x: &T<(C<3>, C<5>)>| x.narrow::<1>(1, 3));

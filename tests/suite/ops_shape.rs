@@ -168,20 +168,20 @@ device_tests! {
         let xd: Tensor<(C<2>, Dyn, C<4>), f32, D> = fx.tensor("x.in0", dev);
         let c: Tensor<(C<2>, Dyn, C<4>), f32, D> = fx.tensor("c.in0", dev);
         let empty = xd.narrow::<1>(0, 0);
-        k.close(&cat::<1, _, _, _>(&[xd.clone(), c, empty]), "cat.ax1.out", EXACT);
-        let y: Tensor<(Dyn, C<3>, C<4>), f32, D> = cat::<0, _, _, _>(&[x.clone(), z.clone()]);
+        k.close(&cat::<1, _, _>(&[xd.clone(), c, empty]), "cat.ax1.out", EXACT);
+        let y: Tensor<(Dyn, C<3>, C<4>), f32, D> = cat::<0, _, _>(&[x.clone(), z.clone()]);
         k.close(&y, "cat.ax0.out", EXACT);
-        k.close(&cat::<2, _, _, _>(&[x.clone(), z.clone(), x.clone()]), "cat.ax2.out", EXACT);
-        let nc = cat::<1, _, _, _>(&[x.transpose::<0, 2>(), z.transpose::<0, 2>()]);
+        k.close(&cat::<2, _, _>(&[x.clone(), z.clone(), x.clone()]), "cat.ax2.out", EXACT);
+        let nc = cat::<1, _, _>(&[x.transpose::<0, 2>(), z.transpose::<0, 2>()]);
         k.close(&nc, "cat.nc.out", EXACT);
 
         let s: Vec<Tensor<(C<2>, C<3>), f32, D>> = (0..3).map(|i| fx.tensor(&format!("s{i}.in0"), dev)).collect();
-        let st: Tensor<(Dyn, C<2>, C<3>), f32, D> = stack::<0, _, _, _>(&s);
+        let st: Tensor<(Dyn, C<2>, C<3>), f32, D> = stack::<0, _, _>(&s);
         k.close(&st, "stack.ax0.out", EXACT);
-        k.close(&stack::<1, _, _, _>(&s), "stack.ax1.out", EXACT);
-        k.close(&stack::<2, _, _, _>(&s), "stack.ax2.out", EXACT);
+        k.close(&stack::<1, _, _>(&s), "stack.ax1.out", EXACT);
+        k.close(&stack::<2, _, _>(&s), "stack.ax2.out", EXACT);
         let st: Vec<Tensor<(C<3>, C<2>), f32, D>> = s.iter().map(|p| p.t()).collect();
-        k.close(&stack::<0, _, _, _>(&st), "stack.nc.out", EXACT);
+        k.close(&stack::<0, _, _>(&st), "stack.nc.out", EXACT);
         k.finish();
     }
 
@@ -191,21 +191,21 @@ device_tests! {
         let r: Tensor<(C<6>, C<4>), f64, D> = x.transpose::<0, 2>().reshape();
         fx.check(&r, "x64.reshape_nc.out", EXACT);
         let xd = x.narrow::<1>(0, 3);
-        fx.check(&cat::<1, _, _, _>(&[xd.clone(), xd.narrow::<1>(0, 1)]), "x64.cat.out", EXACT);
+        fx.check(&cat::<1, _, _>(&[xd.clone(), xd.narrow::<1>(0, 1)]), "x64.cat.out", EXACT);
     }
 
     /// cat of sizes that differ outside the axis, and of nothing, are errors.
     fn cat_errors<D>(dev) {
         let a: Tensor<(Dyn, Dyn), f32, D> = Tensor::zeros_on((Dyn(2), Dyn(3)), dev);
         let b: Tensor<(Dyn, Dyn), f32, D> = Tensor::zeros_on((Dyn(2), Dyn(4)), dev);
-        match try_cat::<0, _, _, _>(&[a.clone(), b]) {
+        match try_cat::<0, _, _>(&[a.clone(), b]) {
             Err(Error::Shape(e)) => assert_eq!((e.op, e.actual.as_str()), ("cat", "[2, 4]")),
             other => panic!("expected a shape error, got {:?}", other.map(|t| t.dims())),
         }
         let none: [Tensor<(Dyn, Dyn), f32, D>; 0] = [];
-        assert!(matches!(try_cat::<0, _, _, _>(&none), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(try_cat::<0, _, _>(&none), Err(Error::InvalidArgument { .. })));
         let c: Tensor<(Dyn, Dyn), f32, D> = Tensor::zeros_on((Dyn(3), Dyn(3)), dev);
-        assert!(matches!(forma::try_stack::<0, _, _, _>(&[a, c]), Err(Error::Shape(_))));
+        assert!(matches!(forma::try_stack::<0, _, _>(&[a, c]), Err(Error::Shape(_))));
     }
 
     /// into_dyn always works; try_into_shape checks sizes and rank.
@@ -646,17 +646,17 @@ fn negative_axes_count_from_the_end() {
     }
 
     // Joining, indexing, reordering, padding.
-    let c: T<(C<2>, C<3>, Dyn)> = cat::<-1, _, _, _>(&[x.clone(), x.clone()]);
+    let c: T<(C<2>, C<3>, Dyn)> = cat::<-1, _, _>(&[x.clone(), x.clone()]);
     same(
         c.to_vec(),
-        cat::<2, _, _, _>(&[x.clone(), x.clone()]).to_vec(),
+        cat::<2, _, _>(&[x.clone(), x.clone()]).to_vec(),
         "cat -1",
     );
-    let st = stack::<-1, _, _, _>(&[x.clone(), x.clone()]);
+    let st = stack::<-1, _, _>(&[x.clone(), x.clone()]);
     assert_eq!(&*st.dims(), &[2, 3, 4, 2]);
     same(
         st.to_vec(),
-        stack::<3, _, _, _>(&[x.clone(), x.clone()]).to_vec(),
+        stack::<3, _, _>(&[x.clone(), x.clone()]).to_vec(),
         "stack -1",
     );
     let idx = T::<(C<2>,), i64>::from_vec(vec![3, 0], (C,)).unwrap();

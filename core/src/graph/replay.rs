@@ -688,7 +688,7 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
                             .iter()
                             .map(|s| s.float().cloned())
                             .collect::<Result<_>>()?;
-                        f(at_axis!(a, A => crate::ops::cat::try_cat::<A, _, E, D>(&ts)?))
+                        f(at_axis!(a, A => crate::ops::cat::try_cat::<A, _, _>(&ts)?))
                     }
                     Slot::Index(..) => {
                         let ts: Vec<_> = ins
@@ -696,7 +696,7 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
                             .map(|s| s.index().cloned())
                             .collect::<Result<_>>()?;
                         Slot::Index(
-                            at_axis!(a, A => crate::ops::cat::try_cat::<A, _, i64, D>(&ts)?),
+                            at_axis!(a, A => crate::ops::cat::try_cat::<A, _, _>(&ts)?),
                             out.len(),
                         )
                     }
@@ -706,7 +706,7 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
                             .map(|s| s.mask().cloned())
                             .collect::<Result<_>>()?;
                         Slot::Mask(
-                            at_axis!(a, A => crate::ops::cat::try_cat::<A, _, bool, D>(&ts)?),
+                            at_axis!(a, A => crate::ops::cat::try_cat::<A, _, _>(&ts)?),
                             out.len(),
                         )
                     }

@@ -13,14 +13,43 @@ use crate::shape::{
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
-/// Concatenates along `AX`, like `torch.cat(tensors, ax)`; the axis becomes `Dyn`.
+/// Tensors of type `Self` concatenate along `AX` into an `O`, a tensor
+/// whose size along `AX` is `Dyn`: [`cat`]'s rule (the shape has axis
+/// `AX`, [`AxisOf`]). Its result is a parameter rather than a type named
+/// through the rule, so that an axis the tensors lack is one error (a
+/// result type named through a failing rule is reported a second time).
+pub trait Concatenate<const AX: isize, O>: Sized {
+    /// [`try_cat`]'s work.
+    ///
+    /// # Errors
+    /// An empty list, or sizes that differ outside `AX`.
+    fn try_cat_all(pieces: &[Self]) -> Result<O>;
+}
+
+impl<const AX: isize, S, E: Dtype, D: Backend>
+    Concatenate<AX, Tensor<<S as AxisOf<AX, op::concatenate>>::Replaced<Dyn>, E, D>>
+    for Tensor<S, E, D>
+where
+    S: Shape + AxisOf<AX, op::concatenate>,
+{
+    fn try_cat_all(
+        pieces: &[Self],
+    ) -> Result<Tensor<<S as AxisOf<AX, op::concatenate>>::Replaced<Dyn>, E, D>> {
+        join("cat", pieces, <S as HasAxis<AX>>::INDEX)
+    }
+}
+
+/// Concatenates along `AX`, like `torch.cat(tensors, ax)`; the axis becomes
+/// `Dyn`. `T` (the pieces' tensor type) and `O` (the result's) are
+/// inferred: `try_cat::<1, _, _>(&[a, b])`.
 ///
 /// # Errors
 /// An empty list, or sizes that differ outside `AX`.
-pub fn try_cat<const AX: isize, S: Shape + AxisOf<AX, op::concatenate>, E: Dtype, D: Backend>(
-    tensors: &[Tensor<S, E, D>],
-) -> Result<Tensor<<S as AxisOf<AX, op::concatenate>>::Replaced<Dyn>, E, D>> {
-    join("cat", tensors, <S as HasAxis<AX>>::INDEX)
+pub fn try_cat<const AX: isize, T, O>(tensors: &[T]) -> Result<O>
+where
+    T: Concatenate<AX, O>,
+{
+    T::try_cat_all(tensors)
 }
 
 /// Joins `tensors` along axis `ax` into a tensor of shape type `S2`
@@ -88,15 +117,13 @@ fn join<S: Shape, S2: Shape, E: Dtype, D: Backend>(
         }))
 }
 
-/// [`try_cat`] that panics on mismatched sizes.
+/// [`try_cat`] that panics on mismatched sizes: `cat::<1, _, _>(&[a, b])`.
 #[track_caller]
-pub fn cat<const AX: isize, S: Shape, E: Dtype, D: Backend>(
-    tensors: &[Tensor<S, E, D>],
-) -> Tensor<<S as AxisOf<AX, op::concatenate>>::Replaced<Dyn>, E, D>
+pub fn cat<const AX: isize, T, O>(tensors: &[T]) -> O
 where
-    S: AxisOf<AX, op::concatenate>,
+    T: Concatenate<AX, O>,
 {
-    ok(try_cat::<AX, S, E, D>(tensors))
+    ok(try_cat::<AX, T, O>(tensors))
 }
 
 impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
@@ -155,28 +182,50 @@ impl<S: Shape, E: Dtype, D: Backend> Tensor<S, E, D> {
     }
 }
 
-/// Stacks along a new axis `AX`, like `torch.stack(tensors, ax)`.
+/// Tensors of type `Self` stack along a new axis `AX` into an `O`, a
+/// tensor whose size along `AX` is `Dyn`: [`stack`]'s rule (the axis can
+/// be inserted, [`InsertAxisOf`]), with its result a parameter as in
+/// [`Concatenate`].
+pub trait Stack<const AX: isize, O>: Sized {
+    /// [`try_stack`]'s work.
+    ///
+    /// # Errors
+    /// An empty list, or tensors of different sizes.
+    fn try_stack_all(pieces: &[Self]) -> Result<O>;
+}
+
+impl<const AX: isize, S, E: Dtype, D: Backend>
+    Stack<AX, Tensor<<S as InsertAxisOf<AX, op::stack_axis>>::Inserted<Dyn>, E, D>>
+    for Tensor<S, E, D>
+where
+    S: Shape + InsertAxisOf<AX, op::stack_axis>,
+{
+    fn try_stack_all(
+        pieces: &[Self],
+    ) -> Result<Tensor<<S as InsertAxisOf<AX, op::stack_axis>>::Inserted<Dyn>, E, D>> {
+        let parts: Vec<Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>> =
+            pieces.iter().map(|t| t.unsqueeze_at::<AX>()).collect();
+        join("stack", &parts, <S as InsertAxis<AX>>::INDEX)
+    }
+}
+
+/// Stacks along a new axis `AX`, like `torch.stack(tensors, ax)`; `T` and
+/// `O` are inferred: `try_stack::<0, _, _>(&[a, b])`.
 ///
 /// # Errors
 /// An empty list, or tensors of different sizes.
-pub fn try_stack<const AX: isize, S, E: Dtype, D: Backend>(
-    tensors: &[Tensor<S, E, D>],
-) -> Result<Tensor<<S as InsertAxisOf<AX, op::stack_axis>>::Inserted<Dyn>, E, D>>
+pub fn try_stack<const AX: isize, T, O>(tensors: &[T]) -> Result<O>
 where
-    S: Shape + InsertAxisOf<AX, op::stack_axis>,
+    T: Stack<AX, O>,
 {
-    let parts: Vec<Tensor<<S as InsertAxis<AX>>::Inserted<One>, E, D>> =
-        tensors.iter().map(|t| t.unsqueeze_at::<AX>()).collect();
-    join("stack", &parts, <S as InsertAxis<AX>>::INDEX)
+    T::try_stack_all(tensors)
 }
 
-/// [`try_stack`] that panics on mismatched sizes.
+/// [`try_stack`] that panics on mismatched sizes: `stack::<0, _, _>(&[a, b])`.
 #[track_caller]
-pub fn stack<const AX: isize, S, E: Dtype, D: Backend>(
-    tensors: &[Tensor<S, E, D>],
-) -> Tensor<<S as InsertAxisOf<AX, op::stack_axis>>::Inserted<Dyn>, E, D>
+pub fn stack<const AX: isize, T, O>(tensors: &[T]) -> O
 where
-    S: Shape + InsertAxisOf<AX, op::stack_axis>,
+    T: Stack<AX, O>,
 {
-    ok(try_stack::<AX, S, E, D>(tensors))
+    ok(try_stack::<AX, T, O>(tensors))
 }

@@ -230,7 +230,7 @@ fn lstm_step<E: Float, D: Device<E>>(
     let o = gates.try_narrow::<1>(3 * h, h)?.sigmoid();
     let c = &(&f * c_prev) + &(&i * &g);
     let hn = &o * &c.tanh();
-    let act = crate::ops::cat::try_cat::<1, _, E, D>(&[i, f, g, o])?;
+    let act = crate::ops::cat::try_cat::<1, _, _>(&[i, f, g, o])?;
     Ok([hn, c, act])
 }
 
@@ -272,7 +272,7 @@ fn lstm_step_backward<E: Float, D: Device<E>>(
     let di = &(&(&dc * &g) * &i) * &one_minus(&i);
     let df = &(&(&dc * c_prev) * &f) * &one_minus(&f);
     let dg = &(&dc * &i) * &one_minus(&g.square());
-    let dgates = crate::ops::cat::try_cat::<1, _, E, D>(&[di, df, dg, d_o])?;
+    let dgates = crate::ops::cat::try_cat::<1, _, _>(&[di, df, dg, d_o])?;
     Ok([dgates, &dc * &f])
 }
 
@@ -304,7 +304,7 @@ fn gru_step<E: Float, D: Device<E>>(
     let hn = g(2)?;
     let n = (&x(2)? + &(&r * &hn)).tanh();
     let out = &(&(h_prev - &n) * &z) + &n;
-    let act = crate::ops::cat::try_cat::<1, _, E, D>(&[r, z, n, hn.contiguous()])?;
+    let act = crate::ops::cat::try_cat::<1, _, _>(&[r, z, n, hn.contiguous()])?;
     Ok([out, act])
 }
 
@@ -340,8 +340,8 @@ fn gru_step_backward<E: Float, D: Device<E>>(
     let dn = &(&(&dh * &one_minus(&z)) * &one_minus(&n.square())).contiguous();
     let dz = &(&(&dh * &(h_prev - &n)) * &z) * &one_minus(&z);
     let dr = &(&(dn * &hn) * &r) * &one_minus(&r);
-    let dxp = crate::ops::cat::try_cat::<1, _, E, D>(&[dr.clone(), dz.clone(), dn.clone()])?;
-    let dhg = crate::ops::cat::try_cat::<1, _, E, D>(&[dr, dz, dn * &r])?;
+    let dxp = crate::ops::cat::try_cat::<1, _, _>(&[dr.clone(), dz.clone(), dn.clone()])?;
+    let dhg = crate::ops::cat::try_cat::<1, _, _>(&[dr, dz, dn * &r])?;
     Ok([dxp, dhg, &dh * &z])
 }
 
@@ -463,11 +463,11 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
                 let both: Vec<_> = hs
                     .iter()
                     .zip(&cs)
-                    .map(|(h, c)| crate::ops::cat::try_cat::<1, _, E, D>(&[h.clone(), c.clone()]))
+                    .map(|(h, c)| crate::ops::cat::try_cat::<1, _, _>(&[h.clone(), c.clone()]))
                     .collect::<Result<_>>()?;
-                try_stack::<1, _, E, D>(&both)?
+                try_stack::<1, _, _>(&both)?
             } else {
-                try_stack::<1, _, E, D>(&hs)?
+                try_stack::<1, _, _>(&hs)?
             };
             let acts: Vec<Raw<E, D>> = acts.into_iter().flatten().map(|a| a.raw()).collect();
             (y, acts)
@@ -546,7 +546,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
                 if parts.is_empty() {
                     return Ok(Tensor::zeros_on((Dyn(b), Dyn(0), Dyn(gh)), g.device()));
                 }
-                try_stack::<1, _, E, D>(&parts)
+                try_stack::<1, _, _>(&parts)
             };
             let mut grads: Vec<Option<Raw<E, D>>> = vec![None; 5];
             let rows = b * t;
@@ -576,7 +576,7 @@ impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
                     let hp_all = if t == 0 {
                         T2::<E, D>::zeros_on((Dyn(0), Dyn(h)), g.device())
                     } else {
-                        try_stack::<1, _, E, D>(&hp)?.try_reshape_to((Dyn(rows), Dyn(h)))?
+                        try_stack::<1, _, _>(&hp)?.try_reshape_to((Dyn(rows), Dyn(h)))?
                     };
                     grads[1] = Some(dhg_all.t().try_matmul(&hp_all)?.raw());
                 }

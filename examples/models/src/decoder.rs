@@ -98,8 +98,8 @@ pub(crate) fn extend<E: Float, D: Device<E>>(
 ) -> forma::Result<Kv<E, D>> {
     if let Some(slot) = slot {
         if let Some((pk, pv)) = slot.take() {
-            k = forma::try_cat::<2, _, _, _>(&[pk, k])?;
-            v = forma::try_cat::<2, _, _, _>(&[pv, v])?;
+            k = forma::try_cat::<2, _, _>(&[pk, k])?;
+            v = forma::try_cat::<2, _, _>(&[pv, v])?;
         }
         *slot = Some((k.clone(), v.clone()));
     }

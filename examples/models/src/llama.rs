@@ -713,7 +713,7 @@ impl<E: Float, D: Device<E>> LlamaRotaryEmbedding<E, D> {
             .unsqueeze::<1>()
             .into_dyn()
             .try_mul(&self.inv_freq.unsqueeze::<0>().into_dyn())?;
-        let emb = forma::try_cat::<1, _, _, _>(&[freqs.clone(), freqs])?;
+        let emb = forma::try_cat::<1, _, _>(&[freqs.clone(), freqs])?;
         Ok((
             emb.cos().try_reshape_to(shape)?,
             emb.sin().try_reshape_to(shape)?,
@@ -732,7 +732,7 @@ fn apply_rope<E: Float, D: Device<E>>(
     let half = x.size(3) / 2;
     let x1 = x.narrow::<3>(0, half);
     let x2 = x.narrow::<3>(half, half);
-    let rotated = forma::try_cat::<3, _, _, _>(&[-&x2, x1])?;
+    let rotated = forma::try_cat::<3, _, _>(&[-&x2, x1])?;
     x.try_mul(cos)?.try_add(&rotated.try_mul(sin)?)
 }
 

@@ -636,7 +636,7 @@ impl<
             .cls_token
             .into_dyn()
             .try_expand((Dyn(b), Dyn(1), Dyn(H)))?;
-        let x = forma::try_cat::<1, _, _, _>(&[cls, patches])?;
+        let x = forma::try_cat::<1, _, _>(&[cls, patches])?;
         let x: Tensor<(Dyn, Dyn, C<H>), E, D> =
             restore(x.try_add(&self.position_embeddings.into_dyn())?);
         self.dropout.try_forward_as("dropout", x)

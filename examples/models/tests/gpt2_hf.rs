@@ -91,7 +91,7 @@ fn cached_logits_equal_a_full_recomputation() {
         );
     }
     assert_eq!(cache.len(), 6);
-    let stepped = forma::cat::<1, _, _, _>(&parts);
+    let stepped = forma::cat::<1, _, _>(&parts);
     assert_close("cached logits", &stepped.to_vec(), &full.to_vec(), 1e-5);
 }
 
@@ -398,7 +398,7 @@ fn fused_and_explicit_attention_agree() {
         let step = x.narrow::<1>(t, 1).contiguous();
         parts.push(gpt.logits_cached(&step, &mut cache).unwrap());
     }
-    let stepped = forma::cat::<1, _, _, _>(&parts).to_vec();
+    let stepped = forma::cat::<1, _, _>(&parts).to_vec();
     assert_close("fused cached logits", &stepped, &fused, 1e-5);
 }
 

@@ -201,7 +201,7 @@ fn cached_logits_equal_a_full_recomputation() {
         assert_eq!(cache.len(), at);
     }
     assert_eq!(at, 24);
-    let stepped = forma::cat::<1, _, _, _>(&parts).to_vec();
+    let stepped = forma::cat::<1, _, _>(&parts).to_vec();
     assert_normwise("cached vs full", &stepped, &full, 2e-6);
     assert_normwise("cached vs transformers", &stepped, &hf, 1e-5);
 }

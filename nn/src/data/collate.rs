@@ -75,7 +75,7 @@ where
 {
     type Batch = Tensor<<S as InsertAxisOf<0, op::stack_axis>>::Inserted<Dyn>, E, D>;
     fn batch(items: Vec<Self>) -> Result<Self::Batch, DataError> {
-        Ok(forma_core::ops::cat::try_stack::<0, S, E, D>(&items)?)
+        Ok(forma_core::ops::cat::try_stack::<0, _, _>(&items)?)
     }
 }
 

@@ -563,8 +563,8 @@ impl<
             causal: masks.causal && keep_causal,
         };
         Ok((
-            try_cat::<2, _, _, _>(&parts.0)?,
-            try_cat::<2, _, _, _>(&parts.1)?,
+            try_cat::<2, _, _>(&parts.0)?,
+            try_cat::<2, _, _>(&parts.1)?,
             Some(masks),
         ))
     }

@@ -568,7 +568,7 @@ where
             outs.pop().expect("one direction")
         } else {
             (0..t)
-                .map(|i| cat::<1, _, E, D>(&[outs[0][i].clone(), outs[1][i].clone()]))
+                .map(|i| cat::<1, _, _>(&[outs[0][i].clone(), outs[1][i].clone()]))
                 .collect()
         };
         if training.is_on() && options.dropout > 0.0 && layer + 1 < layers {
@@ -578,7 +578,7 @@ where
                 .collect::<Result<_>>()?;
         }
     }
-    let output: Tensor<(Dyn, Dyn, Dyn), E, D> = stack::<1, _, E, D>(&steps);
+    let output: Tensor<(Dyn, Dyn, Dyn), E, D> = stack::<1, _, _>(&steps);
     if let Some((op, ins)) = captured {
         forma_core::graph::note(op, &ins, &output.val());
     }
@@ -657,7 +657,7 @@ where
         input = if dirs == 1 {
             outs.pop().expect("one direction")
         } else {
-            try_cat::<2, _, E, D>(&outs)?
+            try_cat::<2, _, _>(&outs)?
         };
         if training.is_on() && options.dropout > 0.0 && layer + 1 < layers {
             input = drop.apply(input, options.dropout)?;
@@ -703,7 +703,7 @@ fn split_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
 fn join_state<B: Dim, const H: usize, E: Float, D: Device<E>>(
     states: &[Tensor<(Dyn, Dyn), E, D>],
 ) -> Tensor<(Dyn, B, C<H>), E, D> {
-    restore(stack::<0, _, E, D>(states))
+    restore(stack::<0, _, _>(states))
 }
 
 /// Defines a recurrent layer on `$cell`: the struct (PyTorch's class name

@@ -4,5 +4,5 @@ use forma::prelude::*;
 fn main() {
     let a = Tensor::<(C<2>, C<3>)>::ones();
     let b = Tensor::<(C<2>, C<3>)>::ones();
-    let _c = cat::<2, _, _, _>(&[a, b]);
+    let _c = cat::<2, _, _>(&[a, b]);
 }

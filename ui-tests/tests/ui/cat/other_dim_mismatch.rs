@@ -5,5 +5,5 @@ use forma::prelude::*;
 fn main() {
     let a = Tensor::<(C<2>, C<3>)>::ones();
     let b = Tensor::<(C<2>, C<4>)>::ones();
-    let _c = cat::<0, _, _, _>(&[a, b]);
+    let _c = cat::<0, _, _>(&[a, b]);
 }

@@ -5,5 +5,5 @@ use forma::prelude::*;
 fn main() {
     let a = Tensor::<(C<3>,)>::ones();
     let b = Tensor::<(C<3>,)>::zeros();
-    let _batch = stack::<2, _, _, _>(&[a, b]);
+    let _batch = stack::<2, _, _>(&[a, b]);
 }
