@@ -78,79 +78,79 @@ impl<T: Convert<U, D2>, U, D2: Backend> Convert<Box<U>, D2> for Box<T> {
     }
 }
 
-/// A model that can be rebuilt with another element type and device, like
-/// `nn.Module.to(dtype)` / `.to(device)`: see the [module docs](self).
-/// `#[derive(Module)]` implements it for a struct with type parameters
-/// `E: Float` and `D: Device<E>`. Call it through [`Module::to_dtype`] and
-/// [`Module::to_device`], which every module has and which say, at compile
-/// time, when a model is not generic enough to convert.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot change its element type or device",
-    label = "not generic over its element type `E` and device `D`",
-    note = "declare the model generic over both, as the layers are: \
-            `struct Net<E: Float = f32, D: Device<E> = Cpu> {{ fc: Linear<4, 2, E, D> }}`, \
-            and derive `Module`"
-)]
-pub trait Retype: Module + Sized {
-    /// The element type now (`E`).
-    type Elem: Float;
-    /// The device type now (`D`).
-    type Dev: Device<Self::Elem>;
-    /// The same model with element type `E2` on device type `D2`.
-    type With<E2: Float, D2: Device<E2>>: Module;
-
-    /// The model with element type `E2` on `device`, like
-    /// `model.to(device, dtype)`: a copy; this one is unchanged.
-    ///
-    /// # Errors
-    /// A device failure.
-    fn try_retype<E2: Float, D2: Device<E2>>(&self, device: &D2) -> Result<Self::With<E2, D2>>
-    where
-        Self: Convert<Self::With<E2, D2>, D2>;
+/// The message of a model that is not generic over `E` and `D`, shared by
+/// [`Retype`], [`ToDtype`] and [`ToDevice`], the traits it wraps.
+macro_rules! not_generic {
+    ($($item:item)*) => {$(
+        #[diagnostic::on_unimplemented(
+            message = "`{Self}` cannot change its element type or device",
+            label = "not generic over its element type `E` and device `D`",
+            note = "declare the model generic over both, as the layers are: \
+                    `struct Net<E: Float = f32, D: Device<E> = Cpu> {{ fc: Linear<4, 2, E, D> }}`, \
+                    and derive `Module`"
+        )]
+        $item
+    )*};
 }
 
-/// A model that [`Module::to_dtype`] converts to element type `E2` on its
-/// own device: `#[derive(Module)]` implements it beside [`Retype`] for a
-/// struct generic over `E: Float` and `D: Device<E>`, when every field
-/// converts. One bound with its own result type, so that a model that is
-/// not generic is one error (a bound on `Retype` plus one on `Convert` of
-/// `Retype`'s type was two).
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot change its element type or device",
-    label = "not generic over its element type `E` and device `D`",
-    note = "declare the model generic over both, as the layers are: \
-            `struct Net<E: Float = f32, D: Device<E> = Cpu> {{ fc: Linear<4, 2, E, D> }}`, \
-            and derive `Module`"
-)]
-pub trait ToDtype<E2: Float>: Module {
-    /// The converted model, [`Retype::With`]`<E2, Self::Dev>`.
-    type Out: Module;
+not_generic! {
+    /// A model that can be rebuilt with another element type and device, like
+    /// `nn.Module.to(dtype)` / `.to(device)`: see the [module docs](self).
+    /// `#[derive(Module)]` implements it for a struct with type parameters
+    /// `E: Float` and `D: Device<E>`. Call it through [`Module::to_dtype`] and
+    /// [`Module::to_device`], which every module has and which say, at compile
+    /// time, when a model is not generic enough to convert.
+    pub trait Retype: Module + Sized {
+        /// The element type now (`E`).
+        type Elem: Float;
+        /// The device type now (`D`).
+        type Dev: Device<Self::Elem>;
+        /// The same model with element type `E2` on device type `D2`.
+        type With<E2: Float, D2: Device<E2>>: Module;
 
-    /// [`Module::try_to_dtype`]'s work.
-    ///
-    /// # Errors
-    /// A model without a tensor to take its device from; a device failure.
-    fn try_to_dtype_copy(&self) -> Result<Self::Out>;
+        /// The model with element type `E2` on `device`, like
+        /// `model.to(device, dtype)`: a copy; this one is unchanged.
+        ///
+        /// # Errors
+        /// A device failure.
+        fn try_retype<E2: Float, D2: Device<E2>>(&self, device: &D2) -> Result<Self::With<E2, D2>>
+        where
+            Self: Convert<Self::With<E2, D2>, D2>;
+    }
 }
 
-/// A model that [`Module::to_device`] moves to a device of type `D2`,
-/// keeping its element type; derived as [`ToDtype`] is.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot change its element type or device",
-    label = "not generic over its element type `E` and device `D`",
-    note = "declare the model generic over both, as the layers are: \
-            `struct Net<E: Float = f32, D: Device<E> = Cpu> {{ fc: Linear<4, 2, E, D> }}`, \
-            and derive `Module`"
-)]
-pub trait ToDevice<D2: Backend>: Module {
-    /// The moved model, [`Retype::With`]`<Self::Elem, D2>`.
-    type Out: Module;
+not_generic! {
+    /// A model that [`Module::to_dtype`] converts to element type `E2` on its
+    /// own device: `#[derive(Module)]` implements it beside [`Retype`] for a
+    /// struct generic over `E: Float` and `D: Device<E>`, when every field
+    /// converts. One bound with its own result type, so that a model that is
+    /// not generic is one error (a bound on `Retype` plus one on `Convert` of
+    /// `Retype`'s type was two).
+    pub trait ToDtype<E2: Float>: Module {
+        /// The converted model, [`Retype::With`]`<E2, Self::Dev>`.
+        type Out: Module;
 
-    /// [`Module::try_to_device`]'s work.
-    ///
-    /// # Errors
-    /// A device failure.
-    fn try_to_device_copy(&self, device: &D2) -> Result<Self::Out>;
+        /// [`Module::try_to_dtype`]'s work.
+        ///
+        /// # Errors
+        /// A model without a tensor to take its device from; a device failure.
+        fn try_to_dtype_copy(&self) -> Result<Self::Out>;
+    }
+}
+
+not_generic! {
+    /// A model that [`Module::to_device`] moves to a device of type `D2`,
+    /// keeping its element type; derived as [`ToDtype`] is.
+    pub trait ToDevice<D2: Backend>: Module {
+        /// The moved model, [`Retype::With`]`<Self::Elem, D2>`.
+        type Out: Module;
+
+        /// [`Module::try_to_device`]'s work.
+        ///
+        /// # Errors
+        /// A device failure.
+        fn try_to_device_copy(&self, device: &D2) -> Result<Self::Out>;
+    }
 }
 
 /// The device of the first tensor of `model` on a `D` device.
