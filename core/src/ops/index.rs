@@ -7,7 +7,7 @@ use crate::dtype::{Dtype, Float};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shape::op::{OneHotOf, SameDtype};
-use crate::shape::{op, AppendDim, AxisOf, Dim, Dyn, HasAxis, Shape};
+use crate::shape::{op, AppendDimOf, AxisOf, Dim, Dyn, HasAxis, Shape};
 use crate::tape::Raw;
 use crate::tensor::{ok, Tensor};
 
@@ -363,26 +363,32 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`] for an index outside the vocabulary.
-    pub fn try_embedding<Si: AppendDim, I: SameDtype<i64, op::embedding_indices>>(
+    pub fn try_embedding<
+        Si: AppendDimOf<op::embedding_indices>,
+        I: SameDtype<i64, op::embedding_indices>,
+    >(
         &self,
         idx: &Tensor<Si, I, D>,
-    ) -> Result<Tensor<<Si as AppendDim>::Appended<Dm>, E, D>> {
+    ) -> Result<Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<Dm>, E, D>> {
         let idx = I::same(idx);
         let flat = idx.flatten_all();
         let rows = self.try_index_select::<0, Dyn>(&flat)?;
         let mut dims = idx.layout.dims.to_vec();
         dims.push(self.layout.dims[1]);
-        let shape = <Si as AppendDim>::Appended::<Dm>::from_dims(&dims)
+        let shape = <Si as AppendDimOf<op::embedding_indices>>::Appended::<Dm>::from_dims(&dims)
             .expect("the dims were built from the index and the table");
         rows.try_reshape_to(shape)
     }
 
     /// [`Tensor::try_embedding`] that panics on a bad index.
     #[track_caller]
-    pub fn embedding<Si: AppendDim, I: SameDtype<i64, op::embedding_indices>>(
+    pub fn embedding<
+        Si: AppendDimOf<op::embedding_indices>,
+        I: SameDtype<i64, op::embedding_indices>,
+    >(
         &self,
         idx: &Tensor<Si, I, D>,
-    ) -> Tensor<<Si as AppendDim>::Appended<Dm>, E, D> {
+    ) -> Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<Dm>, E, D> {
         ok(self.try_embedding(I::same(idx)))
     }
 
@@ -402,11 +408,11 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
     /// # Errors
     /// [`Error::IndexOutOfRange`] for an index outside the vocabulary, or a
     /// `padding_idx` outside the table.
-    pub fn try_embedding_padded<Si: AppendDim>(
+    pub fn try_embedding_padded<Si: AppendDimOf<op::embedding_indices>>(
         &self,
         idx: &Tensor<Si, i64, D>,
         padding_idx: Option<usize>,
-    ) -> Result<Tensor<<Si as AppendDim>::Appended<Dm>, E, D>> {
+    ) -> Result<Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<Dm>, E, D>> {
         let vocab = self.layout.dims[0];
         let p = match padding_idx {
             Some(p) if p >= vocab => {
@@ -431,18 +437,18 @@ impl<V: Dim, Dm: Dim, E: Float, D: crate::device::Device<E>> Tensor<(V, Dm), E, 
         let rows = crate::ops::cmp::try_where_cond(&is_padding, &rows.detach(), &rows)?;
         let mut dims = idx.layout.dims.to_vec();
         dims.push(self.layout.dims[1]);
-        let shape = <Si as AppendDim>::Appended::<Dm>::from_dims(&dims)
+        let shape = <Si as AppendDimOf<op::embedding_indices>>::Appended::<Dm>::from_dims(&dims)
             .expect("the dims were built from the index and the table");
         rows.try_reshape_to(shape)
     }
 
     /// [`Tensor::try_embedding_padded`] that panics on a bad index.
     #[track_caller]
-    pub fn embedding_padded<Si: AppendDim>(
+    pub fn embedding_padded<Si: AppendDimOf<op::embedding_indices>>(
         &self,
         idx: &Tensor<Si, i64, D>,
         padding_idx: Option<usize>,
-    ) -> Tensor<<Si as AppendDim>::Appended<Dm>, E, D> {
+    ) -> Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<Dm>, E, D> {
         ok(self.try_embedding_padded(idx, padding_idx))
     }
 }

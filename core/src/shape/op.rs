@@ -212,7 +212,8 @@ pub enum unsqueeze {}
 #[derive(Debug)]
 pub enum cat_with {}
 
-/// [`crate::Tensor::embedding`]: its indices are `i64` (named as
+/// [`crate::Tensor::embedding`]: its indices are `i64`, and of rank 5 at
+/// most since the result appends the table's dim (named as
 /// `where_cond_branches` is: `embedding` is a public module of `forma-nn`).
 #[derive(Debug)]
 pub enum embedding_indices {}

@@ -3,7 +3,7 @@
 use crate::module::py_float;
 use crate::Forward;
 use forma_core::device::Device;
-use forma_core::shape::AppendDim;
+use forma_core::shape::{op, AppendDimOf};
 use forma_core::{Dtype, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
 use forma_macros::Module;
@@ -166,10 +166,10 @@ impl<const V: usize, const DIM: usize, E: Float, D: Device<E>> Embedding<V, DIM,
     ///
     /// # Errors
     /// [`forma_core::Error::IndexOutOfRange`] for an index outside `0..V`.
-    pub fn try_lookup<Si: AppendDim>(
+    pub fn try_lookup<Si: AppendDimOf<op::embedding_indices>>(
         &self,
         idx: &Tensor<Si, i64, D>,
-    ) -> Result<Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>> {
+    ) -> Result<Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<C<DIM>>, E, D>> {
         if let Some(max_norm) = self.max_norm {
             forma_core::graph::refuse(
                 "Embedding(max_norm)",
@@ -181,16 +181,24 @@ impl<const V: usize, const DIM: usize, E: Float, D: Device<E>> Embedding<V, DIM,
     }
 }
 
-impl<Si: AppendDim, const V: usize, const DIM: usize, E: Float, D: Device<E>>
-    Forward<Tensor<Si, i64, D>, Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>>
-    for Embedding<V, DIM, E, D>
+impl<
+        Si: AppendDimOf<op::embedding_indices>,
+        const V: usize,
+        const DIM: usize,
+        E: Float,
+        D: Device<E>,
+    >
+    Forward<
+        Tensor<Si, i64, D>,
+        Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<C<DIM>>, E, D>,
+    > for Embedding<V, DIM, E, D>
 {
     /// # Errors
     /// [`forma_core::Error::IndexOutOfRange`] for an index outside `0..V`.
     fn try_forward(
         &self,
         idx: Tensor<Si, i64, D>,
-    ) -> Result<Tensor<<Si as AppendDim>::Appended<C<DIM>>, E, D>> {
+    ) -> Result<Tensor<<Si as AppendDimOf<op::embedding_indices>>::Appended<C<DIM>>, E, D>> {
         self.try_lookup(&idx)
     }
 }
