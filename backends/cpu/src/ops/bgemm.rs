@@ -38,14 +38,15 @@ use half::bf16;
 use std::any::TypeId;
 use std::arch::asm;
 use std::arch::x86_64::{
-    __m512, __m512i, _mm256_maskz_loadu_epi16, _mm512_add_epi32, _mm512_and_si512,
-    _mm512_castps_si512, _mm512_castsi256_si512, _mm512_cmp_ps_mask, _mm512_cvtepi32_epi16,
-    _mm512_cvtepu16_epi32, _mm512_inserti64x4, _mm512_mask_blend_epi32, _mm512_maskz_loadu_epi16,
-    _mm512_maskz_loadu_ps, _mm512_or_si512, _mm512_set1_epi32, _mm512_setzero_si512,
-    _mm512_shuffle_i32x4, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_storeu_si512,
-    _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
-    _CMP_UNORD_Q,
+    __m512, __m512i, _mm256_mask_storeu_epi16, _mm256_maskz_loadu_epi16, _mm512_add_epi32,
+    _mm512_add_ps, _mm512_and_si512, _mm512_castps_si512, _mm512_castsi256_si512,
+    _mm512_cmp_ps_mask, _mm512_cvtepi32_epi16, _mm512_cvtepu16_epi32, _mm512_inserti64x4,
+    _mm512_mask_blend_epi32, _mm512_maskz_loadu_epi16, _mm512_maskz_loadu_ps, _mm512_or_si512,
+    _mm512_set1_epi32, _mm512_setzero_si512, _mm512_shuffle_i32x4, _mm512_slli_epi32,
+    _mm512_srli_epi32, _mm512_storeu_si512, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64,
+    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64, _CMP_UNORD_Q,
 };
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
@@ -172,22 +173,62 @@ impl ToBf16 for f32 {
     }
 }
 
-/// A 64-byte aligned buffer of packed 16-bit values.
+/// What a product's f32 sums are stored as: f32, or bf16 (each sum
+/// rounded to the nearest as it is written, as [`round_bits`] rounds).
+pub(crate) trait SumOut: Copy + Send + Sync + 'static {
+    /// Whether the sums are stored as bf16.
+    const BF16: bool;
+    /// One sum as stored.
+    fn from_sum(v: f32) -> Self;
+}
+
+impl SumOut for f32 {
+    const BF16: bool = false;
+    #[inline(always)]
+    fn from_sum(v: f32) -> f32 {
+        v
+    }
+}
+
+impl SumOut for bf16 {
+    const BF16: bool = true;
+    #[inline(always)]
+    fn from_sum(v: f32) -> bf16 {
+        bf16::from_bits(round_bits(v))
+    }
+}
+
+/// A 64-byte aligned buffer of packed 16-bit values, taken from the
+/// calling thread's spares (its contents unspecified: the packers write
+/// every value, padding included) and given back when dropped, so that a
+/// product does not fault in fresh pages for its packed operands.
 struct Packed {
     buf: Vec<u16>,
     skip: usize,
+    len: usize,
+}
+
+thread_local! {
+    /// Buffers of finished products on this thread, for the next (at most
+    /// two: a product packs two operands).
+    static SPARE: RefCell<Vec<Vec<u16>>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Packed {
-    fn zeroed(len: usize) -> Self {
-        let buf = vec![0u16; len + 32];
+    fn new(len: usize) -> Self {
+        let need = len + 32;
+        let spare = SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            let fit = s.iter().position(|b| b.len() >= need);
+            fit.map(|i| s.swap_remove(i))
+        });
+        let buf = spare.unwrap_or_else(|| vec![0u16; need]);
         let skip = buf.as_ptr().align_offset(64);
-        Packed { buf, skip }
+        Packed { buf, skip, len }
     }
 
     fn slice_mut(&mut self) -> &mut [u16] {
-        let len = self.buf.len() - 32;
-        &mut self.buf[self.skip..self.skip + len]
+        &mut self.buf[self.skip..self.skip + self.len]
     }
 
     fn ptr(&self) -> *const u16 {
@@ -195,9 +236,22 @@ impl Packed {
     }
 }
 
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        // Keeps the two largest.
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            s.push(buf);
+            s.sort_by_key(|b| std::cmp::Reverse(b.len()));
+            s.truncate(2);
+        });
+    }
+}
+
 /// Packs `a` (`m x k`) as 16-row blocks, each `chunks` tiles of 16 x 32.
 fn pack_a<A: ToBf16>(a: &Operand<'_, A>, m: usize, k: usize, chunks: usize) -> Packed {
-    let mut p = Packed::zeroed(m.div_ceil(T) * chunks * TILE);
+    let mut p = Packed::new(m.div_ceil(T) * chunks * TILE);
     crate::par::units_mut(p.slice_mut(), chunks * TILE, |first, out| {
         for (bi, block) in out.chunks_mut(chunks * TILE).enumerate() {
             let r0 = (first + bi) * T;
@@ -217,6 +271,10 @@ fn pack_a_block<A: ToBf16>(
     k: usize,
     block: &mut [u16],
 ) {
+    if rows < T || !k.is_multiple_of(KC) {
+        // The padding (rows past the edge, depths past `k`) adds nothing.
+        block.fill(0);
+    }
     if a.cs == 1 || k == 1 {
         // Rows read along memory, 32 values a tile row.
         for r in 0..rows {
@@ -262,7 +320,7 @@ fn pack_a_block<A: ToBf16>(
 /// Packs `b` (`k x n`) as 16-column blocks, each `chunks` tiles in the
 /// pairs layout: depth `2q + s` of column `j` at `q * 32 + j * 2 + s`.
 fn pack_b<B: ToBf16>(b: &Operand<'_, B>, k: usize, n: usize, chunks: usize) -> Packed {
-    let mut p = Packed::zeroed(n.div_ceil(T) * chunks * TILE);
+    let mut p = Packed::new(n.div_ceil(T) * chunks * TILE);
     crate::par::units_mut(p.slice_mut(), chunks * TILE, |first, out| {
         for (bi, block) in out.chunks_mut(chunks * TILE).enumerate() {
             let c0 = (first + bi) * T;
@@ -282,6 +340,10 @@ fn pack_b_block<B: ToBf16>(
     k: usize,
     block: &mut [u16],
 ) {
+    if cols < T || !k.is_multiple_of(KC) {
+        // The padding (columns past the edge, depths past `k`) adds nothing.
+        block.fill(0);
+    }
     let at = |kk: usize| (kk / KC) * TILE + ((kk % KC) / 2) * KC + kk % 2;
     if b.cs == 1 {
         // Rows read along memory: the block's columns of a pair of rows
@@ -483,6 +545,24 @@ unsafe impl Send for Out {}
 // SAFETY: as above.
 unsafe impl Sync for Out {}
 
+/// Where the blocks of a bf16 output go: row-major with `ld` values a row.
+#[derive(Clone, Copy)]
+struct Half {
+    ptr: *mut u16,
+    ld: usize,
+    m: usize,
+    n: usize,
+}
+
+// SAFETY: as for `Out`.
+unsafe impl Send for Half {}
+// SAFETY: as above.
+unsafe impl Sync for Half {}
+
+/// A 32 x 32 block of f32 sums on its way to a bf16 output.
+#[repr(C, align(64))]
+struct Staged([f32; 4 * T * T]);
+
 /// Multiplies `MR` packed left blocks by `NR` packed right blocks over
 /// `chunks` depth tiles and stores the `16 MR x 16 NR` sums at output row
 /// `r0`, column `c0` (clipped to the output).
@@ -647,15 +727,17 @@ unsafe fn block_dp<const NR: usize>(
 /// `dst = a @ b` for an `m x k` `a` and a `k x n` `b`, each value rounded
 /// to bf16 as it is packed, the products summed in f32; then `bias[j]`
 /// added to column `j` (when given) and the result rounded to bf16 (when
-/// `round`, kept in f32). `dst` is row-major `m x n`, written in full.
+/// `round`, kept in f32; always, when `dst` is bf16: each block's sums
+/// are rounded as they are written, without an f32 copy of the output).
+/// `dst` is row-major `m x n`, written in full.
 /// Runs on the threads when `parallel` and the product is large.
 ///
 /// # Panics
 /// If the CPU has no AMX bf16 tiles ([`available`]), `dst` is not `m * n`
 /// long, `bias` not `n`, or an operand does not fit its storage.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
-    dst: &mut [MaybeUninit<f32>],
+pub(crate) fn bgemm<A: ToBf16, B: ToBf16, O: SumOut>(
+    dst: &mut [MaybeUninit<O>],
     m: usize,
     n: usize,
     k: usize,
@@ -672,9 +754,9 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16>(
 /// [`bgemm`] on the instructions `isa`, which the caller checked this CPU
 /// runs (the tests take each that it does).
 #[allow(clippy::too_many_arguments)]
-fn bgemm_on<A: ToBf16, B: ToBf16>(
+fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
     isa: Isa,
-    dst: &mut [MaybeUninit<f32>],
+    dst: &mut [MaybeUninit<O>],
     m: usize,
     n: usize,
     k: usize,
@@ -695,7 +777,7 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
         for row in dst.chunks_exact_mut(n) {
             for (j, d) in row.iter_mut().enumerate() {
                 let v = bias.map_or(0.0, |b| b[j]);
-                d.write(if round { round_f32(v) } else { v });
+                d.write(O::from_sum(if round { round_f32(v) } else { v }));
             }
         }
         return;
@@ -704,8 +786,24 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
     let (a, b) = (a.clamped(m, k), b.clamped(k, n));
     let pa = pack_a(&a, m, k, chunks);
     let pb = pack_b(&b, k, n, chunks);
+    // The output: f32 written in place by the tiles, or bf16 through a
+    // staged block per 32 x 32 (`out` then unused).
     let out = Out {
-        ptr: dst.as_mut_ptr().cast::<f32>(),
+        ptr: if O::BF16 {
+            std::ptr::null_mut()
+        } else {
+            dst.as_mut_ptr().cast::<f32>()
+        },
+        ld: n,
+        m,
+        n,
+    };
+    let half = Half {
+        ptr: if O::BF16 {
+            dst.as_mut_ptr().cast::<u16>()
+        } else {
+            std::ptr::null_mut()
+        },
         ld: n,
         m,
         n,
@@ -741,6 +839,13 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
         let (pa, pb) = (pa_ptr as *const u16, pb_ptr as *const u16);
         let blk = chunks * TILE;
         let (mb, nb) = (m.div_ceil(T), n.div_ceil(T));
+        let mut staged = Staged([0.0; 4 * T * T]);
+        let staging = Out {
+            ptr: staged.0.as_mut_ptr(),
+            ld: 2 * T,
+            m: 2 * T,
+            n: 2 * T,
+        };
         let mut hot_start = rows.start;
         while hot_start < rows.end {
             let hot_end = (hot_start + hot).min(rows.end);
@@ -755,26 +860,35 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
                         let ap = [pa.add(ti * blk), pa.add((ti + 1).min(mb - 1) * blk)];
                         let bp = [pb.add(tj * blk), pb.add((tj + 1).min(nb - 1) * blk)];
                         let (r0, c0) = (ti * T, tj * T);
+                        // Where the tiles go: the output, or the staged
+                        // block (its corner).
+                        let (o, or, oc) = if O::BF16 {
+                            (staging, 0, 0)
+                        } else {
+                            (out, r0, c0)
+                        };
                         match (isa, ti + 1 < mb, tj + 1 < nb) {
-                            (Isa::Amx, true, true) => block::<2, 2>(ap, bp, chunks, out, r0, c0),
-                            (Isa::Amx, true, false) => block::<2, 1>(ap, bp, chunks, out, r0, c0),
-                            (Isa::Amx, false, true) => block::<1, 2>(ap, bp, chunks, out, r0, c0),
-                            (Isa::Amx, false, false) => block::<1, 1>(ap, bp, chunks, out, r0, c0),
+                            (Isa::Amx, true, true) => block::<2, 2>(ap, bp, chunks, o, or, oc),
+                            (Isa::Amx, true, false) => block::<2, 1>(ap, bp, chunks, o, or, oc),
+                            (Isa::Amx, false, true) => block::<1, 2>(ap, bp, chunks, o, or, oc),
+                            (Isa::Amx, false, false) => block::<1, 1>(ap, bp, chunks, o, or, oc),
                             (Isa::Avx512Bf16, two_rows, two_cols) => {
                                 for (t, &a) in ap.iter().enumerate().take(1 + usize::from(two_rows))
                                 {
-                                    let r0 = r0 + t * T;
+                                    let or = or + t * T;
                                     if two_cols {
-                                        block_dp::<2>(a, bp, chunks, out, r0, c0);
+                                        block_dp::<2>(a, bp, chunks, o, or, oc);
                                     } else {
-                                        block_dp::<1>(a, bp, chunks, out, r0, c0);
+                                        block_dp::<1>(a, bp, chunks, o, or, oc);
                                     }
                                 }
                             }
                         }
                         // The epilogue on the block just written, while it
                         // is in the first-level cache.
-                        if bias.is_some() || round {
+                        if O::BF16 {
+                            emit_bf16(&staged, half, r0, c0, bias);
+                        } else if bias.is_some() || round {
                             epilogue(out, r0, c0, bias, round);
                         }
                     }
@@ -789,6 +903,34 @@ fn bgemm_on<A: ToBf16, B: ToBf16>(
         task(0);
     }
     drop((pa, pb));
+}
+
+/// Writes the staged sums of the 32 x 32 output block at row `r0`,
+/// column `c0` (clipped to the output) as bf16, the bias (if any) added
+/// first: the same bits as [`epilogue`] rounding in f32 and a cast.
+///
+/// # Safety
+/// The CPU has AVX-512 (as for `pack_a`); the block is inside `out`, and
+/// no other thread touches it.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+unsafe fn emit_bf16(staged: &Staged, out: Half, r0: usize, c0: usize, bias: Option<&[f32]>) {
+    let cols = (2 * T).min(out.n - c0);
+    for i in 0..(2 * T).min(out.m - r0) {
+        for h in 0..cols.div_ceil(T) {
+            let lanes = T.min(cols - h * T);
+            let keep = mask(lanes) as u16;
+            // SAFETY: `lanes` values inside the staged row, the bias (`n`
+            // long) and the output row (clipped), as the caller promises.
+            unsafe {
+                let mut v = _mm512_maskz_loadu_ps(keep, staged.0.as_ptr().add(i * 2 * T + h * T));
+                if let Some(b) = bias {
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, b.as_ptr().add(c0 + h * T)));
+                }
+                let row = out.ptr.add((r0 + i) * out.ld + c0 + h * T);
+                _mm256_mask_storeu_epi16(row.cast(), keep, _mm512_cvtepi32_epi16(round16(v)));
+            }
+        }
+    }
 }
 
 /// Adds the bias to the sums of the 32 x 32 output block at row `r0`,
@@ -926,6 +1068,18 @@ mod tests {
                 );
             }
         }
+        // A bf16 output holds the same sums, rounded as they are written.
+        let mut half = vec![MaybeUninit::new(bf16::NAN); m * n];
+        bgemm_on(isa, &mut half, m, n, k, a, b, bias, round, parallel);
+        for (e, (h, d)) in half.iter().zip(&dst).enumerate() {
+            // SAFETY: bgemm wrote every element of both.
+            let (h, d) = unsafe { (h.assume_init(), d.assume_init()) };
+            assert_eq!(
+                h.to_bits(),
+                round_bits(d),
+                "{isa:?} {m}x{n}x{k} bf16 out at {e}"
+            );
+        }
     }
 
     #[test]
@@ -990,6 +1144,11 @@ mod tests {
             // SAFETY: `pack_b` filled `len` values from `ptr`.
             unsafe { std::slice::from_raw_parts(p.ptr(), len) }.to_vec()
         }
+        // Packed buffers are reused: a first product of whole tiles (the
+        // same buffer length) leaves no zeros where the padding goes.
+        let ones = vec![1f32; 96 * 48];
+        let full = packed(&ones, 48, 1, 96, 48);
+        assert!(full.iter().all(|&v| v == bf16::ONE.to_bits()));
         let want = packed(&rows, n, 1, k, n);
         let low = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
         // Every value lands where the pairs layout says, rounded.

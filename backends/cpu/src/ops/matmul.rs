@@ -611,14 +611,13 @@ impl<E: Float> MatmulKernel<E> for Cpu {
             same_ref::<E, bf16>(b),
             super::bgemm::available(),
         ) {
-            // bf16 on AMX tiles, read in place; the f32 sums rounded once.
-            let sums = batched(a, la, b, lb, &|o, m, n, k, l, r, par| {
+            // bf16 on AMX tiles, read in place; the f32 sums rounded once,
+            // as each block is written.
+            let out = batched::<bf16, bf16>(a, la, b, lb, &|o, m, n, k, l, r, par| {
                 let par = !matches!(par, Parallelism::None);
                 super::bgemm::bgemm(o, m, n, k, l, r, None, false, par);
             });
-            let sums =
-                same_vec::<f32, E::Acc>(sums).unwrap_or_else(|_| unreachable!("bf16 sums are f32"));
-            return Ok(from_acc_vec::<E>(sums));
+            return Ok(same_vec::<bf16, E>(out).unwrap_or_else(|_| unreachable!("E is bf16")));
         }
         // f16, bf16: widen once to f32 (O(size) against O(m n k) products).
         let (ca, cla) = compact_acc(a, la);
