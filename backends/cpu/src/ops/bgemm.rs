@@ -533,33 +533,20 @@ impl Drop for Tiles {
     }
 }
 
-/// Where one block of outputs goes: row-major f32 with `ld` floats a row.
+/// Where one block of outputs goes: row-major with `ld` values a row, f32
+/// sums or (`Out<u16>`) their bf16 bits.
 #[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut f32,
+struct Out<T = f32> {
+    ptr: *mut T,
     ld: usize,
     m: usize,
     n: usize,
 }
 
 // SAFETY: threads write disjoint blocks of the output through it.
-unsafe impl Send for Out {}
+unsafe impl<T> Send for Out<T> {}
 // SAFETY: as above.
-unsafe impl Sync for Out {}
-
-/// Where the blocks of a bf16 output go: row-major with `ld` values a row.
-#[derive(Clone, Copy)]
-struct Half {
-    ptr: *mut u16,
-    ld: usize,
-    m: usize,
-    n: usize,
-}
-
-// SAFETY: as for `Out`.
-unsafe impl Send for Half {}
-// SAFETY: as above.
-unsafe impl Sync for Half {}
+unsafe impl<T> Sync for Out<T> {}
 
 /// A 32 x 32 block of f32 sums on its way to a bf16 output.
 #[repr(C, align(64))]
@@ -800,7 +787,7 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
         m,
         n,
     };
-    let half = Half {
+    let half = Out::<u16> {
         ptr: if O::BF16 {
             dst.as_mut_ptr().cast::<u16>()
         } else {
@@ -918,7 +905,7 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
 /// The CPU has AVX-512 (as for `pack_a`); the block is inside `out`, and
 /// no other thread touches it.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-unsafe fn emit_bf16(staged: &Staged, out: Half, r0: usize, c0: usize, bias: Option<&[f32]>) {
+unsafe fn emit_bf16(staged: &Staged, out: Out<u16>, r0: usize, c0: usize, bias: Option<&[f32]>) {
     let cols = (2 * T).min(out.n - c0);
     for i in 0..(2 * T).min(out.m - r0) {
         for h in 0..cols.div_ceil(T) {
