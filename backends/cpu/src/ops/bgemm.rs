@@ -533,8 +533,8 @@ impl Drop for Tiles {
     }
 }
 
-/// Where one block of outputs goes: row-major with `ld` values a row, f32
-/// sums or (`Out<u16>`) their bf16 bits.
+/// Where one block of outputs goes: row-major with `ld` values a row (f32
+/// sums, or bf16 ones as `Out<bf16>`).
 #[derive(Clone, Copy)]
 struct Out<T = f32> {
     ptr: *mut T,
@@ -548,7 +548,8 @@ unsafe impl<T> Send for Out<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for Out<T> {}
 
-/// A 32 x 32 block of f32 sums on its way to a bf16 output.
+/// A 32 x 32 block of f32 sums on its way to the output (a bf16 one, or
+/// an f32 one with an epilogue).
 #[repr(C, align(64))]
 struct Staged([f32; 4 * T * T]);
 
@@ -775,24 +776,10 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
     let (a, b) = (a.clamped(m, k), b.clamped(k, n));
     let pa = pack_a(&a, m, k, chunks);
     let pb = pack_b(&b, k, n, chunks);
-    // The output: f32 written in place by the tiles, or bf16 through a
-    // staged block per 32 x 32 (`out` then unused).
-    let out = Out {
-        ptr: if O::BF16 {
-            std::ptr::null_mut()
-        } else {
-            dst.as_mut_ptr().cast::<f32>()
-        },
-        ld: n,
-        m,
-        n,
-    };
-    let half = Out::<u16> {
-        ptr: if O::BF16 {
-            dst.as_mut_ptr().cast::<u16>()
-        } else {
-            std::ptr::null_mut()
-        },
+    // The output, as `O`: f32 written in place by the tiles when nothing
+    // follows them, else through a staged block per 32 x 32.
+    let out = Out::<O> {
+        ptr: dst.as_mut_ptr().cast(),
         ld: n,
         m,
         n,
@@ -858,7 +845,14 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
                         let (o, or, oc) = if staged_out {
                             (staging, 0, 0)
                         } else {
-                            (out, r0, c0)
+                            // `O` is f32 here.
+                            let f = Out {
+                                ptr: out.ptr.cast::<f32>(),
+                                ld: n,
+                                m,
+                                n,
+                            };
+                            (f, r0, c0)
                         };
                         match (isa, ti + 1 < mb, tj + 1 < nb) {
                             (Isa::Amx, true, true) => block::<2, 2>(ap, bp, chunks, o, or, oc),
@@ -878,9 +872,7 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
                             }
                         }
                         // The epilogue on the block just staged.
-                        if O::BF16 {
-                            emit_bf16(&staged, half, r0, c0, bias);
-                        } else if staged_out {
+                        if staged_out {
                             epilogue(&staged, out, r0, c0, bias, round);
                         }
                     }
@@ -898,44 +890,17 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
 }
 
 /// Writes the staged sums of the 32 x 32 output block at row `r0`,
-/// column `c0` (clipped to the output) as bf16, the bias (if any) added
-/// first: the same bits as [`epilogue`] rounding in f32 and a cast.
+/// column `c0` (clipped to the output), the bias (if any) added: to an
+/// f32 output rounded to bf16 when `round`, to a bf16 one always (the
+/// same bits as rounding in f32 and a cast).
 ///
 /// # Safety
 /// The CPU has AVX-512 (as for `pack_a`); the block is inside `out`, and
 /// no other thread touches it.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-unsafe fn emit_bf16(staged: &Staged, out: Out<u16>, r0: usize, c0: usize, bias: Option<&[f32]>) {
-    let cols = (2 * T).min(out.n - c0);
-    for i in 0..(2 * T).min(out.m - r0) {
-        for h in 0..cols.div_ceil(T) {
-            let lanes = T.min(cols - h * T);
-            let keep = mask(lanes) as u16;
-            // SAFETY: `lanes` values inside the staged row, the bias (`n`
-            // long) and the output row (clipped), as the caller promises.
-            unsafe {
-                let mut v = _mm512_maskz_loadu_ps(keep, staged.0.as_ptr().add(i * 2 * T + h * T));
-                if let Some(b) = bias {
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, b.as_ptr().add(c0 + h * T)));
-                }
-                let row = out.ptr.add((r0 + i) * out.ld + c0 + h * T);
-                _mm256_mask_storeu_epi16(row.cast(), keep, _mm512_cvtepi32_epi16(round16(v)));
-            }
-        }
-    }
-}
-
-/// Writes the staged sums of the 32 x 32 output block at row `r0`,
-/// column `c0` (clipped to the output) to the f32 output, the bias (if
-/// any) added and each rounded to bf16 when asked.
-///
-/// # Safety
-/// The CPU has AVX-512 (as for `pack_a`); the block is inside `out`, and
-/// no other thread touches it.
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-unsafe fn epilogue(
+unsafe fn epilogue<O: SumOut>(
     staged: &Staged,
-    out: Out,
+    out: Out<O>,
     r0: usize,
     c0: usize,
     bias: Option<&[f32]>,
@@ -946,17 +911,22 @@ unsafe fn epilogue(
         for h in 0..cols.div_ceil(T) {
             let keep = mask(T.min(cols - h * T)) as u16;
             // SAFETY: the lanes kept are inside the staged row, the output
-            // row (clipped) and the bias (`n` long), as the caller promises.
+            // row (clipped) and the bias (`n` long), as the caller promises;
+            // `O` is bf16 (16 bits) or f32, as `O::BF16` says.
             unsafe {
-                let row = out.ptr.add((r0 + i) * out.ld + c0 + h * T);
                 let mut v = _mm512_maskz_loadu_ps(keep, staged.0.as_ptr().add(i * 2 * T + h * T));
                 if let Some(b) = bias {
                     v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, b.as_ptr().add(c0 + h * T)));
                 }
-                if round {
-                    v = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(round16(v)));
+                let row = out.ptr.add((r0 + i) * out.ld + c0 + h * T);
+                if O::BF16 {
+                    _mm256_mask_storeu_epi16(row.cast(), keep, _mm512_cvtepi32_epi16(round16(v)));
+                } else {
+                    if round {
+                        v = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(round16(v)));
+                    }
+                    _mm512_mask_storeu_ps(row.cast(), keep, v);
                 }
-                _mm512_mask_storeu_ps(row, keep, v);
             }
         }
     }
