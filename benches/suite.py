@@ -230,6 +230,20 @@ def resnet_infer(batch):
     return timed(2, reps, run)
 
 
+def resnet_infer_compiled(batch):
+    import torchvision
+
+    model = torch.compile(torchvision.models.resnet18().eval())
+    x = torch.randn(batch, 3, 224, 224)
+
+    def run():
+        with torch.inference_mode():
+            model(x)
+
+    first_call(f"resnet18 b{batch}", run)
+    return timed(2, 3, run)
+
+
 def gpt2_generate():
     import transformers
 
@@ -327,6 +341,7 @@ WORKLOADS = {
     "compiled mlp step": lambda t: mlp_step_compiled(),
     "compiled encoder b1 s16": lambda t: encoder_compiled(1, 16),
     "compiled encoder b8 s128": lambda t: encoder_compiled(8, 128),
+    "compiled resnet18 b16": lambda t: resnet_infer_compiled(16),
     "gelu chain": lambda t: gelu_chain(),
     "export encoder": lambda t: export_encoder(),
     "rss export": rss_export,

@@ -424,6 +424,28 @@ fn resnet_infer(batch: usize, rng: &mut Rng) -> Sample {
     })
 }
 
+/// ResNet-18 inference through `forma::compile`; the first call (the
+/// capture) is timed apart and printed.
+fn resnet_infer_compiled(batch: usize, rng: &mut Rng) -> Sample {
+    let mut model = ResNet18::<1000>::new(&ResNetConfig::resnet18(), &Cpu, rng);
+    model.eval();
+    let model = forma::compile(model);
+    let x = Tensor::<(Dyn, C<3>, C<224>, C<224>)>::randn((Dyn(batch), C, C, C), rng);
+    let run = || {
+        let _guard = no_grad();
+        let y: Tensor<(Dyn, C<1000>)> = model.forward(x.clone());
+        std::hint::black_box(y);
+    };
+    let start = Instant::now();
+    run();
+    eprintln!(
+        "forma compile, resnet18 b{batch}: first call (capture) {:.1} ms; {:?}",
+        start.elapsed().as_secs_f64() * 1e3,
+        model.stats()
+    );
+    Sample::time(2, 3, run)
+}
+
 /// GPT-2 small (random weights, eval mode) generating 32 tokens greedily
 /// after a 16-token prompt with its KV cache; the rate is new tokens per
 /// second of the whole call (the prompt's pass included), as PyTorch's
@@ -729,6 +751,13 @@ fn workloads() -> Vec<Workload> {
         Unit::Millis,
         1.0,
         Box::new(|rng| encoder_compiled(8, 128, rng)),
+    ));
+    w.push(Workload::new(
+        "compiled resnet18 b16",
+        "ResNet-18 b16 inference, forma::compile vs torch.compile",
+        Unit::Millis,
+        1.0,
+        Box::new(|rng| resnet_infer_compiled(16, rng)),
     ));
     w.push(Workload::new(
         "gelu chain",

@@ -46,15 +46,21 @@
 //! `compile` never changes a result: [`Compiled::eager`] is the model
 //! itself, and [`Compiled::into_inner`] gives it back.
 //!
-//! **Passes.** Weights pre-packed: in inference (no gradient wanted), a
-//! `linear` runs on its weight packed once for the GEMM instead of at
-//! every call, until an optimizer step or a load writes the weight
-//! ([`CompileStats::packed_weights`]; values unchanged, bit for bit).
+//! **Passes.** Elementwise fusion: each chain of elementwise nodes whose
+//! intermediates nothing else reads (a batch norm in eval mode, a residual
+//! add and a ReLU: five ops) is one node, which runs in one pass over
+//! memory where no gradient is wanted, each op rounding as it does alone
+//! ([`CompileStats::fused_nodes`]; values unchanged, bit for bit; with a
+//! gradient wanted the ops run one by one, on the tape). Weights
+//! pre-packed: in inference, a `linear` runs on its weight packed once for
+//! the GEMM instead of at every call, until an optimizer step or a load
+//! writes the weight ([`CompileStats::packed_weights`]; values unchanged,
+//! bit for bit).
 //!
-//! **Not yet.** Elementwise fusion, matmul epilogues, memory planning and
-//! BatchNorm folding; a training step replays the eager ops one by one
-//! (one tape node each); a break sends the whole forward to eager rather
-//! than only the part around it.
+//! **Not yet.** Matmul epilogues, memory planning and BatchNorm folding;
+//! a training step replays the eager ops one by one (one tape node each);
+//! a break sends the whole forward to eager rather than only the part
+//! around it.
 
 use crate::capture::capture;
 use crate::module::{Cx, Forward, Module, ReprNode, Role, Visitor, VisitorMut};
@@ -91,6 +97,10 @@ pub struct CompileStats {
     /// Weights the cached graphs hold packed for the GEMM (the pass
     /// "weights pre-packed", which runs where no gradient is wanted).
     pub packed_weights: usize,
+    /// Fused nodes in the cached graphs (the pass "elementwise fusion":
+    /// each runs a chain of elementwise ops in one pass where no gradient
+    /// is wanted).
+    pub fused_nodes: usize,
 }
 
 /// A signature whose forward runs eagerly, and why.
@@ -198,14 +208,14 @@ impl<M> Compiled<M> {
     pub fn stats(&self) -> CompileStats {
         let c = self.lock();
         let mut stats = c.stats;
-        stats.packed_weights = c
-            .entries
-            .iter()
-            .map(|(_, e)| match e {
-                Entry::Plan(p) => packed_weights(p.as_ref()),
-                Entry::Break(_) => 0,
+        let plans = || {
+            c.entries.iter().filter_map(|(_, e)| match e {
+                Entry::Plan(p) => Some(plan_counts(p.as_ref())),
+                Entry::Break(_) => None,
             })
-            .sum();
+        };
+        stats.packed_weights = plans().map(|(packed, _)| packed).sum();
+        stats.fused_nodes = plans().map(|(_, fused)| fused).sum();
         stats
     }
 
@@ -251,17 +261,17 @@ impl<M: Module> Module for Compiled<M> {
 }
 
 /// How many weights plan `p` (a `Replay` of f32 or f64 on a device this
-/// crate knows) holds packed.
-fn packed_weights(p: &(dyn Any + Send + Sync)) -> usize {
+/// crate knows) holds packed, and how many fused nodes it runs.
+fn plan_counts(p: &(dyn Any + Send + Sync)) -> (usize, usize) {
     macro_rules! on {
         ($($e:ty, $d:ty);*) => {
             $(if let Some(r) = p.downcast_ref::<Replay<$e, $d>>() {
-                return r.packed_weights();
+                return (r.packed_weights(), r.fused_nodes_made());
             })*
         };
     }
     on!(f32, forma_cpu::Cpu; f64, forma_cpu::Cpu);
-    0
+    (0, 0)
 }
 
 /// The float type of a graph: that of its first float value.

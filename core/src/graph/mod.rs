@@ -28,6 +28,7 @@
 
 mod capture;
 mod dim;
+mod fuse;
 mod op;
 mod replay;
 
@@ -46,6 +47,7 @@ macro_rules! note_op {
     };
 }
 pub use dim::{product, Dim, Expr};
+pub use fuse::fuse_elementwise;
 pub(crate) use note_op;
 pub use op::{Elem, Op};
 pub use replay::{narrow_to, widen, Replay, Slot, Slots, Tensor6};

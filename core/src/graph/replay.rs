@@ -16,7 +16,13 @@
 //! the inputs and the live parameters and runs the nodes, dropping each
 //! value after its last use.
 //!
-//! **Passes.** One so far, weights pre-packed: where no gradient is wanted
+//! **Passes.** Elementwise fusion ([`super::fuse_elementwise`], run by
+//! [`Replay::new`]): a fused node runs in one pass
+//! ([`crate::ops::fused::FusedKernel::fused_nodes`]) where no gradient is
+//! wanted and autocast is off, and as the composed ops (one tape node
+//! each) otherwise; the values are the same either way.
+//!
+//! Weights pre-packed: where no gradient is wanted
 //! and autocast is off, a `linear` whose weight is a parameter runs on a
 //! copy of the weight packed once for the backend's GEMM
 //! ([`crate::ops::matmul::MatmulKernel::pack_rhs`]), kept until the
@@ -264,6 +270,8 @@ pub struct Replay<E: Float, D: Backend> {
     frees: Vec<Vec<ValueId>>,
     /// Weights packed for the GEMM, by graph value.
     packs: Mutex<HashMap<ValueId, Packed<E, D>>>,
+    /// Fused nodes the pass "elementwise fusion" made.
+    fused: usize,
 }
 
 /// A weight packed once: the storage it was packed from (kept, so its
@@ -319,7 +327,7 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
     /// # Errors
     /// The first node with no replay form, with its module path; or a
     /// constant that cannot be uploaded.
-    pub fn new(graph: Graph, device: &D) -> Result<Self> {
+    pub fn new(mut graph: Graph, device: &D) -> Result<Self> {
         for n in &graph.nodes {
             if let Some(why) = unsupported(&graph, n, E::DTYPE) {
                 let at = if n.path.is_empty() {
@@ -330,6 +338,7 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
                 return Err(Error::invalid("compile", format!("{why}{at}")));
             }
         }
+        let fused = super::fuse_elementwise(&mut graph);
         let mut constants = HashMap::new();
         for (id, v) in graph.values.iter().enumerate() {
             if let Source::Constant(data) = &v.source {
@@ -356,7 +365,47 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
             constants,
             frees,
             packs: Mutex::new(HashMap::new()),
+            fused,
         })
+    }
+
+    /// How many fused nodes the pass "elementwise fusion" made (each runs
+    /// a chain of elementwise ops in one pass).
+    pub fn fused_nodes_made(&self) -> usize {
+        self.fused
+    }
+
+    /// Fused node `nodes` on `ins` in one pass over memory, or `None` where
+    /// the composed ops must run: when a gradient is wanted (the tape
+    /// records the ops one by one), under autocast, or on a backend without
+    /// the kernel. Each row rounds as the op alone does: the same values,
+    /// bit for bit.
+    fn fused_nodes(
+        &self,
+        nodes: &[Elem],
+        ins: &[&Slot<E, D>],
+        out: &[usize],
+    ) -> Result<Option<Tensor6<E, D>>> {
+        let mut ts = Vec::with_capacity(ins.len());
+        for s in ins {
+            match s {
+                Slot::Float(t, _) if !t.needs_grad() => ts.push(t),
+                _ => return Ok(None),
+            }
+        }
+        if crate::autocast::target::<E, D>(&self.device).is_some()
+            || !crate::ops::fused::runnable(nodes, ts.len())
+        {
+            return Ok(None);
+        }
+        let dims = six(out)?.dims();
+        let layouts: Vec<Layout> = ts.iter().map(|t| t.layout.broadcast_to(&dims)).collect();
+        let guards: Vec<_> = ts.iter().map(|t| t.storage()).collect();
+        let views: Vec<_> = guards.iter().map(|g| &**g).zip(&layouts).collect();
+        Ok(self
+            .device
+            .fused_nodes(nodes, &views)?
+            .map(|y| Tensor6::from_storage(y, &dims, self.device.clone())))
     }
 
     /// How many weights are held packed for the GEMM (the module docs'
@@ -565,6 +614,9 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
             Op::Unary { name, params } => f(unary(x.float()?, name, params)?),
             Op::Binary { name } => f(binary(x.float()?, ins[1].float()?, name)?),
             Op::Fused { nodes } => {
+                if let Some(y) = self.fused_nodes(nodes, ins, out)? {
+                    return Ok(f(y));
+                }
                 let mut vals: Vec<Tensor6<E, D>> = Vec::with_capacity(nodes.len());
                 for e in nodes {
                     let v = match e {

@@ -9,6 +9,7 @@ mod cmp;
 mod conv;
 mod cumsum;
 mod fused;
+mod fused_nodes;
 mod index;
 mod linear;
 mod matmul;

@@ -48,6 +48,15 @@ macro_rules! binary_table {
             }
         }
 
+        /// Row `name` handed to `v` as its op type; `None` when no row has
+        /// that name.
+        pub(crate) fn visit_row<V: crate::ops::fused::RowVisitor>(name: &str, v: V) -> Option<V::Out> {
+            match name {
+                $(stringify!($method) => Some(v.binary($op)),)*
+                _ => None,
+            }
+        }
+
         $(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, Default, PartialEq)]

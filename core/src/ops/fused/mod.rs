@@ -21,10 +21,12 @@
 //! kernel (CUDA today) runs the composed ops.
 
 mod expr;
+mod program;
 
 pub use crate::ops::binary::BinaryExprs;
 pub use crate::ops::unary::UnaryExprs;
 pub use expr::{Arg, Binary, Expr, Unary};
+pub use program::{runnable, visit_row, RowVisitor};
 
 use crate::device::{Backend, Device};
 use crate::dtype::Float;
@@ -69,6 +71,23 @@ pub trait FusedKernel<E: Float>: Backend {
         wrt: usize,
     ) -> Result<Option<Self::Storage<E>>> {
         let _ = (expr, ins, wrt);
+        Ok(None)
+    }
+
+    /// The expression `nodes` (built at run time: see [`RowVisitor`]) at
+    /// every position of `ins`, which all have the output's sizes
+    /// (broadcast dims have stride 0); the result is row-major. Each row
+    /// rounds to `E` as the op alone does, so the values are the composed
+    /// ops', bit for bit. The caller has checked the nodes ([`runnable`]).
+    ///
+    /// `Ok(None)` (the default) means no such kernel: the caller runs the
+    /// composed ops.
+    fn fused_nodes(
+        &self,
+        nodes: &[crate::graph::Elem],
+        ins: &[(&Self::Storage<E>, &Layout)],
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (nodes, ins);
         Ok(None)
     }
 }

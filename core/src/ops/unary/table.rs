@@ -56,6 +56,24 @@ macro_rules! unary_table {
             }
         }
 
+        /// Row `name` with `params` (in the row's field order) handed to `v`
+        /// as its op type; `None` when no row has that name and that many
+        /// parameters.
+        pub(crate) fn visit_row<V: crate::ops::fused::RowVisitor>(
+            name: &str,
+            params: &[f64],
+            v: V,
+        ) -> Option<V::Out> {
+            match name {
+                $(stringify!($method) => {
+                    let mut _rest = params.iter().copied();
+                    let op = $op { $($field: _rest.next()?),* };
+                    _rest.next().is_none().then(|| v.unary(op))
+                })*
+                _ => None,
+            }
+        }
+
         $(
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq)]
