@@ -59,7 +59,31 @@ fn window_spans(p: &Pool2dParams, out: [usize; 2], h: usize, w: usize) -> (Vec<S
     (along(0, h), along(1, w))
 }
 
-/// Max pooling of one dense `h x w` plane; windows of only padding give -inf.
+/// The maximum of one window of a dense plane of width `w`, PyTorch's way:
+/// taps in row-major order, a larger value or a NaN replaces the running
+/// maximum (so a NaN, once taken, is never replaced by a number); a window
+/// of only padding gives -inf.
+#[inline(always)]
+fn max_window<E: Float>(x: &[E], w: usize, r: &Span, c: &Span, [dh, dw]: [usize; 2]) -> E {
+    let mut m = E::neg_infinity();
+    for i in r.lo..r.hi {
+        let y = (r.start + (i * dh) as isize) as usize;
+        let xrow = &x[y * w..(y + 1) * w];
+        for j in c.lo..c.hi {
+            let v = xrow[(c.start + (j * dw) as isize) as usize];
+            if take_max(m, v) {
+                m = v;
+            }
+        }
+    }
+    m
+}
+
+/// Max pooling of one dense `h x w` plane with windows `kw` taps wide:
+/// each output is [`max_window`]'s. The columns whose whole window lies
+/// inside the row (all but a padded edge) take their taps one at a time
+/// across the output row, in the same order per output, so the loop runs
+/// over contiguous outputs and vectorises; the same values, bit for bit.
 fn max_plane<E: Float>(
     x: &[E],
     w: usize,
@@ -67,25 +91,93 @@ fn max_plane<E: Float>(
     rows: &[Span],
     cols: &[Span],
     dil: [usize; 2],
+    kw: usize,
 ) {
-    let [dh, dw] = dil;
-    let ow = cols.len();
-    for (r, orow) in rows.iter().zip(out.chunks_exact_mut(ow)) {
-        for (c, o) in cols.iter().zip(orow.iter_mut()) {
-            let mut m = E::neg_infinity();
+    crate::simd::run(MaxPlane {
+        x,
+        w,
+        out,
+        rows,
+        cols,
+        dil,
+        kw,
+    })
+}
+
+/// [`max_plane`]'s loops, compiled for the widest vectors the CPU has.
+struct MaxPlane<'a, E> {
+    x: &'a [E],
+    w: usize,
+    out: &'a mut [E],
+    rows: &'a [Span],
+    cols: &'a [Span],
+    dil: [usize; 2],
+    kw: usize,
+}
+
+impl<E: Float> crate::simd::Vectorized for MaxPlane<'_, E> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let MaxPlane {
+            x,
+            w,
+            out,
+            rows,
+            cols,
+            dil,
+            kw,
+        } = self;
+        let [dh, dw] = dil;
+        let ow = cols.len();
+        let full = |c: &Span| c.lo == 0 && c.hi == kw;
+        let (a, b) = match (cols.iter().position(full), cols.iter().rposition(full)) {
+            (Some(a), Some(b)) => (a, b + 1),
+            _ => (0, 0),
+        };
+        let stride = if b > a + 1 {
+            (cols[a + 1].start - cols[a].start) as usize
+        } else {
+            1
+        };
+        for (r, orow) in rows.iter().zip(out.chunks_exact_mut(ow)) {
+            for (c, o) in cols[..a].iter().zip(&mut orow[..a]) {
+                *o = max_window(x, w, r, c, dil);
+            }
+            for (c, o) in cols[b..].iter().zip(&mut orow[b..]) {
+                *o = max_window(x, w, r, c, dil);
+            }
+            let mid = &mut orow[a..b];
+            if mid.is_empty() {
+                continue;
+            }
+            mid.fill(E::neg_infinity());
             for i in r.lo..r.hi {
                 let y = (r.start + (i * dh) as isize) as usize;
                 let xrow = &x[y * w..(y + 1) * w];
-                for j in c.lo..c.hi {
-                    let v = xrow[(c.start + (j * dw) as isize) as usize];
-                    // PyTorch's test: a NaN, once taken, is never replaced.
-                    if v > m || v.is_nan() {
-                        m = v;
+                for j in 0..kw {
+                    let first = (cols[a].start + (j * dw) as isize) as usize;
+                    let taps = &xrow[first..first + (mid.len() - 1) * stride + 1];
+                    match stride {
+                        1 => tap_row::<E, 1>(mid, taps, 1),
+                        2 => tap_row::<E, 2>(mid, taps, 2),
+                        _ => tap_row::<E, 0>(mid, taps, stride),
                     }
                 }
             }
-            *o = m;
         }
+    }
+}
+
+/// One tap of every window of an output row: `out[k]` takes `taps[k *
+/// stride]` where [`take_max`] says so. `S` is the stride when it is known
+/// at compile time (1 or 2, so the loads vectorise), else 0.
+#[inline(always)]
+fn tap_row<E: Float, const S: usize>(out: &mut [E], taps: &[E], stride: usize) {
+    let s = if S == 0 { stride } else { S };
+    for (k, o) in out.iter_mut().enumerate() {
+        let v = taps[k * s];
+        *o = if take_max(*o, v) { v } else { *o };
     }
 }
 
@@ -473,7 +565,7 @@ impl<E: Float> PoolKernel<E> for Cpu {
             out,
             window,
             E::neg_infinity(),
-            |xp, o| max_plane(xp, w, o, &rows, &cols, p.dilation),
+            |xp, o| max_plane(xp, w, o, &rows, &cols, p.dilation, p.kernel[1]),
         ))
     }
 
@@ -773,7 +865,7 @@ mod tests {
         let out = out_size(dims, p);
         let (rows, cols) = window_spans(p, out, h, w);
         let y = per_plane(&xs, dims, out, 1, E::neg_infinity(), |xp, o| {
-            max_plane(xp, w, o, &rows, &cols, p.dilation)
+            max_plane(xp, w, o, &rows, &cols, p.dilation, p.kernel[1])
         });
         let gx = per_plane_backward(&xs, dims, g, out, |xp, gp, gxp| {
             max_plane_backward(xp, w, gp, gxp, &rows, &cols, p.dilation)
@@ -887,6 +979,74 @@ mod tests {
         check_tiled::<f32>([2, 2, 8, 6], &p, 28);
         // Where the last window would hang over, it does not.
         assert!(!tiles(&p, out_size([1, 1, 7, 7], &p), 7, 7));
+    }
+
+    /// Max pooling window by window through [`max_window`]: what the
+    /// vectorised interior of [`max_plane`] must give, bit for bit.
+    fn each_window<E: Float>(x: &[E], d: [usize; 4], p: &Pool2dParams) -> Vec<E> {
+        let [n, c, h, w] = d;
+        let out = out_size(d, p);
+        let (rows, cols) = window_spans(p, out, h, w);
+        let mut y = Vec::new();
+        for xp in x.chunks_exact(h * w).take(n * c) {
+            for r in &rows {
+                for col in &cols {
+                    y.push(max_window(xp, w, r, col, p.dilation));
+                }
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn vectorised_interior_matches_each_window_bit_for_bit() {
+        let dilated = Pool2dParams {
+            dilation: [2, 2],
+            ..params([3, 3], [1, 2], [1, 1], false, false)
+        };
+        for (d, p, seed) in [
+            // ResNet's stem pooling: 3x3, stride 2, padding 1.
+            (
+                [2, 3, 12, 13],
+                params([3, 3], [2, 2], [1, 1], false, false),
+                40,
+            ),
+            (
+                [1, 2, 9, 17],
+                params([3, 2], [1, 1], [1, 0], true, false),
+                41,
+            ),
+            (
+                [2, 2, 11, 16],
+                params([2, 3], [3, 3], [0, 1], true, false),
+                42,
+            ),
+            (
+                [1, 1, 3, 2],
+                params([3, 3], [2, 2], [1, 1], false, false),
+                43,
+            ),
+            ([2, 2, 13, 15], dilated, 44),
+            // Enough planes for the parallel path.
+            (
+                [16, 8, 14, 14],
+                params([3, 3], [2, 2], [1, 1], false, false),
+                45,
+            ),
+        ] {
+            let mut rng = Rng::seed_from(seed);
+            let l = Layout::contiguous(&d);
+            let x = tricky::<f32>(d.iter().product(), &mut rng);
+            assert!(
+                same_bits(&run(&x, &l, &p, true), &each_window(&x, d, &p)),
+                "{d:?} {p:?}"
+            );
+            let x = tricky::<bf16>(d.iter().product(), &mut rng);
+            assert!(
+                same_bits(&run(&x, &l, &p, true), &each_window(&x, d, &p)),
+                "{d:?} {p:?}"
+            );
+        }
     }
 
     #[test]
