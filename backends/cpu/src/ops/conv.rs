@@ -303,21 +303,91 @@ fn im2col_general<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
     per_row(col, oh * ow, par, fill_row);
 }
 
-/// Scratch space of one image's convolution, kept across images.
+/// Scratch space of a convolution, kept across images and, per thread
+/// and element type, across calls ([`Scratch::take`]): a column matrix is
+/// as large as a layer's activations times its kernel's taps, and
+/// zero-filling a fresh one at every call was a tenth of ResNet-18's
+/// inference, though [`im2col`] writes every element of it anyway.
 #[derive(Debug)]
-struct Scratch<A> {
+struct Scratch<A: 'static> {
     /// The column matrix.
     col: Vec<A>,
     /// The padded input (see [`padded`]).
     pad: Vec<A>,
+    /// One image's column matrix while a run of images is stacked.
+    one: Vec<A>,
+    /// A stacked run's output.
+    run: Vec<A>,
 }
 
-impl<A> Default for Scratch<A> {
-    fn default() -> Self {
-        Scratch {
-            col: Vec::new(),
-            pad: Vec::new(),
+/// A [`Scratch`]'s buffers while no convolution holds them.
+struct Kept<A> {
+    col: Vec<A>,
+    pad: Vec<A>,
+    one: Vec<A>,
+    run: Vec<A>,
+}
+
+thread_local! {
+    /// The scratch of this thread's last convolution, one per element type.
+    static KEPT: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<A: 'static> Scratch<A> {
+    /// This thread's kept scratch for `A`, or a new one.
+    fn take() -> Self {
+        let kept = KEPT
+            .try_with(|k| {
+                let mut k = k.try_borrow_mut().ok()?;
+                let i = k.iter().position(|b| b.is::<Kept<A>>())?;
+                k.swap_remove(i).downcast::<Kept<A>>().ok()
+            })
+            .ok()
+            .flatten();
+        match kept {
+            Some(k) => {
+                let Kept { col, pad, one, run } = *k;
+                Scratch { col, pad, one, run }
+            }
+            None => Scratch {
+                col: Vec::new(),
+                pad: Vec::new(),
+                one: Vec::new(),
+                run: Vec::new(),
+            },
         }
+    }
+
+    /// `buf` at least `len` long (zero-filled only where it grows), as a
+    /// slice of `len`.
+    fn at_least(buf: &mut Vec<A>, len: usize) -> &mut [A]
+    where
+        A: Real,
+    {
+        if buf.len() < len {
+            buf.resize(len, A::zero());
+        }
+        &mut buf[..len]
+    }
+}
+
+impl<A: 'static> Drop for Scratch<A> {
+    /// Keeps the buffers for this thread's next convolution (in place of
+    /// any kept before).
+    fn drop(&mut self) {
+        let keep = Kept {
+            col: std::mem::take(&mut self.col),
+            pad: std::mem::take(&mut self.pad),
+            one: std::mem::take(&mut self.one),
+            run: std::mem::take(&mut self.run),
+        };
+        let _ = KEPT.try_with(|k| {
+            if let Ok(mut k) = k.try_borrow_mut() {
+                k.retain(|b| !b.is::<Kept<A>>());
+                k.push(Box::new(keep));
+            }
+        });
     }
 }
 
@@ -346,8 +416,7 @@ fn conv_image<A: Real>(
                 cs: 1,
             }
         } else {
-            let col = &mut scratch.col;
-            col.resize(kk * l, A::zero());
+            let col = Scratch::at_least(&mut scratch.col, kk * l);
             im2col(xg, col, g, inner_par, &mut scratch.pad);
             Operand {
                 data: &col[..],
@@ -408,8 +477,8 @@ fn stacked_cols<A: Real>(
 ) {
     let (kk, l) = (g.patch(), g.positions());
     let (in_img, plane, cols) = (g.c_in * g.h * g.w, g.cg * g.h * g.w, b * l);
-    col.resize(kk * cols, A::zero());
-    one.resize(kk * l, A::zero());
+    let col = Scratch::at_least(col, kk * cols);
+    let one = Scratch::at_least(one, kk * l);
     for k in 0..b {
         let xg = &x[(i0 + k) * in_img + gi * plane..][..plane];
         im2col(xg, one, g, true, pad);
@@ -433,13 +502,19 @@ fn conv2d_stacked<A: Real>(
     let og = g.c_out / g.p.groups;
     let out_img = g.c_out * l;
     let par = solo_parallelism();
-    let (mut col, mut one, mut pad, mut out_run) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut scratch = Scratch::take();
+    let Scratch {
+        col,
+        one,
+        pad,
+        run: out_run,
+    } = &mut scratch;
     for i0 in (0..g.n).step_by(run) {
         let b = run.min(g.n - i0);
         let cols = b * l;
         for gi in 0..g.p.groups {
-            stacked_cols(x, g, (i0, b), gi, &mut col, &mut one, &mut pad);
-            out_run.resize(og * cols, A::zero());
+            stacked_cols(x, g, (i0, b), gi, col, one, pad);
+            let dst = Scratch::at_least(out_run, og * cols);
             let lhs = Operand {
                 data: wt,
                 off: gi * og * kk,
@@ -452,8 +527,8 @@ fn conv2d_stacked<A: Real>(
                 rs: cols,
                 cs: 1,
             };
-            product_into(&mut out_run, og, cols, kk, lhs, rhs, par, prod);
-            for (o, row) in out_run.chunks_exact(cols).enumerate() {
+            product_into(dst, og, cols, kk, lhs, rhs, par, prod);
+            for (o, row) in dst.chunks_exact(cols).enumerate() {
                 for (k, src) in row.chunks_exact(l).enumerate() {
                     out[(i0 + k) * out_img + (gi * og + o) * l..][..l].copy_from_slice(src);
                 }
@@ -490,7 +565,7 @@ fn conv2d_with<A: Real>(
     if batch_parallel(g.n, work) {
         let per = (PAR_CHUNK / work.max(1)).max(1);
         crate::par::chunks_mut(&mut out, per * out_img, |c, o| {
-            let mut scratch = Scratch::default();
+            let mut scratch = Scratch::take();
             for (k, o) in o.chunks_exact_mut(out_img).enumerate() {
                 let i = c * per + k;
                 let xi = &x[i * in_img..(i + 1) * in_img];
@@ -498,7 +573,7 @@ fn conv2d_with<A: Real>(
             }
         });
     } else {
-        let mut scratch = Scratch::default();
+        let mut scratch = Scratch::take();
         let par = solo_parallelism();
         for (i, o) in out.chunks_exact_mut(out_img).enumerate() {
             let xi = &x[i * in_img..(i + 1) * in_img];
