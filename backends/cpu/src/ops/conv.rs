@@ -316,8 +316,10 @@ struct Scratch<A: 'static> {
     pad: Vec<A>,
     /// One image's column matrix while a run of images is stacked.
     one: Vec<A>,
-    /// A stacked run's output.
+    /// A stacked run's output (or, in the backward, its output gradient).
     run: Vec<A>,
+    /// The backward's product before it is added or folded back.
+    tmp: Vec<A>,
 }
 
 /// A [`Scratch`]'s buffers while no convolution holds them.
@@ -326,6 +328,7 @@ struct Kept<A> {
     pad: Vec<A>,
     one: Vec<A>,
     run: Vec<A>,
+    tmp: Vec<A>,
 }
 
 thread_local! {
@@ -347,14 +350,27 @@ impl<A: 'static> Scratch<A> {
             .flatten();
         match kept {
             Some(k) => {
-                let Kept { col, pad, one, run } = *k;
-                Scratch { col, pad, one, run }
+                let Kept {
+                    col,
+                    pad,
+                    one,
+                    run,
+                    tmp,
+                } = *k;
+                Scratch {
+                    col,
+                    pad,
+                    one,
+                    run,
+                    tmp,
+                }
             }
             None => Scratch {
                 col: Vec::new(),
                 pad: Vec::new(),
                 one: Vec::new(),
                 run: Vec::new(),
+                tmp: Vec::new(),
             },
         }
     }
@@ -381,6 +397,7 @@ impl<A: 'static> Drop for Scratch<A> {
             pad: std::mem::take(&mut self.pad),
             one: std::mem::take(&mut self.one),
             run: std::mem::take(&mut self.run),
+            tmp: std::mem::take(&mut self.tmp),
         };
         let _ = KEPT.try_with(|k| {
             if let Ok(mut k) = k.try_borrow_mut() {
@@ -508,6 +525,7 @@ fn conv2d_stacked<A: Real>(
         one,
         pad,
         run: out_run,
+        ..
     } = &mut scratch;
     for i0 in (0..g.n).step_by(run) {
         let b = run.min(g.n - i0);
@@ -725,14 +743,20 @@ fn conv2d_backward_stacked<A: Real>(
     let og = g.c_out / g.p.groups;
     let (in_img, out_img, plane) = (g.c_in * g.h * g.w, g.c_out * l, g.cg * g.h * g.w);
     let par = solo_parallelism();
-    let (mut col, mut one, mut pad, mut gyb, mut tmp) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut scratch = Scratch::take();
+    let Scratch {
+        col,
+        one,
+        pad,
+        run: gyb,
+        tmp,
+    } = &mut scratch;
     for i0 in (0..g.n).step_by(run) {
         let b = run.min(g.n - i0);
         let cols = b * l;
         for gi in 0..g.p.groups {
             // The run's output gradient of the group, `[og, b * l]`.
-            gyb.resize(og * cols, A::zero());
+            let gyb = Scratch::at_least(gyb, og * cols);
             for (o, row) in gyb.chunks_exact_mut(cols).enumerate() {
                 for (k, dst) in row.chunks_exact_mut(l).enumerate() {
                     dst.copy_from_slice(&gy[(i0 + k) * out_img + (gi * og + o) * l..][..l]);
@@ -745,31 +769,31 @@ fn conv2d_backward_stacked<A: Real>(
                 cs: 1,
             };
             if need_w {
-                stacked_cols(x, g, (i0, b), gi, &mut col, &mut one, &mut pad);
-                tmp.resize(og * kk, A::zero());
+                stacked_cols(x, g, (i0, b), gi, col, one, pad);
+                let tmp = Scratch::at_least(tmp, og * kk);
                 let col_t = Operand {
                     data: &col[..],
                     off: 0,
                     rs: 1,
                     cs: cols,
                 };
-                product_into(&mut tmp, og, kk, cols, gyg, col_t, par, prod);
-                for (a, &t) in gw[gi * og * kk..][..og * kk].iter_mut().zip(&tmp) {
+                product_into(tmp, og, kk, cols, gyg, col_t, par, prod);
+                for (a, &t) in gw[gi * og * kk..][..og * kk].iter_mut().zip(&*tmp) {
                     *a = *a + t;
                 }
             }
             if need_x {
-                tmp.resize(kk * cols, A::zero());
+                let tmp = Scratch::at_least(tmp, kk * cols);
                 let w_t = Operand {
                     data: wt,
                     off: gi * og * kk,
                     rs: 1,
                     cs: kk,
                 };
-                product_into(&mut tmp, kk, cols, og, w_t, gyg, par, prod);
+                product_into(tmp, kk, cols, og, w_t, gyg, par, prod);
                 // Each image's columns folded back onto its own input, the
                 // images in parallel.
-                let dcol = &tmp[..];
+                let dcol = &*tmp;
                 let run_gx = &mut gx[i0 * in_img..(i0 + b) * in_img];
                 crate::par::chunks_mut(run_gx, in_img, |k, gxi| {
                     let gxg = &mut gxi[gi * plane..][..plane];
@@ -822,13 +846,15 @@ fn conv2d_backward_with<A: Real>(
     // exactly.
     const RUN: usize = 4;
     let partials: Vec<Vec<A>> = crate::par::chunks_map(&mut gx, in_img * RUN, |r, gx_run| {
-        let (mut gw, mut col, mut dcol, mut tmp, mut pad) = (
-            vec![A::zero(); wlen],
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-        );
+        let mut gw = vec![A::zero(); wlen];
+        let mut scratch = Scratch::take();
+        let Scratch {
+            col,
+            one: dcol,
+            pad,
+            tmp,
+            ..
+        } = &mut scratch;
         for (k, gxi) in gx_run.chunks_mut(in_img).enumerate() {
             let i = r * RUN + k;
             let xi = &x[i * in_img..(i + 1) * in_img];
@@ -841,20 +867,20 @@ fn conv2d_backward_with<A: Real>(
                     cs: 1,
                 };
                 if need_w {
-                    col.resize(kk * l, A::zero());
+                    let col = Scratch::at_least(col, kk * l);
                     let xg = &xi[gi * plane..(gi + 1) * plane];
-                    im2col(xg, &mut col, g, false, &mut pad);
+                    im2col(xg, col, g, false, pad);
                     // dW_g += dY_g @ col^T
-                    tmp.resize(og * kk, A::zero());
+                    let tmp = Scratch::at_least(tmp, og * kk);
                     let col_t = Operand {
                         data: &col[..],
                         off: 0,
                         rs: 1,
                         cs: l,
                     };
-                    product_into(&mut tmp, og, kk, l, gyg, col_t, Parallelism::None, prod);
+                    product_into(tmp, og, kk, l, gyg, col_t, Parallelism::None, prod);
                     let gwg = &mut gw[gi * og * kk..(gi + 1) * og * kk];
-                    for (a, &b) in gwg.iter_mut().zip(&tmp) {
+                    for (a, &b) in gwg.iter_mut().zip(&*tmp) {
                         *a = *a + b;
                     }
                 }
@@ -862,21 +888,15 @@ fn conv2d_backward_with<A: Real>(
                     continue;
                 }
                 // dcol = W_g^T @ dY_g, folded back onto the input.
-                dcol.resize(kk * l, A::zero());
+                let dcol = Scratch::at_least(dcol, kk * l);
                 let w_t = Operand {
                     data: wt,
                     off: gi * og * kk,
                     rs: 1,
                     cs: kk,
                 };
-                product_into(&mut dcol, kk, l, og, w_t, gyg, Parallelism::None, prod);
-                col2im(
-                    &dcol,
-                    l,
-                    &mut gxi[gi * plane..(gi + 1) * plane],
-                    g,
-                    &mut pad,
-                );
+                product_into(dcol, kk, l, og, w_t, gyg, Parallelism::None, prod);
+                col2im(dcol, l, &mut gxi[gi * plane..(gi + 1) * plane], g, pad);
             }
         }
         gw
