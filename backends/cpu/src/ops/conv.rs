@@ -392,6 +392,17 @@ impl<A: 'static> Drop for Scratch<A> {
     /// Keeps the buffers for this thread's next convolution (in place of
     /// any kept before).
     fn drop(&mut self) {
+        /// Buffers above this many bytes in all are freed, not kept: a
+        /// one-off huge convolution should not hold its memory for the
+        /// thread's lifetime.
+        const KEEP_AT_MOST: usize = 256 << 20;
+        let bytes = [&self.col, &self.pad, &self.one, &self.run, &self.tmp]
+            .iter()
+            .map(|v| v.capacity() * std::mem::size_of::<A>())
+            .sum::<usize>();
+        if bytes == 0 || bytes > KEEP_AT_MOST {
+            return;
+        }
         let keep = Kept {
             col: std::mem::take(&mut self.col),
             pad: std::mem::take(&mut self.pad),
@@ -1055,6 +1066,26 @@ fn low_products<E: Float>(cpu: &Cpu, op: &'static str, low: DType) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scratch_is_kept_for_the_threads_next_call_unless_huge() {
+        {
+            let mut s = Scratch::<f32>::take();
+            s.col = vec![1.0; 1000];
+        }
+        let s = Scratch::<f32>::take();
+        assert!(s.col.capacity() >= 1000);
+        // Taken: the slot is empty until it is given back.
+        assert_eq!(Scratch::<f32>::take().col.capacity(), 0);
+        drop(s);
+        // Another element type has its own slot.
+        assert_eq!(Scratch::<f64>::take().col.capacity(), 0);
+        {
+            let mut s = Scratch::<f32>::take();
+            s.col = Vec::with_capacity((256 << 20) / 4 + 1);
+        }
+        assert_eq!(Scratch::<f32>::take().col.capacity(), 0);
+    }
     use forma_core::shape::window::window_out;
     use forma_core::{Dtype, Rng};
     use half::{bf16, f16};
