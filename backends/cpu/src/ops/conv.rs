@@ -303,13 +303,9 @@ fn im2col_general<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
     per_row(col, oh * ow, par, fill_row);
 }
 
-/// Scratch space of a convolution, kept across images and, per thread
-/// and element type, across calls ([`Scratch::take`]): a column matrix is
-/// as large as a layer's activations times its kernel's taps, and
-/// zero-filling a fresh one at every call was a tenth of ResNet-18's
-/// inference, though [`im2col`] writes every element of it anyway.
+/// The buffers of a convolution: see [`Scratch`].
 #[derive(Debug)]
-struct Scratch<A: 'static> {
+struct Buffers<A> {
     /// The column matrix.
     col: Vec<A>,
     /// The padded input (see [`padded`]).
@@ -322,57 +318,46 @@ struct Scratch<A: 'static> {
     tmp: Vec<A>,
 }
 
-/// A [`Scratch`]'s buffers while no convolution holds them.
-struct Kept<A> {
-    col: Vec<A>,
-    pad: Vec<A>,
-    one: Vec<A>,
-    run: Vec<A>,
-    tmp: Vec<A>,
+impl<A> Default for Buffers<A> {
+    fn default() -> Self {
+        Buffers {
+            col: Vec::new(),
+            pad: Vec::new(),
+            one: Vec::new(),
+            run: Vec::new(),
+            tmp: Vec::new(),
+        }
+    }
 }
 
+/// Scratch space of a convolution, kept across images and, per thread
+/// and element type, across calls ([`Scratch::take`]; dropping it gives
+/// its buffers back): a column matrix is as large as a layer's
+/// activations times its kernel's taps, and zero-filling a fresh one at
+/// every call was a tenth of ResNet-18's inference, though [`im2col`]
+/// writes every element of it anyway.
+#[derive(Debug)]
+struct Scratch<A: 'static>(Buffers<A>);
+
 thread_local! {
-    /// The scratch of this thread's last convolution, one per element type.
+    /// The buffers of this thread's last convolution, one set per element
+    /// type.
     static KEPT: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl<A: 'static> Scratch<A> {
-    /// This thread's kept scratch for `A`, or a new one.
+    /// This thread's kept buffers for `A`, or new ones.
     fn take() -> Self {
         let kept = KEPT
             .try_with(|k| {
                 let mut k = k.try_borrow_mut().ok()?;
-                let i = k.iter().position(|b| b.is::<Kept<A>>())?;
-                k.swap_remove(i).downcast::<Kept<A>>().ok()
+                let i = k.iter().position(|b| b.is::<Buffers<A>>())?;
+                k.swap_remove(i).downcast::<Buffers<A>>().ok()
             })
             .ok()
             .flatten();
-        match kept {
-            Some(k) => {
-                let Kept {
-                    col,
-                    pad,
-                    one,
-                    run,
-                    tmp,
-                } = *k;
-                Scratch {
-                    col,
-                    pad,
-                    one,
-                    run,
-                    tmp,
-                }
-            }
-            None => Scratch {
-                col: Vec::new(),
-                pad: Vec::new(),
-                one: Vec::new(),
-                run: Vec::new(),
-                tmp: Vec::new(),
-            },
-        }
+        Scratch(kept.map(|b| *b).unwrap_or_default())
     }
 
     /// `buf` at least `len` long (zero-filled only where it grows), as a
@@ -388,6 +373,19 @@ impl<A: 'static> Scratch<A> {
     }
 }
 
+impl<A> std::ops::Deref for Scratch<A> {
+    type Target = Buffers<A>;
+    fn deref(&self) -> &Buffers<A> {
+        &self.0
+    }
+}
+
+impl<A> std::ops::DerefMut for Scratch<A> {
+    fn deref_mut(&mut self) -> &mut Buffers<A> {
+        &mut self.0
+    }
+}
+
 impl<A: 'static> Drop for Scratch<A> {
     /// Keeps the buffers for this thread's next convolution (in place of
     /// any kept before).
@@ -396,23 +394,18 @@ impl<A: 'static> Drop for Scratch<A> {
         /// one-off huge convolution should not hold its memory for the
         /// thread's lifetime.
         const KEEP_AT_MOST: usize = 256 << 20;
-        let bytes = [&self.col, &self.pad, &self.one, &self.run, &self.tmp]
+        let b = &self.0;
+        let bytes = [&b.col, &b.pad, &b.one, &b.run, &b.tmp]
             .iter()
             .map(|v| v.capacity() * std::mem::size_of::<A>())
             .sum::<usize>();
         if bytes == 0 || bytes > KEEP_AT_MOST {
             return;
         }
-        let keep = Kept {
-            col: std::mem::take(&mut self.col),
-            pad: std::mem::take(&mut self.pad),
-            one: std::mem::take(&mut self.one),
-            run: std::mem::take(&mut self.run),
-            tmp: std::mem::take(&mut self.tmp),
-        };
+        let keep = std::mem::take(&mut self.0);
         let _ = KEPT.try_with(|k| {
             if let Ok(mut k) = k.try_borrow_mut() {
-                k.retain(|b| !b.is::<Kept<A>>());
+                k.retain(|b| !b.is::<Buffers<A>>());
                 k.push(Box::new(keep));
             }
         });
@@ -444,8 +437,9 @@ fn conv_image<A: Real>(
                 cs: 1,
             }
         } else {
-            let col = Scratch::at_least(&mut scratch.col, kk * l);
-            im2col(xg, col, g, inner_par, &mut scratch.pad);
+            let Buffers { col, pad, .. } = &mut **scratch;
+            let col = Scratch::at_least(col, kk * l);
+            im2col(xg, col, g, inner_par, pad);
             Operand {
                 data: &col[..],
                 off: 0,
@@ -531,13 +525,13 @@ fn conv2d_stacked<A: Real>(
     let out_img = g.c_out * l;
     let par = solo_parallelism();
     let mut scratch = Scratch::take();
-    let Scratch {
+    let Buffers {
         col,
         one,
         pad,
         run: out_run,
         ..
-    } = &mut scratch;
+    } = &mut *scratch;
     for i0 in (0..g.n).step_by(run) {
         let b = run.min(g.n - i0);
         let cols = b * l;
@@ -755,13 +749,13 @@ fn conv2d_backward_stacked<A: Real>(
     let (in_img, out_img, plane) = (g.c_in * g.h * g.w, g.c_out * l, g.cg * g.h * g.w);
     let par = solo_parallelism();
     let mut scratch = Scratch::take();
-    let Scratch {
+    let Buffers {
         col,
         one,
         pad,
         run: gyb,
         tmp,
-    } = &mut scratch;
+    } = &mut *scratch;
     for i0 in (0..g.n).step_by(run) {
         let b = run.min(g.n - i0);
         let cols = b * l;
@@ -859,13 +853,13 @@ fn conv2d_backward_with<A: Real>(
     let partials: Vec<Vec<A>> = crate::par::chunks_map(&mut gx, in_img * RUN, |r, gx_run| {
         let mut gw = vec![A::zero(); wlen];
         let mut scratch = Scratch::take();
-        let Scratch {
+        let Buffers {
             col,
             one: dcol,
             pad,
             tmp,
             ..
-        } = &mut scratch;
+        } = &mut *scratch;
         for (k, gxi) in gx_run.chunks_mut(in_img).enumerate() {
             let i = r * RUN + k;
             let xi = &x[i * in_img..(i + 1) * in_img];
