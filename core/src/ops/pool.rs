@@ -202,6 +202,42 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
     {
         ok(self.try_avg_pool2d(p))
     }
+
+    /// Max pooling that also returns where each maximum came from, like
+    /// `F.max_pool2d(x, ..., return_indices=True)`: each index is the flat
+    /// position `row * w + col` of its window's maximum within its input
+    /// plane (`[h, w]`), the first maximum of the window, a NaN winning as in
+    /// PyTorch's CPU kernel. The values are [`Tensor::try_max_pool2d`]'s,
+    /// with its gradient; the indices are found on the host (from a copy of
+    /// the input when it lives on a device). [`Tensor::try_max_unpool2d`]
+    /// puts the values back.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// use forma::core::ops::pool::Pool2dParams;
+    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<4>)>::from_vec(vec![1., 5., 2., 0., 3., 4., 7., 6.], (C, C, C, C)).unwrap();
+    /// let (y, idx) = x.try_max_pool2d_with_indices(Pool2dParams::new([2, 2])).unwrap();
+    /// assert_eq!(y.to_vec(), [5., 7.]);
+    /// assert_eq!(idx.to_vec(), [1, 6]);
+    /// ```
+    ///
+    /// # Errors
+    /// When the window does not fit the padded input.
+    #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
+    pub fn try_max_pool2d_with_indices<P>(
+        &self,
+        p: P,
+    ) -> Result<(
+        PoolOut<S, P, op::max_pool2d_with_indices, E, D>,
+        PoolOut<S, P, op::max_pool2d_with_indices, i64, D>,
+    )>
+    where
+        P: ImageInput<S, op::max_pool2d_with_indices> + Into<Pool2dParams>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        let (y, idx) = x.try_max_pool2d_with_indices_at(p.into())?;
+        Ok((y.retype(), idx.retype()))
+    }
 }
 
 impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
@@ -269,28 +305,8 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         Ok(y.noted(|| (crate::graph::Op::AvgPool(p), vec![self.val()])))
     }
 
-    /// Max pooling that also returns where each maximum came from, like
-    /// `F.max_pool2d(x, ..., return_indices=True)`: each index is the flat
-    /// position `row * w + col` of its window's maximum within its input
-    /// plane (`[h, w]`), the first maximum of the window, a NaN winning as in
-    /// PyTorch's CPU kernel. The values are [`Tensor::try_max_pool2d`]'s,
-    /// with its gradient; the indices are found on the host (from a copy of
-    /// the input when it lives on a device). [`Tensor::try_max_unpool2d`]
-    /// puts the values back.
-    ///
-    /// ```
-    /// use forma::prelude::*;
-    /// use forma::core::ops::pool::Pool2dParams;
-    /// let x = Tensor::<(C<1>, C<1>, C<2>, C<4>)>::from_vec(vec![1., 5., 2., 0., 3., 4., 7., 6.], (C, C, C, C)).unwrap();
-    /// let (y, idx) = x.try_max_pool2d_with_indices(Pool2dParams::new([2, 2])).unwrap();
-    /// assert_eq!(y.to_vec(), [5., 7.]);
-    /// assert_eq!(idx.to_vec(), [1, 6]);
-    /// ```
-    ///
-    /// # Errors
-    /// When the window does not fit the padded input.
     #[allow(clippy::type_complexity)] // PyTorch's (values, indices)
-    pub fn try_max_pool2d_with_indices(
+    fn try_max_pool2d_with_indices_at(
         &self,
         p: Pool2dParams,
     ) -> Result<(

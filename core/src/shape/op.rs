@@ -264,6 +264,10 @@ pub enum max_pool2d {}
 #[derive(Debug)]
 pub enum avg_pool2d {}
 
+/// [`crate::Tensor::try_max_pool2d_with_indices`].
+#[derive(Debug)]
+pub enum max_pool2d_with_indices {}
+
 // A method of every tensor whose receiver must have some rank states that
 // rule on one of its own type parameters (`Co: ImageInput<S, op::conv2d>`,
 // the weight's first dim), not on the receiver's shape. rustc looks a
