@@ -852,12 +852,25 @@ fn unary<E: Float, D: Device<E>>(
     name: &str,
     params: &[f64],
 ) -> Result<Tensor6<E, D>> {
-    crate::ops::unary::apply_row(t, name, params).ok_or_else(|| {
-        Error::invalid(
-            "compile",
-            format!("no unary row `{name}` with {} parameters", params.len()),
-        )
-    })
+    /// Applies a unary row to the tensor it holds.
+    struct Apply<'a, E: Float, D: Device<E>>(&'a Tensor6<E, D>);
+    impl<E: Float, D: Device<E>> crate::ops::fused::RowVisitor for Apply<'_, E, D> {
+        type Out = Option<Tensor6<E, D>>;
+        fn unary<Op: crate::ops::unary::UnaryOp>(self, op: Op) -> Self::Out {
+            Some(self.0.map_unary(op))
+        }
+        fn binary<Op: crate::ops::binary::BinaryOp>(self, _: Op) -> Self::Out {
+            None
+        }
+    }
+    crate::ops::unary::visit_row(name, params, Apply(t))
+        .flatten()
+        .ok_or_else(|| {
+            Error::invalid(
+                "compile",
+                format!("no unary row `{name}` with {} parameters", params.len()),
+            )
+        })
 }
 
 /// Binary row `name` on `a` and `b`.

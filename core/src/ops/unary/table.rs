@@ -38,24 +38,6 @@ macro_rules! unary_table {
             matches!(name, $(stringify!($method))|*)
         }
 
-        /// Row `name` with `params` (in the row's field order) applied to
-        /// `x` (how a replayed graph runs a unary node); `None` when no row
-        /// has that name and that many parameters.
-        pub(crate) fn apply_row<S: Shape, E: Float, D: crate::device::Device<E>>(
-            x: &Tensor<S, E, D>,
-            name: &str,
-            params: &[f64],
-        ) -> Option<Tensor<S, E, D>> {
-            match name {
-                $(stringify!($method) => {
-                    let mut _rest = params.iter().copied();
-                    let op = $op { $($field: _rest.next()?),* };
-                    _rest.next().is_none().then(|| x.map_unary(op))
-                })*
-                _ => None,
-            }
-        }
-
         /// Row `name` with `params` (in the row's field order) handed to `v`
         /// as its op type; `None` when no row has that name and that many
         /// parameters.
