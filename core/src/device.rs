@@ -43,6 +43,32 @@ pub trait Backend: Clone + Debug + PartialEq + Send + Sync + 'static {
         dst_layout: &Layout,
     ) -> Result<()>;
 
+    /// A new row-major storage holding the views `parts` (storage and
+    /// layout) joined along `axis`, like `torch.cat`: their sizes agree
+    /// outside `axis` (the caller has checked). The default writes each
+    /// piece into a zero-filled storage; a backend may write each element
+    /// once instead.
+    fn concat<E: Dtype>(
+        &self,
+        parts: &[(&Self::Storage<E>, &Layout)],
+        axis: usize,
+    ) -> Result<Self::Storage<E>> {
+        let Some((_, first)) = parts.first() else {
+            return self.full(0, E::default());
+        };
+        let mut dims = first.dims;
+        dims[axis] = parts.iter().map(|(_, l)| l.dims[axis]).sum();
+        let mut out = self.full(dims.numel(), E::default())?;
+        let whole = Layout::contiguous(&dims);
+        let mut start = 0;
+        for (s, l) in parts {
+            let len = l.dims[axis];
+            self.copy_strided(s, l, &mut out, &whole.narrow(axis, start, len))?;
+            start += len;
+        }
+        Ok(out)
+    }
+
     /// Converts a strided view to another dtype, into a new row-major storage,
     /// with `torch.Tensor.to`'s rounding rules.
     fn cast<E: Dtype, F: Dtype>(

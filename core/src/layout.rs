@@ -124,6 +124,58 @@ impl Layout {
         }
     }
 
+    /// Views of one set of sizes, over as few dims as they allow: size-1
+    /// dims dropped, and each run of neighbouring dims that every view
+    /// steps through evenly (a dim's stride the next one's times its size,
+    /// in all of them) merged into one. The elements and their row-major
+    /// order are unchanged, so a kernel walking the last dim walks rows as
+    /// long as the views allow: a scalar expanded to `[1, n, 1]` becomes
+    /// one row of `n` with stride 0. An empty view is returned as it is.
+    ///
+    /// ```
+    /// use forma_core::Layout;
+    /// let x = Layout::contiguous(&[4, 3, 5]).narrow(2, 0, 5);
+    /// let g = Layout::contiguous(&[]).broadcast_to(&[4, 3, 5]);
+    /// let [x, g] = Layout::coalesce([&x, &g]);
+    /// assert_eq!((&x.dims[..], &x.strides[..]), (&[60][..], &[1][..]));
+    /// assert_eq!((&g.dims[..], &g.strides[..]), (&[60][..], &[0][..]));
+    /// ```
+    pub fn coalesce<const K: usize>(layouts: [&Layout; K]) -> [Layout; K] {
+        let Some(first) = layouts.first() else {
+            return layouts.map(|l| *l);
+        };
+        if first.numel() == 0 {
+            return layouts.map(|l| *l);
+        }
+        let mut dims: Vec<usize> = Vec::with_capacity(first.rank());
+        let mut strides: [Vec<usize>; K] = std::array::from_fn(|_| Vec::new());
+        for i in 0..first.rank() {
+            let d = first.dims[i];
+            if d == 1 {
+                continue;
+            }
+            let merges = !dims.is_empty()
+                && (0..K).all(|k| strides[k].last() == Some(&(layouts[k].strides[i] * d)));
+            if merges {
+                *dims.last_mut().expect("a dim to merge into") *= d;
+                for k in 0..K {
+                    *strides[k].last_mut().expect("as many strides as dims") =
+                        layouts[k].strides[i];
+                }
+            } else {
+                dims.push(d);
+                for k in 0..K {
+                    strides[k].push(layouts[k].strides[i]);
+                }
+            }
+        }
+        std::array::from_fn(|k| Layout {
+            dims: Dims::from_slice(&dims),
+            strides: Dims::from_slice(&strides[k]),
+            offset: layouts[k].offset,
+        })
+    }
+
     /// Removes an axis (which must have size 1, or the view is being reduced).
     pub fn remove_axis(&self, axis: usize) -> Self {
         let mut d: Vec<usize> = self.dims.to_vec();

@@ -5,6 +5,7 @@
 //! generic over the op so hot loops have no dispatch.
 
 mod cast;
+mod concat;
 mod dense;
 pub mod ops;
 mod par;
@@ -72,6 +73,11 @@ fn walk<T: Send, const K: usize>(
     if out.is_empty() {
         return;
     }
+    // Rows as long as the views allow: an expanded scalar is one row of
+    // stride 0 rather than a row of one element per position.
+    let merged = Layout::coalesce(layouts);
+    let layouts = merged.each_ref();
+    let first = &merged[0];
     let dense = layouts.iter().all(|l| l.is_contiguous());
     let (outer, n, strides): ([Layout; K], usize, [usize; K]) = if dense || first.rank() == 0 {
         let flat = |l: &Layout| Layout {
@@ -265,6 +271,10 @@ impl Backend for Cpu {
             dst[di.next_offset()] = src[si.next_offset()];
         }
         Ok(())
+    }
+
+    fn concat<E: Dtype>(&self, parts: &[(&Vec<E>, &Layout)], axis: usize) -> Result<Vec<E>> {
+        Ok(concat::concat(parts, axis))
     }
 
     fn cast<E: Dtype, F: Dtype>(&self, src: &Vec<E>, layout: &Layout) -> Result<Vec<F>> {

@@ -5,7 +5,6 @@
 use crate::device::Backend;
 use crate::dtype::Dtype;
 use crate::error::{fmt_dims, Error, Result};
-use crate::layout::Layout;
 use crate::shape::check::assert_cat_sum;
 use crate::shape::{
     op, AxisOf, Dim, Dyn, HasAxis, InsertAxis, InsertAxisOf, JoinsAlong, One, Shape,
@@ -81,19 +80,15 @@ fn join<S: Shape, S2: Shape, E: Dtype, D: Backend>(
         return Err(Error::shape(op, S2::describe(), &dims));
     }
     let dev = &first.device;
-    let mut out = dev.full(dims.numel(), E::default())?;
-    let full = Layout::contiguous(&dims);
-    let mut start = 0;
-    for t in tensors {
-        let len = t.layout.dims[ax];
-        dev.copy_strided(
-            &t.storage(),
-            &t.layout,
-            &mut out,
-            &full.narrow(ax, start, len),
-        )?;
-        start += len;
-    }
+    let guards: Vec<_> = tensors.iter().map(|t| t.storage()).collect();
+    let parts: Vec<_> = guards
+        .iter()
+        .zip(tensors)
+        .map(|(g, t)| (&**g, &t.layout))
+        .collect();
+    let out = dev.concat(&parts, ax)?;
+    drop(parts);
+    drop(guards);
     let lens: Vec<usize> = tensors.iter().map(|t| t.layout.dims[ax]).collect();
     let vars: Vec<_> = tensors.iter().map(|t| t.var.clone()).collect();
     Ok(Tensor::from_storage(out, &dims, dev.clone())

@@ -242,17 +242,23 @@ impl<E, T, F: Fn(&[E]) -> T> crate::simd::Vectorized for Lanes<'_, E, T, F> {
     }
 }
 
-/// Columns summed side by side by [`column_sums`]: one `ymm` of f32.
+/// The fewest columns [`column_sums`] takes (narrower outputs go lane by
+/// lane).
 const COLS: usize = 8;
+
+/// Columns one task of [`column_sums`] sums side by side: 512 bytes of each
+/// f32 row, read whole, so the walk down the rows streams cache lines
+/// rather than touching each line once per column group.
+const BLOCK: usize = 128;
 
 /// Sums over an axis that is not the innermost when the innermost dim is
 /// dense (a bias gradient: `[batch, n]` summed over the batch). Lanes are
-/// then columns, and a strided copy would move the axis last; instead
-/// [`COLS`] neighbouring columns are summed at once, each step adding a
+/// then columns, and a strided copy would move the axis last; instead up
+/// to [`BLOCK`] neighbouring columns are summed at once, each step adding a
 /// row of them. The fold is [`lane_sum`]'s, with the same split points
-/// (they depend only on the lane length) applied to whole rows, so every
-/// column gets the bits its own lane would. `None` when the layout is not
-/// of this kind.
+/// (they depend only on the lane length) applied to whole rows, and its
+/// leaf's eight running sums kept per column, so every column gets the
+/// bits its own lane would. `None` when the layout is not of this kind.
 fn column_sums<E: Float>(x: &[E], layout: &Layout, axis: usize) -> Option<Vec<E::Acc>> {
     let r = layout.rank();
     if r < 2 || axis + 1 == r || layout.strides[r - 1] != 1 || layout.dims[r - 1] < COLS {
@@ -263,48 +269,130 @@ fn column_sums<E: Float>(x: &[E], layout: &Layout, axis: usize) -> Option<Vec<E:
     let outer = layout.remove_axis(axis);
     let width = outer.dims[r - 2];
     let rows = outer.remove_axis(r - 2);
-    let idx: Vec<usize> = (0..n).collect();
     let zero = <E::Acc as num_traits::Zero>::zero();
-    // Output columns `c0..c0 + o.len()` of one outer position's row.
-    let run = |row: usize, c0: usize, o: &mut [E::Acc]| {
-        let base = StridedIter::new(&rows, row).next_offset() + c0;
-        let mut c = 0;
-        while c < o.len() {
-            let at = base + c;
-            if c + COLS <= o.len() {
-                let sums = tree_reduce(
-                    &idx,
-                    [zero; COLS],
-                    &|i: usize| -> [E::Acc; COLS] {
-                        std::array::from_fn(|j| x[at + i * step + j].to_acc())
-                    },
-                    &|a: [E::Acc; COLS], b: [E::Acc; COLS]| std::array::from_fn(|j| a[j] + b[j]),
-                );
-                o[c..c + COLS].copy_from_slice(&sums);
-                c += COLS;
-            } else {
-                o[c] = lane_sum(&idx, |i: usize| x[at + i * step].to_acc());
-                c += 1;
-            }
-        }
-    };
     let m = rows.numel();
     let mut out = vec![zero; m * width];
-    if m * width * n >= 2 * PAR_CHUNK {
-        // Tasks of whole column groups, about `PAR_CHUNK` inputs each.
-        let per = (PAR_CHUNK / n).max(1).next_multiple_of(COLS).min(width);
-        let tasks: Vec<(usize, usize, &mut [_])> = out
-            .chunks_mut(width)
-            .enumerate()
-            .flat_map(|(row, o)| o.chunks_mut(per).enumerate().map(move |(t, o)| (row, t, o)))
-            .collect();
-        crate::par::each(tasks, |(row, t, o)| run(row, t * per, o));
+    let tasks: Vec<(usize, usize, &mut [E::Acc])> = out
+        .chunks_mut(width)
+        .enumerate()
+        .flat_map(|(row, o)| {
+            o.chunks_mut(BLOCK)
+                .enumerate()
+                .map(move |(t, o)| (row, t * BLOCK, o))
+        })
+        .collect();
+    let parallel = m * width * n >= 2 * PAR_CHUNK;
+    // Few tasks for many rows: the halves of each fold run in parallel too.
+    let split = parallel && tasks.len() < crate::par::threads();
+    let run = |(row, c0, o): (usize, usize, &mut [E::Acc])| {
+        let at = StridedIter::new(&rows, row).next_offset() + c0;
+        crate::simd::run(Columns {
+            x,
+            at,
+            step,
+            rows: 0..n,
+            out: o,
+            split,
+        });
+    };
+    if parallel {
+        crate::par::each(tasks, run);
     } else {
-        for (row, o) in out.chunks_mut(width).enumerate() {
-            run(row, 0, o);
-        }
+        tasks.into_iter().for_each(run);
     }
     Some(out)
+}
+
+/// [`column_sums`]' fold of columns `at..at + out.len()` over `rows`
+/// (row `i` starts at `at + i * step`), as [`tree_reduce`] folds a lane:
+/// halves at the same split points above [`LEAF`] rows, in parallel with
+/// `split` when they are long.
+struct Columns<'a, E: Float> {
+    x: &'a [E],
+    at: usize,
+    step: usize,
+    rows: std::ops::Range<usize>,
+    out: &'a mut [E::Acc],
+    split: bool,
+}
+
+impl<E: Float> crate::simd::Vectorized for Columns<'_, E> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let Columns {
+            x,
+            at,
+            step,
+            rows,
+            out,
+            split,
+        } = self;
+        let len = rows.len();
+        if len <= LEAF {
+            return column_leaf(x, at, step, rows, out);
+        }
+        let mid = rows.start + split_point(len);
+        let w = out.len();
+        let mut other = vec![<E::Acc as num_traits::Zero>::zero(); w];
+        let first = |o: &mut [E::Acc], rows| {
+            crate::simd::run(Columns {
+                x,
+                at,
+                step,
+                rows,
+                out: o,
+                split,
+            })
+        };
+        let (a, b) = (rows.start..mid, mid..rows.end);
+        if split && len * w >= 2 * PAR_CHUNK {
+            crate::par::join(|| first(out, a), || first(&mut other, b));
+        } else {
+            first(out, a);
+            first(&mut other, b);
+        }
+        for (o, v) in out.iter_mut().zip(&other) {
+            *o = *o + *v;
+        }
+    }
+}
+
+/// [`leaf_reduce`] of `+` for each column at once: eight running sums per
+/// column (row `i` into sum `i % 8`), a tail for the rows past the last
+/// whole eight, combined in the leaf's order.
+#[inline(always)]
+fn column_leaf<E: Float>(
+    x: &[E],
+    at: usize,
+    step: usize,
+    rows: std::ops::Range<usize>,
+    out: &mut [E::Acc],
+) {
+    let w = out.len();
+    debug_assert!(w <= BLOCK);
+    let zero = <E::Acc as num_traits::Zero>::zero();
+    let mut acc = [[zero; BLOCK]; 8];
+    let mut tail = [zero; BLOCK];
+    let row = |i: usize| &x[at + i * step..at + i * step + w];
+    let whole = rows.start + rows.len() / 8 * 8;
+    for i0 in (rows.start..whole).step_by(8) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (a, v) in a[..w].iter_mut().zip(row(i0 + j)) {
+                *a = *a + v.to_acc();
+            }
+        }
+    }
+    for i in whole..rows.end {
+        for (t, v) in tail[..w].iter_mut().zip(row(i)) {
+            *t = *t + v.to_acc();
+        }
+    }
+    for (c, o) in out.iter_mut().enumerate() {
+        let lo = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
+        let hi = (acc[4][c] + acc[5][c]) + (acc[6][c] + acc[7][c]);
+        *o = (lo + hi) + tail[c];
+    }
 }
 
 fn empty_axis(op: &'static str) -> Error {

@@ -165,7 +165,7 @@ impl<S: Shape, E: Float, D: Device<E>> Tensor<S, E, D> {
             .flatten()
             .collect(),
             move |g: &Raw<E, D>| {
-                let (ga, gb) = raw_binary_backward(op, &a, &b, g)?;
+                let (ga, gb) = binary_grads(op, &a, &b, g)?;
                 Ok(vec![Some(sum_to(&ga, &da)?), Some(sum_to(&gb, &db)?)])
             },
         )
@@ -189,6 +189,30 @@ pub(crate) fn raw_binary<Op: BinaryOp, E: Float, D: Device<E>>(
         .device
         .binary(op, &a.storage(), &a.layout, &b.storage(), &b.layout)?;
     Ok(Raw::new(s, &a.layout.dims, a.device.clone()))
+}
+
+/// [`raw_binary_backward`], except that where a partial derivative is
+/// the constant 1 (both of `add`'s, `sub`'s first) the gradient is `g`
+/// itself rather than a pass computing `g * 1`: the same values, without
+/// writing a tensor of the output's size for each operand (a bias add's
+/// backward in every linear layer).
+fn binary_grads<Op: BinaryOp, E: Float, D: Device<E>>(
+    op: Op,
+    a: &Raw<E, D>,
+    b: &Raw<E, D>,
+    g: &Raw<E, D>,
+) -> Result<(Raw<E, D>, Raw<E, D>)> {
+    if Op::READS_LHS || Op::READS_RHS {
+        return raw_binary_backward(op, a, b, g);
+    }
+    // The derivatives read neither operand: they are constants.
+    let (ca, cb) = op.df(0.0f64, 0.0f64);
+    if ca == 1.0 && cb == 1.0 {
+        return Ok((g.clone(), g.clone()));
+    }
+    let (ga, gb) = raw_binary_backward(op, a, b, g)?;
+    let pass = |c: f64, computed: Raw<E, D>| if c == 1.0 { g.clone() } else { computed };
+    Ok((pass(ca, ga), pass(cb, gb)))
 }
 
 /// `(g * df/da, g * df/db)` for raw operands whose views have `g`'s sizes:
