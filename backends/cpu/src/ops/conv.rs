@@ -733,21 +733,91 @@ fn conv2d_backward_acc<A: Real>(
 /// group, `dW_g += dY_g @ col^T` and `dcol = W_g^T @ dY_g`, each one gemm
 /// over the run's columns, `dcol` folded back image by image. `gx` and
 /// `gw` come zeroed; the runs are summed into `gw` in order.
+///
+/// Small products (LeNet's 6 or 16 channels) run one run per task, each
+/// single-threaded, its `dW` kept apart and the runs' added in order
+/// afterwards: the same sums as one run after another with each product
+/// threaded (a product splits its output, never its depth), without a
+/// parallel region per product.
 #[allow(clippy::too_many_arguments)] // the backward's operands and outputs
 fn conv2d_backward_stacked<A: Real>(
     x: &[A],
     wt: &[A],
     gy: &[A],
     g: &Geometry,
-    [need_x, need_w]: [bool; 2],
+    need: [bool; 2],
     run: usize,
     (gx, gw): (&mut [A], &mut [A]),
     prod: Products,
 ) {
     let (kk, l) = (g.patch(), g.positions());
     let og = g.c_out / g.p.groups;
-    let (in_img, out_img, plane) = (g.c_in * g.h * g.w, g.c_out * l, g.cg * g.h * g.w);
+    let in_img = g.c_in * g.h * g.w;
+    let runs = g.n.div_ceil(run);
+    let work = og * kk * run * l * g.p.groups;
+    if batch_parallel(runs, work) {
+        let need_w = need[1];
+        let parts = crate::par::chunks_map(gx, run * in_img, |r, gx_run| {
+            let mut part = if need_w {
+                vec![A::zero(); gw.len()]
+            } else {
+                Vec::new()
+            };
+            let i0 = r * run;
+            let b = run.min(g.n - i0);
+            let into = RunGrads {
+                gx: gx_run,
+                gw: &mut part,
+                add: false,
+            };
+            backward_run(x, wt, gy, g, need, (i0, b), into, Parallelism::None, prod);
+            part
+        });
+        for part in parts.iter().filter(|p| !p.is_empty()) {
+            for (a, &t) in gw.iter_mut().zip(part) {
+                *a = *a + t;
+            }
+        }
+        return;
+    }
     let par = solo_parallelism();
+    for i0 in (0..g.n).step_by(run) {
+        let b = run.min(g.n - i0);
+        let into = RunGrads {
+            gx: &mut gx[i0 * in_img..(i0 + b) * in_img],
+            gw: &mut *gw,
+            add: true,
+        };
+        backward_run(x, wt, gy, g, need, (i0, b), into, par, prod);
+    }
+}
+
+/// Where one run's gradients go: its images' `gx` (zeroed, added into)
+/// and `gw`, the run's weight gradient added into it (`add`) or written
+/// (a run's own part).
+struct RunGrads<'a, A> {
+    gx: &'a mut [A],
+    gw: &'a mut [A],
+    add: bool,
+}
+
+/// Images `i0..i0 + b` of [`conv2d_backward_stacked`], every group.
+#[allow(clippy::too_many_arguments)] // the backward's operands and outputs
+fn backward_run<A: Real>(
+    x: &[A],
+    wt: &[A],
+    gy: &[A],
+    g: &Geometry,
+    [need_x, need_w]: [bool; 2],
+    (i0, b): (usize, usize),
+    into: RunGrads<'_, A>,
+    par: Parallelism,
+    prod: Products,
+) {
+    let (kk, l) = (g.patch(), g.positions());
+    let og = g.c_out / g.p.groups;
+    let (in_img, out_img, plane) = (g.c_in * g.h * g.w, g.c_out * l, g.cg * g.h * g.w);
+    let threaded = !matches!(par, Parallelism::None);
     let mut scratch = Scratch::take();
     let Buffers {
         col,
@@ -756,54 +826,61 @@ fn conv2d_backward_stacked<A: Real>(
         run: gyb,
         tmp,
     } = &mut *scratch;
-    for i0 in (0..g.n).step_by(run) {
-        let b = run.min(g.n - i0);
-        let cols = b * l;
-        for gi in 0..g.p.groups {
-            // The run's output gradient of the group, `[og, b * l]`.
-            let gyb = Scratch::at_least(gyb, og * cols);
-            for (o, row) in gyb.chunks_exact_mut(cols).enumerate() {
-                for (k, dst) in row.chunks_exact_mut(l).enumerate() {
-                    dst.copy_from_slice(&gy[(i0 + k) * out_img + (gi * og + o) * l..][..l]);
-                }
+    let cols = b * l;
+    for gi in 0..g.p.groups {
+        // The run's output gradient of the group, `[og, b * l]`.
+        let gyb = Scratch::at_least(gyb, og * cols);
+        for (o, row) in gyb.chunks_exact_mut(cols).enumerate() {
+            for (k, dst) in row.chunks_exact_mut(l).enumerate() {
+                dst.copy_from_slice(&gy[(i0 + k) * out_img + (gi * og + o) * l..][..l]);
             }
-            let gyg = Operand {
-                data: &gyb[..],
+        }
+        let gyg = Operand {
+            data: &gyb[..],
+            off: 0,
+            rs: cols,
+            cs: 1,
+        };
+        if need_w {
+            stacked_cols(x, g, (i0, b), gi, col, one, pad);
+            let tmp = Scratch::at_least(tmp, og * kk);
+            let col_t = Operand {
+                data: &col[..],
                 off: 0,
-                rs: cols,
-                cs: 1,
+                rs: 1,
+                cs: cols,
             };
-            if need_w {
-                stacked_cols(x, g, (i0, b), gi, col, one, pad);
-                let tmp = Scratch::at_least(tmp, og * kk);
-                let col_t = Operand {
-                    data: &col[..],
-                    off: 0,
-                    rs: 1,
-                    cs: cols,
-                };
-                product_into(tmp, og, kk, cols, gyg, col_t, par, prod);
-                for (a, &t) in gw[gi * og * kk..][..og * kk].iter_mut().zip(&*tmp) {
+            product_into(tmp, og, kk, cols, gyg, col_t, par, prod);
+            let gwg = &mut into.gw[gi * og * kk..][..og * kk];
+            if into.add {
+                for (a, &t) in gwg.iter_mut().zip(&*tmp) {
                     *a = *a + t;
                 }
+            } else {
+                gwg.copy_from_slice(tmp);
             }
-            if need_x {
-                let tmp = Scratch::at_least(tmp, kk * cols);
-                let w_t = Operand {
-                    data: wt,
-                    off: gi * og * kk,
-                    rs: 1,
-                    cs: kk,
-                };
-                product_into(tmp, kk, cols, og, w_t, gyg, par, prod);
-                // Each image's columns folded back onto its own input, the
-                // images in parallel.
-                let dcol = &*tmp;
-                let run_gx = &mut gx[i0 * in_img..(i0 + b) * in_img];
-                crate::par::chunks_mut(run_gx, in_img, |k, gxi| {
-                    let gxg = &mut gxi[gi * plane..][..plane];
-                    col2im(&dcol[k * l..], cols, gxg, g, &mut Vec::new());
-                });
+        }
+        if need_x {
+            let tmp = Scratch::at_least(tmp, kk * cols);
+            let w_t = Operand {
+                data: wt,
+                off: gi * og * kk,
+                rs: 1,
+                cs: kk,
+            };
+            product_into(tmp, kk, cols, og, w_t, gyg, par, prod);
+            // Each image's columns folded back onto its own input.
+            let dcol = &*tmp;
+            let fold = |k: usize, gxi: &mut [A]| {
+                let gxg = &mut gxi[gi * plane..][..plane];
+                col2im(&dcol[k * l..], cols, gxg, g, &mut Vec::new());
+            };
+            if threaded {
+                crate::par::chunks_mut(into.gx, in_img, fold);
+            } else {
+                for (k, gxi) in into.gx.chunks_mut(in_img).enumerate() {
+                    fold(k, gxi);
+                }
             }
         }
     }
@@ -1524,6 +1601,59 @@ mod tests {
 
     /// The stacked runs (several sizes of run, the last one short) and the
     /// image-by-image path give the definition's outputs and gradients.
+    /// Runs of small products one per task (their weight gradients kept
+    /// apart, then added in order) give the bits of the runs one after
+    /// another: LeNet's second convolution, f32, stacked 4 images a run.
+    #[test]
+    fn runs_in_parallel_give_the_sequential_bits() {
+        let mut rng = Rng::seed_from(23);
+        let (xd, wd) = ([64, 6, 12, 12], [16, 6, 5, 5]);
+        let p = Conv2dParams::default();
+        let g = geometry(&Layout::contiguous(&xd), &Layout::contiguous(&wd), &p).unwrap();
+        let f32s = |n: usize, rng: &mut Rng| -> Vec<f32> {
+            rand_vec(n, rng).into_iter().map(|v| v as f32).collect()
+        };
+        let x = f32s(xd.iter().product(), &mut rng);
+        let w = f32s(wd.iter().product(), &mut rng);
+        let gy = f32s(xd[0] * wd[0] * g.oh * g.ow, &mut rng);
+        let run = 4;
+        let work = wd[0] * g.patch() * run * g.positions();
+        if crate::par::threads() > 1 {
+            assert!(
+                batch_parallel(xd[0] / run, work),
+                "the parallel runs are taken"
+            );
+        }
+        for need in [[true, true], [false, true], [true, false]] {
+            let (dx, dw) = conv2d_backward_with(&x, &w, &gy, &g, need, Some(run), Products::Plain);
+            let in_img = xd[1..].iter().product::<usize>();
+            let (mut want_dx, mut want_dw) = (vec![0.0f32; dx.len()], vec![0.0f32; dw.len()]);
+            for i0 in (0..xd[0]).step_by(run) {
+                let into = RunGrads {
+                    gx: &mut want_dx[i0 * in_img..(i0 + run) * in_img],
+                    gw: &mut want_dw,
+                    add: true,
+                };
+                backward_run(
+                    &x,
+                    &w,
+                    &gy,
+                    &g,
+                    need,
+                    (i0, run),
+                    into,
+                    Parallelism::None,
+                    Products::Plain,
+                );
+            }
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&dx), bits(&want_dx), "{need:?} input gradient");
+            assert_eq!(bits(&dw), bits(&want_dw), "{need:?} weight gradient");
+            assert!(dw.iter().any(|&v| v != 0.0) == need[1]);
+            assert!(dx.iter().any(|&v| v != 0.0) == need[0]);
+        }
+    }
+
     #[test]
     fn stacked_images_match_the_definition() {
         let mut rng = Rng::seed_from(17);
