@@ -225,17 +225,22 @@ fn padded<'a, A: Real>(x: &'a [A], g: &Geometry, buf: &'a mut Vec<A>) -> &'a [A]
 
 /// Runs `fill_row(r, row)` over the `l`-long rows of `col`, in parallel when
 /// `par` and there is enough work.
-fn per_row<A: Real>(col: &mut [A], l: usize, par: bool, fill_row: impl Fn(usize, &mut [A]) + Sync) {
+fn per_row<A: Real>(
+    col: &mut [A],
+    (l, ld): (usize, usize),
+    par: bool,
+    fill_row: impl Fn(usize, &mut [A]) + Sync,
+) {
     if par && col.len() >= 2 * PAR_CHUNK {
         let per = (PAR_CHUNK / l).max(1);
-        crate::par::chunks_mut(col, per * l, |c, rows| {
-            for (r, row) in rows.chunks_exact_mut(l).enumerate() {
-                fill_row(c * per + r, row);
+        crate::par::chunks_mut(col, per * ld, |c, rows| {
+            for (r, row) in rows.chunks_mut(ld).enumerate() {
+                fill_row(c * per + r, &mut row[..l]);
             }
         });
     } else {
-        for (r, row) in col.chunks_exact_mut(l).enumerate() {
-            fill_row(r, row);
+        for (r, row) in col.chunks_mut(ld).enumerate() {
+            fill_row(r, &mut row[..l]);
         }
     }
 }
@@ -248,20 +253,41 @@ fn per_row<A: Real>(col: &mut [A], l: usize, par: bool, fill_row: impl Fn(usize,
 /// every output row of a tap is one whole run of the padded row: a short
 /// copy without bounds to work out.
 fn im2col<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool, buf: &mut Vec<A>) {
+    im2col_ld(x, col, g.positions(), g, par, buf);
+}
+
+/// [`im2col`] with row `r` of the column matrix at `col[r * ld..]` (`ld`
+/// at least `oh * ow`): one image's columns among a stacked run's, written
+/// in place. `col` ends with the last row.
+fn im2col_ld<A: Real>(
+    x: &[A],
+    col: &mut [A],
+    ld: usize,
+    g: &Geometry,
+    par: bool,
+    buf: &mut Vec<A>,
+) {
     if g.p.stride == [1, 1] {
-        im2col_unit(x, col, g, par, buf);
+        im2col_unit(x, col, ld, g, par, buf);
     } else {
-        im2col_general(x, col, g, par);
+        im2col_general(x, col, ld, g, par);
     }
 }
 
 /// [`im2col`] with stride 1.
-fn im2col_unit<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool, buf: &mut Vec<A>) {
+fn im2col_unit<A: Real>(
+    x: &[A],
+    col: &mut [A],
+    ld: usize,
+    g: &Geometry,
+    par: bool,
+    buf: &mut Vec<A>,
+) {
     let (kh, kw, oh, ow) = (g.kh, g.kw, g.oh, g.ow);
     let xp = padded(x, g, buf);
     let [hp, wp] = padded_size(g);
     let [dh, dw] = g.p.dilation;
-    per_row(col, oh * ow, par, |r, row| {
+    per_row(col, (oh * ow, ld), par, |r, row| {
         let (c, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
         let plane = &xp[c * hp * wp..(c + 1) * hp * wp];
         let base = i * dh * wp + j * dw;
@@ -272,7 +298,7 @@ fn im2col_unit<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool, buf: &m
 }
 
 /// [`im2col`] for any stride, bounds worked out per output row.
-fn im2col_general<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
+fn im2col_general<A: Real>(x: &[A], col: &mut [A], ld: usize, g: &Geometry, par: bool) {
     let (kh, kw, h, w, oh, ow) = (g.kh, g.kw, g.h, g.w, g.oh, g.ow);
     let [sh, sw] = g.p.stride;
     let ph = g.p.padding[0];
@@ -300,7 +326,7 @@ fn im2col_general<A: Real>(x: &[A], col: &mut [A], g: &Geometry, par: bool) {
             }
         }
     };
-    per_row(col, oh * ow, par, fill_row);
+    per_row(col, (oh * ow, ld), par, fill_row);
 }
 
 /// The buffers of a convolution: see [`Scratch`].
@@ -310,7 +336,7 @@ struct Buffers<A> {
     col: Vec<A>,
     /// The padded input (see [`padded`]).
     pad: Vec<A>,
-    /// One image's column matrix while a run of images is stacked.
+    /// One image's column gradient (the backward image by image).
     one: Vec<A>,
     /// A stacked run's output (or, in the backward, its output gradient).
     run: Vec<A>,
@@ -486,27 +512,22 @@ fn stacked_images(g: &Geometry, below: usize) -> Option<usize> {
 }
 
 /// The column matrices of images `i0..i0 + b` (group `gi`) side by side in
-/// `col`, `[kk, b * l]`; `one` and `pad` are scratch space.
-#[allow(clippy::too_many_arguments)] // the run, the group and three buffers
+/// `col`, `[kk, b * l]`, each unrolled in place; `pad` is scratch space.
 fn stacked_cols<A: Real>(
     x: &[A],
     g: &Geometry,
     (i0, b): (usize, usize),
     gi: usize,
     col: &mut Vec<A>,
-    one: &mut Vec<A>,
     pad: &mut Vec<A>,
 ) {
     let (kk, l) = (g.patch(), g.positions());
     let (in_img, plane, cols) = (g.c_in * g.h * g.w, g.cg * g.h * g.w, b * l);
     let col = Scratch::at_least(col, kk * cols);
-    let one = Scratch::at_least(one, kk * l);
     for k in 0..b {
         let xg = &x[(i0 + k) * in_img + gi * plane..][..plane];
-        im2col(xg, one, g, true, pad);
-        for (r, src) in one.chunks_exact(l).enumerate() {
-            col[r * cols + k * l..][..l].copy_from_slice(src);
-        }
+        let end = (kk - 1) * cols + (k + 1) * l;
+        im2col_ld(xg, &mut col[k * l..end], cols, g, true, pad);
     }
 }
 
@@ -527,7 +548,6 @@ fn conv2d_stacked<A: Real>(
     let mut scratch = Scratch::take();
     let Buffers {
         col,
-        one,
         pad,
         run: out_run,
         ..
@@ -536,7 +556,7 @@ fn conv2d_stacked<A: Real>(
         let b = run.min(g.n - i0);
         let cols = b * l;
         for gi in 0..g.p.groups {
-            stacked_cols(x, g, (i0, b), gi, col, one, pad);
+            stacked_cols(x, g, (i0, b), gi, col, pad);
             let dst = Scratch::at_least(out_run, og * cols);
             let lhs = Operand {
                 data: wt,
@@ -622,11 +642,33 @@ fn geometry(lx: &Layout, lw: &Layout, p: &Conv2dParams) -> Result<Geometry> {
 /// (explicitly) padded gradient, whose inside is then added to `gx`; every
 /// element gets its terms in the same order as on the general path.
 fn col2im<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
-    if g.p.stride == [1, 1] {
-        col2im_unit(dcol, ld, gx, g, buf);
-    } else {
-        col2im_general(dcol, ld, gx, g);
+    /// The fold, compiled for the CPU's widest vectors (its rows of adds
+    /// are a tap's output row, 4 to 112 long in a ResNet).
+    struct Fold<'a, A> {
+        dcol: &'a [A],
+        ld: usize,
+        gx: &'a mut [A],
+        g: &'a Geometry,
+        buf: &'a mut Vec<A>,
     }
+    impl<A: Real> crate::simd::Vectorized for Fold<'_, A> {
+        type Out = ();
+        #[inline(always)]
+        fn run(self) {
+            if self.g.p.stride == [1, 1] {
+                col2im_unit(self.dcol, self.ld, self.gx, self.g, self.buf);
+            } else {
+                col2im_general(self.dcol, self.ld, self.gx, self.g);
+            }
+        }
+    }
+    crate::simd::run(Fold {
+        dcol,
+        ld,
+        gx,
+        g,
+        buf,
+    });
 }
 
 /// The rows of a column matrix, `(r, row)`, as [`col2im`] takes it.
@@ -640,6 +682,7 @@ fn col_rows<'a, A>(
 }
 
 /// [`col2im`] with stride 1.
+#[inline(always)]
 fn col2im_unit<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry, buf: &mut Vec<A>) {
     let (kh, kw, h, w, ow) = (g.kh, g.kw, g.h, g.w, g.ow);
     let [ph, pw] = g.p.padding;
@@ -679,6 +722,7 @@ fn col2im_unit<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry, buf: 
 }
 
 /// [`col2im`] for any stride, bounds worked out per output row.
+#[inline(always)]
 fn col2im_general<A: Real>(dcol: &[A], ld: usize, gx: &mut [A], g: &Geometry) {
     let (kh, kw, h, w, ow) = (g.kh, g.kw, g.h, g.w, g.ow);
     let [sh, sw] = g.p.stride;
@@ -773,9 +817,11 @@ fn conv2d_backward_stacked<A: Real>(
             backward_run(x, wt, gy, g, need, (i0, b), into, Parallelism::None, prod);
             part
         });
-        for part in parts.iter().filter(|p| !p.is_empty()) {
-            for (a, &t) in gw.iter_mut().zip(part) {
-                *a = *a + t;
+        for (r, part) in parts.iter().filter(|p| !p.is_empty()).enumerate() {
+            if r == 0 {
+                gw.copy_from_slice(part);
+            } else {
+                add_into(gw, part);
             }
         }
         return;
@@ -786,15 +832,32 @@ fn conv2d_backward_stacked<A: Real>(
         let into = RunGrads {
             gx: &mut gx[i0 * in_img..(i0 + b) * in_img],
             gw: &mut *gw,
-            add: true,
+            add: i0 > 0,
         };
         backward_run(x, wt, gy, g, need, (i0, b), into, par, prod);
     }
 }
 
+/// `acc += v` elementwise, compiled for the CPU's widest vectors.
+fn add_into<A: Real>(acc: &mut [A], v: &[A]) {
+    struct AddInto<'a, A>(&'a mut [A], &'a [A]);
+    impl<A: Real> crate::simd::Vectorized for AddInto<'_, A> {
+        type Out = ();
+        #[inline(always)]
+        fn run(self) {
+            for (a, &b) in self.0.iter_mut().zip(self.1) {
+                *a = *a + b;
+            }
+        }
+    }
+    crate::simd::run(AddInto(acc, v));
+}
+
 /// Where one run's gradients go: its images' `gx` (zeroed, added into)
-/// and `gw`, the run's weight gradient added into it (`add`) or written
-/// (a run's own part).
+/// and `gw`, the run's weight gradient added into it (`add`, a later run)
+/// or written (the first run, or a run's own part): the runs' sum is then
+/// `((t0 + t1) + t2) ...` without a zero-filled start, and the first
+/// product goes straight into `gw`.
 struct RunGrads<'a, A> {
     gx: &'a mut [A],
     gw: &'a mut [A],
@@ -821,10 +884,10 @@ fn backward_run<A: Real>(
     let mut scratch = Scratch::take();
     let Buffers {
         col,
-        one,
         pad,
         run: gyb,
         tmp,
+        ..
     } = &mut *scratch;
     let cols = b * l;
     for gi in 0..g.p.groups {
@@ -842,22 +905,20 @@ fn backward_run<A: Real>(
             cs: 1,
         };
         if need_w {
-            stacked_cols(x, g, (i0, b), gi, col, one, pad);
-            let tmp = Scratch::at_least(tmp, og * kk);
+            stacked_cols(x, g, (i0, b), gi, col, pad);
             let col_t = Operand {
                 data: &col[..],
                 off: 0,
                 rs: 1,
                 cs: cols,
             };
-            product_into(tmp, og, kk, cols, gyg, col_t, par, prod);
             let gwg = &mut into.gw[gi * og * kk..][..og * kk];
             if into.add {
-                for (a, &t) in gwg.iter_mut().zip(&*tmp) {
-                    *a = *a + t;
-                }
+                let tmp = Scratch::at_least(tmp, og * kk);
+                product_into(tmp, og, kk, cols, gyg, col_t, par, prod);
+                add_into(gwg, tmp);
             } else {
-                gwg.copy_from_slice(tmp);
+                product_into(gwg, og, kk, cols, gyg, col_t, par, prod);
             }
         }
         if need_x {
@@ -871,16 +932,20 @@ fn backward_run<A: Real>(
             product_into(tmp, kk, cols, og, w_t, gyg, par, prod);
             // Each image's columns folded back onto its own input.
             let dcol = &*tmp;
-            let fold = |k: usize, gxi: &mut [A]| {
-                let gxg = &mut gxi[gi * plane..][..plane];
-                col2im(&dcol[k * l..], cols, gxg, g, &mut Vec::new());
-            };
-            if threaded {
-                crate::par::chunks_mut(into.gx, in_img, fold);
-            } else {
-                for (k, gxi) in into.gx.chunks_mut(in_img).enumerate() {
-                    fold(k, gxi);
+            // Images `k0..` of the run, with one padding buffer.
+            let fold = |k0: usize, gxs: &mut [A], buf: &mut Vec<A>| {
+                for (k, gxi) in gxs.chunks_mut(in_img).enumerate() {
+                    let gxg = &mut gxi[gi * plane..][..plane];
+                    col2im(&dcol[(k0 + k) * l..], cols, gxg, g, buf);
                 }
+            };
+            if threaded && b > 1 {
+                let per = b.div_ceil(crate::par::threads());
+                crate::par::chunks_mut(into.gx, per * in_img, |c, gxs| {
+                    fold(c * per, gxs, &mut Vec::new());
+                });
+            } else {
+                fold(0, into.gx, pad);
             }
         }
     }
@@ -961,10 +1026,7 @@ fn conv2d_backward_with<A: Real>(
                         cs: l,
                     };
                     product_into(tmp, og, kk, l, gyg, col_t, Parallelism::None, prod);
-                    let gwg = &mut gw[gi * og * kk..(gi + 1) * og * kk];
-                    for (a, &b) in gwg.iter_mut().zip(&*tmp) {
-                        *a = *a + b;
-                    }
+                    add_into(&mut gw[gi * og * kk..(gi + 1) * og * kk], tmp);
                 }
                 if !need_x {
                     continue;
@@ -985,9 +1047,7 @@ fn conv2d_backward_with<A: Real>(
     });
     let mut gw = vec![A::zero(); wlen];
     for part in partials {
-        for (a, b) in gw.iter_mut().zip(part) {
-            *a = *a + b;
-        }
+        add_into(&mut gw, &part);
     }
     (gx, gw)
 }
@@ -1632,7 +1692,7 @@ mod tests {
                 let into = RunGrads {
                     gx: &mut want_dx[i0 * in_img..(i0 + run) * in_img],
                     gw: &mut want_dw,
-                    add: true,
+                    add: i0 > 0,
                 };
                 backward_run(
                     &x,
@@ -1766,13 +1826,13 @@ mod tests {
                 .collect();
             let len = g.patch() * g.positions();
             let (mut fast, mut general, mut buf) = (vec![1.0; len], vec![2.0; len], Vec::new());
-            im2col_unit(&x, &mut fast, &g, false, &mut buf);
-            im2col_general(&x, &mut general, &g, false);
+            let l = g.positions();
+            im2col_unit(&x, &mut fast, l, &g, false, &mut buf);
+            im2col_general(&x, &mut general, l, &g, false);
             assert_eq!(fast, general, "{xd:?} {wd:?} {p:?}");
             // Both orders of accumulation are the same: equal bits.
             let dcol: Vec<f32> = rand_vec(len, &mut rng).iter().map(|&v| v as f32).collect();
             let (mut fast, mut general) = (vec![0.0f32; x.len()], vec![0.0f32; x.len()]);
-            let l = g.positions();
             col2im_unit(&dcol, l, &mut fast, &g, &mut buf);
             col2im_general(&dcol, l, &mut general, &g);
             let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
