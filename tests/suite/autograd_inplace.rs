@@ -202,3 +202,19 @@ fn backward_frees_saved_activations_before_the_graph_drops() {
     assert_eq!(x.grad().unwrap().to_vec(), [8., 16., 24., 32.]);
     drop(loss);
 }
+
+/// An add hands its gradient to both operands unchanged; each leaf still
+/// gets a buffer of its own (as in PyTorch), so writing one gradient in
+/// place leaves the other's values alone.
+#[test]
+fn leaves_added_together_get_gradients_of_their_own() {
+    let a = Tensor::<(C<2>, C<3>), f32>::ones().requires_grad();
+    let b = Tensor::<(C<2>, C<3>), f32>::full(2.0).requires_grad();
+    (&a + &b).mul_scalar(3.0).sum_all().backward();
+    let (ga, gb) = (a.grad().unwrap(), b.grad().unwrap());
+    assert_eq!(ga.to_vec(), vec![3.0; 6]);
+    assert_eq!(gb.to_vec(), vec![3.0; 6]);
+    ga.fill(7.0);
+    assert_eq!(a.grad().unwrap().to_vec(), vec![7.0; 6]);
+    assert_eq!(b.grad().unwrap().to_vec(), vec![3.0; 6]);
+}

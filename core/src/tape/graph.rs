@@ -560,6 +560,16 @@ impl<E: Dtype, D: Backend> AnyVar for Var<E, D> {
             let Some(g) = g else { return Ok(Vec::new()) };
             // Every contribution to `g` is in: the tensor's hooks see the total.
             let g = self.run_grad_hooks(unbox(g))?;
+            // A gradient handed on unchanged to more than one input (both
+            // operands of an add) is one buffer: a leaf keeps a copy of its
+            // own, as PyTorch's do, so writing one in place leaves the
+            // other alone.
+            let g = if Arc::strong_count(&g.storage) > 1 {
+                let own = g.device.contiguous(&g.storage(), &g.layout)?;
+                Raw::new(own, &g.layout.dims, g.device.clone())
+            } else {
+                g
+            };
             {
                 let mut slot = self.grad.lock().unwrap_or_else(|e| e.into_inner());
                 *slot = Some(match slot.take() {
