@@ -259,6 +259,19 @@ for r in range(1, MAXR + 1):
             bs = [f"B{i}" for i in range(r)]
             eq = ", ".join(f"D{i}: DimEquals<B{i}, Op>" for i in range(r) if i != ax)
             w(f"impl<{gens(names)}, {gens(bs)}, Op> JoinsAlong<{tup(bs)}, {spelled}, Op> for {tup(names)}{' where ' + eq if eq else ''} {{}}")
+# A rank-0 shape has no axis, but one impl for an axis nobody names
+# (`isize::MIN`) keeps it from having none: rustc looks a method up before it
+# reads the method's const arguments, and drops a method whose bound the
+# receiver meets for no argument at all, so `sum::<0>()` of a scalar would be
+# E0599 "the method `sum` exists but its trait bounds were not satisfied".
+# With this impl the method is found and the bound fails as E0277 naming
+# the op ("sum: axis 0 does not exist in a tensor of shape `()`"). The
+# axis's index is a const panic, so naming it fails the build.
+# `do_not_recommend` keeps the impl out of the messages' lists of impls.
+w("#[diagnostic::do_not_recommend]")
+w("impl HasAxis<{ isize::MIN }> for () { const INDEX: usize = panic!(\"a rank-0 tensor has no axes\"); type At = One; type Removed = (); type Replaced<D: Dim> = (); }")
+w("#[diagnostic::do_not_recommend]")
+w("impl<Op> AxisOf<{ isize::MIN }, Op> for () { type At = One; type Removed = (); type Replaced<D: Dim> = (); }")
 for r in range(0, MAXR):
     names = [f"D{i}" for i in range(r)]
     for ax in range(r + 1):

@@ -6,7 +6,7 @@ use crate::device::Backend;
 use crate::dtype::Float;
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
-use crate::shape::op::{self, ImageInput};
+use crate::shape::op::{self, ImageInput, ImageUnpool, SequencePool};
 use crate::shape::window::pool_window_out;
 use crate::shape::{Dim, Dyn, Shape};
 use crate::tape::Raw;
@@ -238,6 +238,38 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let (y, idx) = x.try_max_pool2d_with_indices_at(p.into())?;
         Ok((y.retype(), idx.retype()))
     }
+
+    /// Places each value at its index in a zero `[n, c, oh, ow]` map, like
+    /// `F.max_unpool2d(y, idx, kernel, stride, padding, output_size)` given
+    /// the output size: the inverse of [`Tensor::try_max_pool2d_with_indices`]
+    /// (`idx` holds flat positions `row * ow + col` within each plane). Where
+    /// several values name one position (overlapping windows sharing a
+    /// maximum) the last one is kept, as in PyTorch's CPU kernel, and each
+    /// still receives that position's gradient.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let y = Tensor::<(C<1>, C<1>, C<1>, C<2>)>::from_vec(vec![5., 7.], (C, C, C, C)).unwrap();
+    /// let idx = Tensor::<(C<1>, C<1>, C<1>, C<2>), i64>::from_vec(vec![1, 6], (C, C, C, C)).unwrap();
+    /// let u = y.try_max_unpool2d(&idx, [2, 4]).unwrap();
+    /// assert_eq!(u.to_vec(), [0., 5., 0., 0., 0., 0., 7., 0.]);
+    /// ```
+    ///
+    /// # Errors
+    /// When `idx` does not have this tensor's sizes, or an index falls
+    /// outside the output plane.
+    pub fn try_max_unpool2d<O>(
+        &self,
+        idx: &Tensor<S, i64, D>,
+        output_size: O,
+    ) -> Result<Tensor<(O::Batch, O::Channels, Dyn, Dyn), E, D>>
+    where
+        O: ImageUnpool<S, op::max_unpool2d>,
+    {
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        let idx = idx.clone().retype::<(Dyn, Dyn, Dyn, Dyn)>();
+        Ok(x.try_max_unpool2d_at(&idx, output_size.size())?.retype())
+    }
 }
 
 impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
@@ -352,26 +384,8 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         Ok((y, idx))
     }
 
-    /// Places each value at its index in a zero `[n, c, oh, ow]` map, like
-    /// `F.max_unpool2d(y, idx, kernel, stride, padding, output_size)` given
-    /// the output size: the inverse of [`Tensor::try_max_pool2d_with_indices`]
-    /// (`idx` holds flat positions `row * ow + col` within each plane). Where
-    /// several values name one position (overlapping windows sharing a
-    /// maximum) the last one is kept, as in PyTorch's CPU kernel, and each
-    /// still receives that position's gradient.
-    ///
-    /// ```
-    /// use forma::prelude::*;
-    /// let y = Tensor::<(C<1>, C<1>, C<1>, C<2>)>::from_vec(vec![5., 7.], (C, C, C, C)).unwrap();
-    /// let idx = Tensor::<(C<1>, C<1>, C<1>, C<2>), i64>::from_vec(vec![1, 6], (C, C, C, C)).unwrap();
-    /// let u = y.try_max_unpool2d(&idx, [2, 4]).unwrap();
-    /// assert_eq!(u.to_vec(), [0., 5., 0., 0., 0., 0., 7., 0.]);
-    /// ```
-    ///
-    /// # Errors
-    /// When `idx` does not have this tensor's sizes, or an index falls
-    /// outside the output plane.
-    pub fn try_max_unpool2d(
+    /// [`Tensor::try_max_unpool2d`] on a rank-4 input.
+    fn try_max_unpool2d_at(
         &self,
         idx: &Tensor<(N, Ch, H, W), i64, D>,
         output_size: [usize; 2],
@@ -439,57 +453,64 @@ impl<N: Dim, Ch: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
     }
 }
 
-impl<N: Dim, Ch: Dim, L: Dim, E: Float, D: crate::device::Device<E>> Tensor<(N, Ch, L), E, D> {
-    fn pool1d(&self, p: Pool2dParams, max: bool) -> Result<Tensor<(N, Ch, Dyn), E, D>> {
-        let x = self.unsqueeze::<2>();
+impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
+    /// 1-d pooling of `[n, c, l]` as a 2-d pooling of `[n, c, 1, l]`.
+    fn pool1d<K: SequencePool<S, Op>, Op>(
+        &self,
+        kernel: K,
+        stride: usize,
+        padding: usize,
+        max: bool,
+    ) -> Result<Tensor<(K::Batch, K::Channels, Dyn), E, D>> {
+        let kernel = kernel.size();
+        let p = Pool2dParams {
+            kernel: [1, kernel],
+            stride: [1, stride],
+            padding: [0, padding],
+            ..Pool2dParams::new([1, kernel])
+        };
+        let x = self.clone().retype::<(Dyn, Dyn, Dyn)>().unsqueeze::<2>();
         let y = if max {
-            x.try_max_pool2d(p)?
+            x.try_max_pool2d_at(p)?
         } else {
-            x.try_avg_pool2d(p)?
+            x.try_avg_pool2d_at(p)?
         };
         let d = y.layout.dims;
-        y.try_reshape_to((
-            N::from_size(d[0]).expect("batch kept"),
-            Ch::from_size(d[1]).expect("channels kept"),
-            Dyn(d[3]),
-        ))
+        Ok(y.try_reshape_to((Dyn(d[0]), Dyn(d[1]), Dyn(d[3])))?
+            .retype())
     }
 
-    /// 1-d max pooling, like `F.max_pool1d(x, kernel, stride, padding)`.
+    /// 1-d max pooling of `[batch, channels, length]`, like
+    /// `F.max_pool1d(x, kernel, stride, padding)`.
+    ///
+    /// ```
+    /// use forma::prelude::*;
+    /// let x = Tensor::<(C<1>, C<1>, C<4>)>::from_vec(vec![1., 3., 2., 0.], (C, C, C)).unwrap();
+    /// assert_eq!(x.try_max_pool1d(2, 2, 0).unwrap().to_vec(), [3., 2.]);
+    /// ```
     ///
     /// # Errors
     /// When the window does not fit the padded input.
-    pub fn try_max_pool1d(
+    pub fn try_max_pool1d<K: SequencePool<S, op::max_pool1d>>(
         &self,
-        kernel: usize,
+        kernel: K,
         stride: usize,
         padding: usize,
-    ) -> Result<Tensor<(N, Ch, Dyn), E, D>> {
-        let p = Pool2dParams {
-            kernel: [1, kernel],
-            stride: [1, stride],
-            padding: [0, padding],
-            ..Pool2dParams::new([1, kernel])
-        };
-        self.pool1d(p, true)
+    ) -> Result<Tensor<(K::Batch, K::Channels, Dyn), E, D>> {
+        self.pool1d(kernel, stride, padding, true)
     }
 
-    /// 1-d average pooling, like `F.avg_pool1d(x, kernel, stride, padding)`.
+    /// 1-d average pooling of `[batch, channels, length]`, like
+    /// `F.avg_pool1d(x, kernel, stride, padding)`.
     ///
     /// # Errors
     /// When the window does not fit the padded input.
-    pub fn try_avg_pool1d(
+    pub fn try_avg_pool1d<K: SequencePool<S, op::avg_pool1d>>(
         &self,
-        kernel: usize,
+        kernel: K,
         stride: usize,
         padding: usize,
-    ) -> Result<Tensor<(N, Ch, Dyn), E, D>> {
-        let p = Pool2dParams {
-            kernel: [1, kernel],
-            stride: [1, stride],
-            padding: [0, padding],
-            ..Pool2dParams::new([1, kernel])
-        };
-        self.pool1d(p, false)
+    ) -> Result<Tensor<(K::Batch, K::Channels, Dyn), E, D>> {
+        self.pool1d(kernel, stride, padding, false)
     }
 }

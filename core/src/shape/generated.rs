@@ -2652,6 +2652,19 @@ where
     D4: DimEquals<B4, Op>,
 {
 }
+#[diagnostic::do_not_recommend]
+impl HasAxis<{ isize::MIN }> for () {
+    const INDEX: usize = panic!("a rank-0 tensor has no axes");
+    type At = One;
+    type Removed = ();
+    type Replaced<D: Dim> = ();
+}
+#[diagnostic::do_not_recommend]
+impl<Op> AxisOf<{ isize::MIN }, Op> for () {
+    type At = One;
+    type Removed = ();
+    type Replaced<D: Dim> = ();
+}
 impl InsertAxis<0> for () {
     const INDEX: usize = 0;
     type Inserted<D: Dim> = (D,);

@@ -268,6 +268,18 @@ pub enum avg_pool2d {}
 #[derive(Debug)]
 pub enum max_pool2d_with_indices {}
 
+/// [`crate::Tensor::try_max_pool1d`].
+#[derive(Debug)]
+pub enum max_pool1d {}
+
+/// [`crate::Tensor::try_avg_pool1d`].
+#[derive(Debug)]
+pub enum avg_pool1d {}
+
+/// [`crate::Tensor::try_max_unpool2d`].
+#[derive(Debug)]
+pub enum max_unpool2d {}
+
 // A method of every tensor whose receiver must have some rank states that
 // rule on one of its own type parameters (`Co: ImageInput<S, op::conv2d>`,
 // the weight's first dim), not on the receiver's shape. rustc looks a
@@ -276,10 +288,11 @@ pub enum max_pool2d_with_indices {}
 // input `(C<1>, C<28>, C<28>)` is not [batch, channels, height, width]").
 // Lookup does settle a rule on the receiver's shape alone when the shape
 // meets it for no parameters at all (no `ImageBatch<_>` for any rank-3
-// tuple; no `AxisOf<_, _>` for `()`), which is E0599 "no method named" or
-// "its trait bounds were not satisfied", as is a method of rank-4 tensors
-// only (tried on rustc 1.95). `S: AxisOf<-2, op::tril>` on a rank-1 shape
-// is E0277: `(D0,)` has `AxisOf` impls for other axes.
+// tuple), which is E0599 "no method named" or "its trait bounds were not
+// satisfied", as is a method of rank-4 tensors only (tried on rustc 1.95);
+// hence the one `AxisOf` impl of `()`, for an axis nobody names.
+// `S: AxisOf<-2, op::tril>` on a rank-1 shape is E0277: `(D0,)` has
+// `AxisOf` impls for other axes.
 
 /// A shape laid out `[batch, channels, height, width]`, the input of `Op`.
 #[diagnostic::on_unimplemented(
@@ -308,10 +321,13 @@ impl<N: Dim, C: Dim, H: Dim, W: Dim, Op> ImageBatch<Op> for (N, C, H, W) {
 pub trait SequenceBatch<Op>: Shape {
     /// The batch dim.
     type Batch: Dim;
+    /// The channel dim.
+    type Channels: Dim;
 }
 
 impl<N: Dim, C: Dim, L: Dim, Op> SequenceBatch<Op> for (N, C, L) {
     type Batch = N;
+    type Channels = C;
 }
 
 /// The input `S` of a 2-d convolution or pooling `Op` is an
@@ -338,6 +354,54 @@ pub trait SequenceInput<S: Shape, Op> {
 
 impl<X, S: SequenceBatch<Op>, Op> SequenceInput<S, Op> for X {
     type Batch = S::Batch;
+}
+
+/// The input `S` of a 1-d pooling `Op` is a [`SequenceBatch`], stated on
+/// its window size, a plain `usize` (this trait's only impl, so a literal
+/// `2` is read as one).
+#[diagnostic::on_unimplemented(
+    message = "{Op}: the window size is a `usize`, not `{Self}`",
+    label = "not a `usize`"
+)]
+pub trait SequencePool<S: Shape, Op> {
+    /// The input's batch dim.
+    type Batch: Dim;
+    /// The input's channel dim.
+    type Channels: Dim;
+    /// The window size.
+    fn size(self) -> usize;
+}
+
+impl<S: SequenceBatch<Op>, Op> SequencePool<S, Op> for usize {
+    type Batch = S::Batch;
+    type Channels = S::Channels;
+    fn size(self) -> usize {
+        self
+    }
+}
+
+/// The input `S` of an unpooling `Op` is an [`ImageBatch`], stated on its
+/// output size, a plain `[usize; 2]` (this trait's only impl, so literals
+/// `[4, 4]` are read as one).
+#[diagnostic::on_unimplemented(
+    message = "{Op}: the output size is a `[usize; 2]` (height, width), not `{Self}`",
+    label = "not a `[usize; 2]`"
+)]
+pub trait ImageUnpool<S: Shape, Op> {
+    /// The input's batch dim.
+    type Batch: Dim;
+    /// The input's channel dim.
+    type Channels: Dim;
+    /// The output's height and width.
+    fn size(self) -> [usize; 2];
+}
+
+impl<S: ImageBatch<Op>, Op> ImageUnpool<S, Op> for [usize; 2] {
+    type Batch = S::Batch;
+    type Channels = S::Channels;
+    fn size(self) -> [usize; 2] {
+        self
+    }
 }
 
 /// `one_hot`'s input `S` takes another dim ([`AppendDimOf`]), stated on
