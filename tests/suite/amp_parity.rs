@@ -648,3 +648,48 @@ fn grad_scaler_refuses_calls_out_of_order_as_pytorch_does() {
     s.set_scale(8.0).unwrap();
     assert_eq!(s.get_scale(), 8.0);
 }
+
+/// In inference under autocast a linear layer's weight is packed once and
+/// reused while it is unwritten: the outputs are the bits of a taped call
+/// (which packs the weight itself every time), and a weight written in
+/// place (`assign`, as an optimizer step or a load does) is packed again.
+#[test]
+fn inference_reuses_a_packed_weight_until_it_is_written() {
+    use forma::core::ops::matmul::MatmulKernel;
+    use forma::core::ops::packed_weights::holds_packed;
+    let mut rng = Rng::seed_from(41);
+    let x = Tensor::<(Dyn, C<40>)>::randn((Dyn(37), C), &mut rng);
+    let w = Tensor::<(C<24>, C<40>)>::randn((C, C), &mut rng);
+    let w2 = Tensor::<(C<24>, C<40>)>::randn((C, C), &mut rng);
+    let b = Tensor::<(C<24>,)>::randn((C,), &mut rng);
+    let bits = |t: Tensor<(Dyn, C<24>)>| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    // A taped call: the weight needs a gradient, so nothing is cached.
+    let taped = |w: &Tensor<(C<24>, C<40>)>| {
+        let _amp = autocast(DType::BF16);
+        let w = w.detach().requires_grad();
+        bits(x.linear(&w, Some(&b)))
+    };
+    let inference = || {
+        let _g = no_grad();
+        let _amp = autocast(DType::BF16);
+        bits(x.linear(&w, Some(&b)))
+    };
+    let want = taped(&w);
+    assert_eq!(inference(), want, "first inference call");
+    let packs = <Cpu as MatmulKernel<f32>>::has_matmul_low(&Cpu, DType::BF16);
+    assert_eq!(
+        holds_packed(&w),
+        packs,
+        "packed once where the CPU has bf16 products"
+    );
+    assert_eq!(inference(), want, "second call, on the packed weight");
+    {
+        let _g = no_grad();
+        w.assign(&w2);
+    }
+    assert!(!holds_packed(&w), "a written weight's packed copy is stale");
+    let want2 = taped(&w2);
+    assert_ne!(want2, want);
+    assert_eq!(inference(), want2, "after the weight was written");
+    assert_eq!(holds_packed(&w), packs);
+}

@@ -117,14 +117,35 @@ impl<S: Shape, E: Float, D: crate::device::Device<E>> Tensor<S, E, D> {
         let x2 = self.try_reshape_to((Dyn(rows), Dyn(k)))?;
         let fused = match low {
             // Autocast: the product of the rounded operands, the rounded
-            // bias added, the sums rounded, in one kernel.
-            Some(low) => Some(self.device.matmul_low(
-                (&x2.storage(), &x2.layout),
-                (&weight.storage(), &weight.layout.swap(0, 1)),
-                Some((&b.storage(), &b.layout)),
-                low,
-                true,
-            )?),
+            // bias added, the sums rounded, in one kernel; in inference on
+            // the weight packed once (the same values).
+            Some(low) => {
+                let taped = crate::tape::is_grad_enabled()
+                    && (self.var.is_some() || weight.var.is_some() || b.var.is_some());
+                let wt = weight.layout.swap(0, 1);
+                let packed = match taped {
+                    true => None,
+                    false => crate::ops::packed_weights::packed(&weight.storage, &wt, low, || {
+                        self.device.pack_rhs_low((&weight.storage(), &wt), low)
+                    })?,
+                };
+                let bias = (&*b.storage(), &b.layout);
+                let x = (&*x2.storage(), &x2.layout);
+                let pre = match &packed {
+                    Some(p) => self.device.linear_low_packed(x, p, Some(bias), low, true)?,
+                    None => None,
+                };
+                match pre {
+                    Some(y) => Some(y),
+                    None => Some(self.device.matmul_low(
+                        x,
+                        (&weight.storage(), &wt),
+                        Some(bias),
+                        low,
+                        true,
+                    )?),
+                }
+            }
             None => self.device.linear(
                 (&x2.storage(), &x2.layout),
                 (&weight.storage(), &weight.layout),

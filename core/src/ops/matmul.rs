@@ -97,6 +97,35 @@ pub trait MatmulKernel<E: Float>: Backend {
             format!("{} has no {low} product for {}", self.name(), E::DTYPE),
         ))
     }
+
+    /// `b` (`[k, n]`, any strides) packed once as
+    /// [`MatmulKernel::matmul_low`] packs its right operand in `low`, for
+    /// [`MatmulKernel::linear_low_packed`]: the weight of a linear layer
+    /// under autocast in inference. `Ok(None)` (the default): no such form.
+    fn pack_rhs_low(
+        &self,
+        b: (&Self::Storage<E>, &Layout),
+        low: DType,
+    ) -> Result<Option<PackedRhs>> {
+        let _ = (b, low);
+        Ok(None)
+    }
+
+    /// [`MatmulKernel::matmul_low`] of an `[m, k]` `x` (any strides) and a
+    /// right operand packed by [`MatmulKernel::pack_rhs_low`] in the same
+    /// `low`: the same values, bit for bit. `Ok(None)` (the default) when
+    /// the backend cannot run it; the caller then runs `matmul_low`.
+    fn linear_low_packed(
+        &self,
+        x: (&Self::Storage<E>, &Layout),
+        w: &PackedRhs,
+        bias: Option<(&Self::Storage<E>, &Layout)>,
+        low: DType,
+        round: bool,
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (x, w, bias, low, round);
+        Ok(None)
+    }
 }
 
 /// A right operand a backend packed for repeated products

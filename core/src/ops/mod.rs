@@ -60,6 +60,7 @@ pub mod linear;
 #[doc(hidden)] // a public `matmul` here would make rustc print `shape::op::matmul` in full
 pub mod matmul;
 pub mod norm;
+pub mod packed_weights;
 #[doc(hidden)] // as `cumsum` (`shape::op::pad`)
 pub mod pad;
 pub mod pool;

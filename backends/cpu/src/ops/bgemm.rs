@@ -738,7 +738,65 @@ pub(crate) fn bgemm<A: ToBf16, B: ToBf16, O: SumOut>(
     parallel: bool,
 ) {
     let isa = isa().expect("the CPU has no bf16 products (AMX or AVX-512 BF16)");
-    bgemm_on(isa, dst, m, n, k, a, b, bias, round, parallel);
+    bgemm_on(isa, dst, m, n, k, a, Rhs::Plain(b), bias, round, parallel);
+}
+
+/// A right operand (`k x n`) packed once as [`bgemm`] packs it, for
+/// products that share it (a weight in inference): the same bits as
+/// packing it on every call.
+pub(crate) struct PackedB {
+    k: usize,
+    n: usize,
+    packed: Packed,
+}
+
+impl PackedB {
+    /// Packs `b` (`k x n`).
+    ///
+    /// # Panics
+    /// If the CPU has no bf16 products ([`available`]).
+    pub(crate) fn new<B: ToBf16>(b: Operand<'_, B>, k: usize, n: usize) -> Self {
+        assert!(
+            available(),
+            "the CPU has no bf16 products (AMX or AVX-512 BF16)"
+        );
+        let b = b.clamped(k, n);
+        PackedB {
+            k,
+            n,
+            packed: pack_b(&b, k, n, k.div_ceil(KC)),
+        }
+    }
+
+    /// Depth and columns.
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+}
+
+/// [`bgemm`] with its right operand packed beforehand.
+///
+/// # Panics
+/// If `b` is not `k x n` (`k` from `a`'s columns), or as for [`bgemm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bgemm_packed<A: ToBf16, O: SumOut>(
+    dst: &mut [MaybeUninit<O>],
+    m: usize,
+    a: Operand<'_, A>,
+    b: &PackedB,
+    bias: Option<&[f32]>,
+    round: bool,
+    parallel: bool,
+) {
+    let isa = isa().expect("the CPU has no bf16 products (AMX or AVX-512 BF16)");
+    let (k, n) = b.dims();
+    bgemm_on::<A, f32, O>(isa, dst, m, n, k, a, Rhs::Packed(b), bias, round, parallel);
+}
+
+/// The right operand of a product: as it is, or packed beforehand.
+enum Rhs<'a, B> {
+    Plain(Operand<'a, B>),
+    Packed(&'a PackedB),
 }
 
 /// [`bgemm`] on the instructions `isa`, which the caller checked this CPU
@@ -751,12 +809,15 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
     n: usize,
     k: usize,
     a: Operand<'_, A>,
-    b: Operand<'_, B>,
+    b: Rhs<'_, B>,
     bias: Option<&[f32]>,
     round: bool,
     parallel: bool,
 ) {
     assert_eq!(dst.len(), m * n, "bgemm destination length");
+    if let Rhs::Packed(p) = &b {
+        assert_eq!(p.dims(), (k, n), "bgemm packed operand's sizes");
+    }
     if let Some(v) = bias {
         assert_eq!(v.len(), n, "bgemm bias length");
     }
@@ -773,9 +834,16 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
         return;
     }
     let chunks = k.div_ceil(KC);
-    let (a, b) = (a.clamped(m, k), b.clamped(k, n));
+    let a = a.clamped(m, k);
     let pa = pack_a(&a, m, k, chunks);
-    let pb = pack_b(&b, k, n, chunks);
+    let owned;
+    let pb = match b {
+        Rhs::Plain(b) => {
+            owned = pack_b(&b.clamped(k, n), k, n, chunks);
+            &owned
+        }
+        Rhs::Packed(p) => &p.packed,
+    };
     // The output, as `O`: f32 written in place by the tiles when nothing
     // follows them, else through a staged block per 32 x 32.
     let out = Out::<O> {
@@ -886,7 +954,7 @@ fn bgemm_on<A: ToBf16, B: ToBf16, O: SumOut>(
     } else {
         task(0);
     }
-    drop((pa, pb));
+    drop(pa);
 }
 
 /// Writes the staged sums of the 32 x 32 output block at row `r0`,
@@ -1022,7 +1090,18 @@ mod tests {
         };
         let bias = bias.then_some(&biasv[..]);
         let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
-        bgemm_on(isa, &mut dst, m, n, k, a, b, bias, round, parallel);
+        bgemm_on(
+            isa,
+            &mut dst,
+            m,
+            n,
+            k,
+            a,
+            Rhs::Plain(b),
+            bias,
+            round,
+            parallel,
+        );
         let want = reference(m, n, k, &a, &b, bias);
         for (e, (d, w)) in dst.iter().zip(&want).enumerate() {
             // SAFETY: bgemm wrote every element.
@@ -1044,7 +1123,18 @@ mod tests {
         }
         // A bf16 output holds the same sums, rounded as they are written.
         let mut half = vec![MaybeUninit::new(bf16::NAN); m * n];
-        bgemm_on(isa, &mut half, m, n, k, a, b, bias, round, parallel);
+        bgemm_on(
+            isa,
+            &mut half,
+            m,
+            n,
+            k,
+            a,
+            Rhs::Plain(b),
+            bias,
+            round,
+            parallel,
+        );
         for (e, (h, d)) in half.iter().zip(&dst).enumerate() {
             // SAFETY: bgemm wrote every element of both.
             let (h, d) = unsafe { (h.assume_init(), d.assume_init()) };
@@ -1144,6 +1234,45 @@ mod tests {
         assert_eq!(packed(&low(&rows), n, 1, k, n), want, "row-major bf16");
     }
 
+    /// A right operand packed once gives the bits of packing it in each
+    /// product, for products of different heights sharing it.
+    #[test]
+    fn a_packed_operand_gives_the_bits_of_packing_it_each_time() {
+        for isa in isas() {
+            let (n, k) = (50, 70);
+            let mut rng = Rng::seed_from(11);
+            // `x @ w^T`: the right operand is a row-major `[n, k]` weight
+            // read transposed, as a linear layer's is.
+            let wv: Vec<f32> = (0..n * k).map(|_| rng.normal() as f32).collect();
+            let biasv: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+            let w = Operand {
+                data: &wv,
+                off: 0,
+                rs: 1,
+                cs: k,
+            };
+            let packed = PackedB::new(w, k, n);
+            for m in [1, 17, 40] {
+                let av: Vec<f32> = (0..m * k).map(|_| rng.normal() as f32).collect();
+                let a = Operand {
+                    data: &av,
+                    off: 0,
+                    rs: k,
+                    cs: 1,
+                };
+                let go = |rhs: Rhs<'_, f32>| {
+                    let mut dst = vec![MaybeUninit::new(0f32); m * n];
+                    bgemm_on(isa, &mut dst, m, n, k, a, rhs, Some(&biasv), true, true);
+                    // SAFETY: bgemm wrote every element.
+                    dst.iter()
+                        .map(|d| unsafe { d.assume_init() }.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(go(Rhs::Packed(&packed)), go(Rhs::Plain(w)), "{isa:?} m {m}");
+            }
+        }
+    }
+
     #[test]
     fn threads_do_not_change_the_bits() {
         for isa in isas() {
@@ -1170,7 +1299,18 @@ mod tests {
         };
         let go = |parallel| {
             let mut dst = vec![MaybeUninit::new(0f32); m * n];
-            bgemm_on(isa, &mut dst, m, n, k, a, b, None, false, parallel);
+            bgemm_on(
+                isa,
+                &mut dst,
+                m,
+                n,
+                k,
+                a,
+                Rhs::Plain(b),
+                None,
+                false,
+                parallel,
+            );
             // SAFETY: bgemm wrote every element.
             dst.iter()
                 .map(|d| unsafe { d.assume_init() }.to_bits())

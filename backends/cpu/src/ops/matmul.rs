@@ -650,27 +650,103 @@ impl<E: Float> MatmulKernel<E> for Cpu {
         }
         check_operands((a.len(), la), (b.len(), lb))?;
         let r = la.rank();
-        let n = lb.dims[r - 1];
-        let bias = match bias {
-            Some((v, lv)) if r == 2 && lv.dims[..] == [n] && lv.span() <= v.len() => {
-                let v = same_ref::<E, f32>(v).expect("has_matmul_low holds only for f32");
-                let mut out = vec![0f32; n];
-                fill_strided(&mut out, lv, |o| crate::cast::round_f32(v[o]));
-                Some(out)
-            }
-            Some((_, lv)) => {
-                return Err(Error::invalid(
-                    "linear",
-                    format!(
-                        "a bias of {} for a product of {} columns",
-                        fmt_dims(&lv.dims),
-                        n
-                    ),
-                ))
-            }
-            None => None,
-        };
+        let bias = low_bias(bias, r, lb.dims[r - 1])?;
         low_product(a, la, b, lb, bias.as_deref(), round)
+    }
+
+    fn pack_rhs_low(&self, (b, lb): (&Vec<E>, &Layout), low: DType) -> Result<Option<PackedRhs>> {
+        #[cfg(target_arch = "x86_64")]
+        if MatmulKernel::<E>::has_matmul_low(self, low) && lb.rank() == 2 {
+            let (k, n) = (lb.dims[0], lb.dims[1]);
+            let b = same_ref::<E, f32>(b).expect("has_matmul_low holds only for f32");
+            if k == 0 || n == 0 || lb.span() > b.len() {
+                return Ok(None);
+            }
+            let packed = super::bgemm::PackedB::new(operand(b, lb), k, n);
+            return Ok(Some(PackedRhs {
+                k,
+                n,
+                data: std::sync::Arc::new(packed),
+            }));
+        }
+        let _ = (b, lb, low);
+        Ok(None)
+    }
+
+    fn linear_low_packed(
+        &self,
+        (x, lx): (&Vec<E>, &Layout),
+        w: &PackedRhs,
+        bias: Option<(&Vec<E>, &Layout)>,
+        low: DType,
+        round: bool,
+    ) -> Result<Option<Vec<E>>> {
+        #[cfg(target_arch = "x86_64")]
+        if MatmulKernel::<E>::has_matmul_low(self, low) && lx.rank() == 2 && lx.dims[1] == w.k {
+            let Some(packed) = w.data.downcast_ref::<super::bgemm::PackedB>() else {
+                return Ok(None);
+            };
+            let x = same_ref::<E, f32>(x).expect("has_matmul_low holds only for f32");
+            if lx.span() > x.len() {
+                return Ok(None);
+            }
+            let bias = low_bias(bias, 2, w.n)?;
+            let m = lx.dims[0];
+            let mut out = Vec::with_capacity(m * w.n);
+            super::bgemm::bgemm_packed(
+                &mut out.spare_capacity_mut()[..m * w.n],
+                m,
+                operand(x, lx),
+                packed,
+                bias.as_deref(),
+                round,
+                true,
+            );
+            // SAFETY: the product wrote all `m * n` values.
+            unsafe { out.set_len(m * w.n) };
+            return Ok(Some(
+                same_vec::<f32, E>(out).unwrap_or_else(|_| unreachable!("E is f32")),
+            ));
+        }
+        let _ = (x, lx, w, bias, low, round);
+        Ok(None)
+    }
+}
+
+/// A rank-2 layout's matrix as a product's operand.
+#[cfg(target_arch = "x86_64")]
+fn operand<'a, T>(data: &'a [T], l: &Layout) -> Operand<'a, T> {
+    Operand {
+        data,
+        off: l.offset,
+        rs: l.strides[0],
+        cs: l.strides[1],
+    }
+}
+
+/// A low-precision product's bias (`[n]`, only for rank-2 operands) as f32
+/// rounded to bf16, as autocast adds it.
+fn low_bias<E: Float>(
+    bias: Option<(&Vec<E>, &Layout)>,
+    rank: usize,
+    n: usize,
+) -> Result<Option<Vec<f32>>> {
+    match bias {
+        Some((v, lv)) if rank == 2 && lv.dims[..] == [n] && lv.span() <= v.len() => {
+            let v = same_ref::<E, f32>(v).expect("has_matmul_low holds only for f32");
+            let mut out = vec![0f32; n];
+            fill_strided(&mut out, lv, |o| crate::cast::round_f32(v[o]));
+            Ok(Some(out))
+        }
+        Some((_, lv)) => Err(Error::invalid(
+            "linear",
+            format!(
+                "a bias of {} for a product of {} columns",
+                fmt_dims(&lv.dims),
+                n
+            ),
+        )),
+        None => Ok(None),
     }
 }
 
