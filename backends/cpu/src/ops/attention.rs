@@ -9,7 +9,11 @@
 //! bf16 take the composed ops, which round after each op as eager PyTorch
 //! does. Under autocast (f32 tensors, bf16 or f16 products) the same pass
 //! rounds each head's queries, keys and values as it gathers them and the
-//! result as it writes it ([`AttentionKernel::attention_low`]).
+//! result as it writes it ([`AttentionKernel::attention_low`]). With AMX
+//! tiles, bf16 products run on them instead (`bgemm`, f32 sums), rounding
+//! their operands as they pack them: the attention weights are then
+//! rounded too before they multiply the values, as PyTorch's CPU flash
+//! attention rounds them for bf16.
 
 use super::matmul::{gemm_into, same_ref, same_vec, Operand};
 use super::reduce::nan_max;
@@ -193,6 +197,68 @@ trait Rounding<A>: Sync {
     fn gather(&self, dst: &mut [A], data: &[A], off: usize, rs_cs: [usize; 2], m_n: [usize; 2]);
     /// Rounds `xs` in place.
     fn in_place(&self, xs: &mut [A]);
+    /// Whether the products run on low-precision hardware that rounds the
+    /// operands as it packs them ([`Rounding::product`]): then nothing is
+    /// gathered or rounded in place.
+    fn tiles(&self) -> bool {
+        false
+    }
+    /// `dst = a @ b` (`m x k` by `k x n`) on the low-precision products,
+    /// each operand rounded, the f32 sums rounded when `round`. Called only
+    /// where [`Rounding::tiles`] says so.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &self,
+        dst: &mut [A],
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Operand<'_, A>,
+        b: Operand<'_, A>,
+        round: bool,
+    ) {
+        let _ = (dst, m, n, k, a, b, round);
+        unreachable!("products on tiles only where `tiles()` says so")
+    }
+}
+
+/// bf16 rounding on AMX tiles: each product rounds its operands as it
+/// packs them, the attention weights included (as PyTorch's CPU flash
+/// attention rounds them for bf16 before multiplying by the values).
+#[cfg(target_arch = "x86_64")]
+struct Tiles;
+
+#[cfg(target_arch = "x86_64")]
+impl Rounding<f32> for Tiles {
+    fn gather(&self, _: &mut [f32], _: &[f32], _: usize, _: [usize; 2], _: [usize; 2]) {
+        unreachable!("products on tiles gather nothing")
+    }
+
+    fn in_place(&self, _: &mut [f32]) {
+        unreachable!("products on tiles round their sums as they write them")
+    }
+
+    fn tiles(&self) -> bool {
+        true
+    }
+
+    fn product(
+        &self,
+        dst: &mut [f32],
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Operand<'_, f32>,
+        b: Operand<'_, f32>,
+        round: bool,
+    ) {
+        // SAFETY: the same memory as `MaybeUninit<f32>`, which the product
+        // overwrites (and never reads) in full.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<f32>>(), dst.len())
+        };
+        super::bgemm::bgemm(&mut dst[..m * n], m, n, k, a, b, None, round, false);
+    }
 }
 
 /// [`Rounding`] by an elementwise function, inlined into loops compiled for
@@ -303,7 +369,8 @@ fn fused<A: Real>(
             rs: lv.strides[2],
             cs: lv.strides[3],
         };
-        if let Some(round) = round {
+        let tiles = round.filter(|r| r.tiles());
+        if let Some(round) = round.filter(|r| !r.tiles()) {
             // Rounded copies, row-major: the query block, then the keys and
             // values of the head.
             let (cq, rest) = copies.split_at_mut(m * dk);
@@ -331,7 +398,10 @@ fn fused<A: Real>(
             };
         }
         let scores = &mut scores[..m * s];
-        gemm_into(scores, m, s, dk, qo, kt, Parallelism::None);
+        match tiles {
+            Some(t) => t.product(scores, m, s, dk, qo, kt, false),
+            None => gemm_into(scores, m, s, dk, qo, kt, Parallelism::None),
+        }
         let mask_row = |r: usize| mask.map_or(0, |(_, lm)| at(lm) + r * lm.strides[2]);
         let how = Rows {
             s,
@@ -348,9 +418,14 @@ fn fused<A: Real>(
             cs: 1,
         };
         let local = &mut local[..m * dv];
-        gemm_into(local, m, dv, s, p, vo, Parallelism::None);
-        if let Some(round) = round {
-            round.in_place(local);
+        match tiles {
+            Some(t) => t.product(local, m, dv, s, p, vo, true),
+            None => {
+                gemm_into(local, m, dv, s, p, vo, Parallelism::None);
+                if let Some(round) = round {
+                    round.in_place(local);
+                }
+            }
         }
         let base = bi * os[0] + hi * os[1];
         for (i, row) in local.chunks_exact(dv).enumerate() {
@@ -369,7 +444,7 @@ fn fused<A: Real>(
             }
         }
     };
-    let copies = if round.is_some() {
+    let copies = if round.is_some_and(|r| !r.tiles()) {
         rows * dk + s * (dk + dv)
     } else {
         0
@@ -506,6 +581,8 @@ impl<E: Float> AttentionKernel<E> for Cpu {
         let bf16 = Round(crate::cast::round_f32);
         let f16 = Round(|x: f32| half::f16::from_f32(x).to_f32());
         let round: &dyn Rounding<f32> = match low {
+            #[cfg(target_arch = "x86_64")]
+            DType::BF16 if super::bgemm::available() => &Tiles,
             DType::BF16 => &bf16,
             DType::F16 => &f16,
             _ => return Ok(None),
