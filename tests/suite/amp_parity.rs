@@ -429,6 +429,11 @@ fn fused_attention_under_autocast_rounds_as_it_reads_and_writes() {
             let _amp = autocast(low);
             q.scaled_dot_product_attention(&k, &v, Some(&mask), false, Some(0.3))
         };
+        let (qr, kr, vr) = (
+            rounded_to(&q, low),
+            rounded_to(&k, low),
+            rounded_to(&v, low),
+        );
         if tiles && low == DType::BF16 {
             // On AMX tiles the weights are rounded too before they multiply
             // the values, as in PyTorch's CPU flash attention; the tiles sum
@@ -436,11 +441,7 @@ fn fused_attention_under_autocast_rounds_as_it_reads_and_writes() {
             // by a rounding from the one by hand.
             let by_hand = {
                 let _off = no_grad();
-                let (q, k, v) = (
-                    rounded_to(&q, low),
-                    rounded_to(&k, low),
-                    rounded_to(&v, low),
-                );
+                let (q, k, v) = (&qr, &kr, &vr);
                 let scores =
                     &q.matmul(&k.transpose::<2, 3>()).mul_scalar(0.3) + &rounded_to(&mask, low);
                 let p = rounded_to(&scores.softmax::<-1>(), low);
@@ -470,14 +471,9 @@ fn fused_attention_under_autocast_rounds_as_it_reads_and_writes() {
         }
         let by_hand = {
             let _off = no_grad();
-            let (q, k, v) = (
-                rounded_to(&q, low),
-                rounded_to(&k, low),
-                rounded_to(&v, low),
-            );
             let m = rounded_to(&mask, low);
             rounded_to(
-                &q.scaled_dot_product_attention(&k, &v, Some(&m), false, Some(0.3)),
+                &qr.scaled_dot_product_attention(&kr, &vr, Some(&m), false, Some(0.3)),
                 low,
             )
         };
