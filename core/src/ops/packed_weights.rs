@@ -6,9 +6,10 @@
 //! gradient is wanted the weight is read, not written, from one call to the
 //! next, so its packed copy is kept here and reused while the weight's
 //! storage is the same and its version counter has not moved: an optimizer
-//! step, `copy_from` or a load writes the storage in place, bumps the
-//! version, and the next call packs it again. The products read the packed
-//! copy as they would have read their own: the same values, bit for bit.
+//! step or `assign` writes the storage in place and bumps the version, a
+//! load that replaces a tensor gives it another storage, and either way
+//! the next call packs it again. The products read the packed copy as they
+//! would have read their own: the same values, bit for bit.
 //!
 //! An entry holds a weak reference to the storage, so a dropped model's
 //! entry cannot match another storage that reuses the address; such
