@@ -445,7 +445,7 @@ fn fused_attention_under_autocast_rounds_as_it_reads_and_writes() {
                 let scores =
                     &q.matmul(&k.transpose::<2, 3>()).mul_scalar(0.3) + &rounded_to(&mask, low);
                 let p = rounded_to(&scores.softmax::<-1>(), low);
-                rounded_to(&p.matmul(&v), low)
+                rounded_to(&p.matmul(v), low)
             };
             let (f, h) = (fused.to_vec(), by_hand.to_vec());
             assert_eq!(f.len(), h.len());
