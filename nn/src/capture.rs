@@ -78,6 +78,10 @@ where
 /// graph cannot express (a loop over a `Dyn` size, a table built on the
 /// host at the example's length) is refused instead of captured at one
 /// size. An example must leave room for its sizes to grow by a few.
+/// Where the example has a size of 1 (a batch of one), which the capture
+/// cannot tell from a fixed 1, and the two graphs differ, a third run at
+/// sizes grown twice as far decides: if it agrees with the second, the
+/// second's graph is the capture.
 ///
 /// # Errors
 /// What the forward returns; or, from the capture, the first op it could not
@@ -131,14 +135,34 @@ where
                 .collect()
         })
         .collect();
-    let second = if symbols.is_empty() {
-        None
+    let (second, third) = if symbols.is_empty() {
+        (None, None)
     } else {
-        Some(x.grown(&extra, &mut 0)?)
+        let twice: Vec<Vec<usize>> = extra
+            .iter()
+            .map(|e| e.iter().map(|n| 2 * n).collect())
+            .collect();
+        (
+            Some(x.grown(&extra, &mut 0)?),
+            Some(x.grown(&twice, &mut 0)?),
+        )
     };
     let graph = capture_once(model, x, &names)?;
-    if let Some(x2) = second {
-        graph.check_same_as(&capture_once(model, x2, &names)?)?;
+    if let (Some(x2), Some(x3)) = (second, third) {
+        let grown = capture_once(model, x2, &names)?;
+        if let Err(e) = graph.check_same_as(&grown) {
+            // A size of 1 in the example reads as a number where the graph
+            // needs the symbol (a mask broadcast over a batch of 1), so
+            // the graphs differ; then the grown examples, which have no 1,
+            // decide: if they agree, the graph of the first serves.
+            if !graph.symbols.iter().any(|s| s.example == 1) {
+                return Err(e);
+            }
+            return match capture_once(model, x3, &names) {
+                Ok(g3) if grown.check_same_as(&g3).is_ok() => Ok(grown),
+                _ => Err(e),
+            };
+        }
     }
     Ok(graph)
 }

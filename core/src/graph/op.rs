@@ -482,21 +482,38 @@ pub(crate) fn reshape_dims(
             }
         }
         let outs = &to[j0..j];
-        let mut factors: Vec<Dim> = from[i0..i].iter().flat_map(Dim::factors).collect();
-        let mut slots: Vec<Option<Dim>> = vec![None; outs.len()];
+        let factors: Vec<Dim> = from[i0..i].iter().flat_map(Dim::factors).collect();
+        // For each output size, the factor it is (by index), if one is.
+        let mut taken: Vec<Option<usize>> = vec![None; outs.len()];
         for (k, &n) in outs.iter().enumerate() {
-            let hit = factors
-                .iter()
-                .position(|f| f.fixed().is_none() && eval(f) == Some(n));
-            if let Some(p) = hit {
-                slots[k] = Some(factors.remove(p));
-            }
+            taken[k] = (0..factors.len()).find(|&p| {
+                !taken.contains(&Some(p))
+                    && factors[p].fixed().is_none()
+                    && eval(&factors[p]) == Some(n)
+            });
         }
-        let whole = product(&factors);
+        let rest = |also: Option<usize>| -> Dim {
+            let keep: Vec<Dim> = (0..factors.len())
+                .filter(|&p| Some(p) == also || !taken.contains(&Some(p)))
+                .map(|p| factors[p].clone())
+                .collect();
+            product(&keep)
+        };
+        let whole = rest(None);
+        let mut slots: Vec<Option<Dim>> = taken
+            .iter()
+            .map(|t| t.map(|p| factors[p].clone()))
+            .collect();
         let open: Vec<usize> = (0..outs.len()).filter(|&k| slots[k].is_none()).collect();
         if let (Some(&target), None) = (open.first(), whole.fixed()) {
             let others: usize = open[1..].iter().map(|&k| outs[k]).product();
             slots[target] = Some(whole.div(&Dim::Fixed(others)));
+        } else if let (None, None, Some(&last)) = (open.first(), whole.fixed(), taken.last()) {
+            // Symbols left over with every size named: their product is 1
+            // at this example (a batch of 1: `[batch, seq]` to `[9]`), so
+            // they join the last size, in their order (the second capture
+            // checks the guess), rather than vanish.
+            *slots.last_mut().expect("a last size") = Some(rest(last));
         }
         for (k, slot) in slots.iter_mut().enumerate() {
             slot.get_or_insert(Dim::Fixed(outs[k]));
@@ -634,5 +651,20 @@ mod tests {
         let tail = reshape_dims(&[s.clone(), Dim::Fixed(384)], &[1920], &ev).unwrap();
         assert_eq!(tail, vec![s.mul(&Dim::Fixed(384))]);
         assert_eq!(reshape_dims(&from, &[7, 384], &ev), None);
+    }
+
+    #[test]
+    fn a_batch_of_one_keeps_its_symbol_through_a_flatten() {
+        let (b, s) = (Dim::var("batch"), Dim::var("seq"));
+        let env = std::collections::HashMap::from([("batch".into(), 1), ("seq".into(), 9)]);
+        let ev = |d: &Dim| d.eval(&env);
+        let flat = reshape_dims(&[b.clone(), s.clone()], &[9], &ev).unwrap();
+        assert_eq!(flat, vec![b.mul(&s)]);
+        let rows = reshape_dims(&[b.clone(), s.clone(), Dim::Fixed(32)], &[9, 32], &ev).unwrap();
+        assert_eq!(rows, vec![b.mul(&s), Dim::Fixed(32)]);
+        let back = reshape_dims(&flat, &[1, 9, 32], &ev);
+        assert_eq!(back, None, "9 elements are not 1 * 9 * 32");
+        let back = reshape_dims(&rows, &[1, 9, 32], &ev).unwrap();
+        assert_eq!(back, vec![b.clone(), s.clone(), Dim::Fixed(32)]);
     }
 }

@@ -27,7 +27,7 @@ use crate::util::{
 };
 use crate::{HfLoadReport, Loaded, ModelError, Outputs};
 use forma::core::device::Device;
-use forma::core::graph::Traced;
+use forma::core::graph::{Slot, Slots, Traced};
 use forma::nn::layers::{Dropout, Embedding, LayerNorm, Linear};
 use forma::nn::{scope, StateDict};
 use forma::prelude::*;
@@ -566,6 +566,30 @@ impl<const H: usize, E: Float, D: Device<E>> Traced for BertOutputs<H, E, D> {
         Ok(BertOutputs {
             last_hidden_state: self.last_hidden_state.grown(extra, next)?,
             pooler_output: self.pooler_output.grown(extra, next)?,
+            hidden_states: None,
+            attentions: None,
+        })
+    }
+}
+
+/// `forma::compile` replays a BERT forward into its two outputs, in the
+/// order [`Traced`] reads them.
+impl<const H: usize, E: Float, D: Device<E>> Slots for BertOutputs<H, E, D> {
+    type Device = D;
+
+    fn device(&self) -> D {
+        self.last_hidden_state.device().clone()
+    }
+
+    fn slots<X: Float>(&self, out: &mut Vec<Slot<X, D>>) -> forma::Result<()> {
+        self.last_hidden_state.slots(out)?;
+        self.pooler_output.slots(out)
+    }
+
+    fn from_slots<X: Float>(it: &mut dyn Iterator<Item = Slot<X, D>>) -> forma::Result<Self> {
+        Ok(BertOutputs {
+            last_hidden_state: Slots::from_slots(it)?,
+            pooler_output: Slots::from_slots(it)?,
             hidden_states: None,
             attentions: None,
         })
