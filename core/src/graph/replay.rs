@@ -302,7 +302,7 @@ fn unsupported(g: &Graph, n: &super::Node, float: DType) -> Option<String> {
         ));
     }
     match &n.op {
-        Op::Cumsum { .. } | Op::ConvTranspose { .. } | Op::Rnn { .. } => {
+        Op::Cumsum { .. } | Op::ConvTranspose { .. } => {
             Some(format!("`{}` has no replay form yet", n.op.name()))
         }
         Op::Fused { nodes } => nodes.iter().find_map(|e| match e {
@@ -835,8 +835,25 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
                 let d = six(out)?.dims();
                 view!(x, out.len(), |t| t.try_expand_dims(&d))
             }
+            Op::Rnn {
+                cell,
+                hidden,
+                layers,
+                bidirectional,
+                bias,
+            } => {
+                let x: Tensor<(Dyn, Dyn, Dyn), E, D> = x.to()?;
+                let shape = RnnShape {
+                    lstm: *cell != "GRU",
+                    hidden: *hidden,
+                    layers: *layers,
+                    dirs: if *bidirectional { 2 } else { 1 },
+                    bias: *bias,
+                };
+                f(widen(&rnn(&shape, x, &ins[1..], &self.device)?)?)
+            }
             Op::Arange { .. } => unreachable!("arange is made before the operands are read"),
-            Op::Rnn { .. } | Op::Cumsum { .. } | Op::ConvTranspose { .. } => {
+            Op::Cumsum { .. } | Op::ConvTranspose { .. } => {
                 return Err(Error::invalid(
                     "compile",
                     format!("`{}` has no replay form yet", op.name()),
@@ -844,6 +861,83 @@ impl<E: Float, D: Device<E>> Replay<E, D> {
             }
         })
     }
+}
+
+/// What an [`Op::Rnn`] node runs.
+struct RnnShape {
+    lstm: bool,
+    hidden: usize,
+    layers: usize,
+    dirs: usize,
+    bias: bool,
+}
+
+/// A stack of recurrent layers over `x` `[batch, T, features]` from a zero
+/// state, with `weights` in [`Op::Rnn`]'s order: the ops nn's LSTM and GRU
+/// run eagerly (all steps' input projections in one product, then the
+/// fused time loop), in the same order, so the values and the tape are
+/// theirs.
+fn rnn<E: Float, D: Device<E>>(
+    shape: &RnnShape,
+    x: Tensor<(Dyn, Dyn, Dyn), E, D>,
+    weights: &[&Slot<E, D>],
+    device: &D,
+) -> Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
+    use crate::ops::rnn::RnnMode;
+    let (mode, h) = match shape.lstm {
+        true => (RnnMode::LongShortTermMemory, shape.hidden),
+        false => (RnnMode::GatedRecurrentUnit, shape.hidden),
+    };
+    let per = if shape.bias { 4 } else { 2 };
+    if weights.len() != shape.layers * shape.dirs * per {
+        return Err(Error::invalid(
+            "compile",
+            format!("{} weights for a recurrent stack", weights.len()),
+        ));
+    }
+    let (b, t) = (x.size(0), x.size(1));
+    let mut input = x;
+    let mut w = weights.chunks(per);
+    for _ in 0..shape.layers {
+        let mut outs = Vec::with_capacity(shape.dirs);
+        for dir in 0..shape.dirs {
+            let ws = w.next().expect("counted above");
+            let w_ih: Tensor<(Dyn, Dyn), E, D> = ws[0].to()?;
+            let w_hh: Tensor<(Dyn, Dyn), E, D> = ws[1].to()?;
+            let (b_ih, b_hh): (Option<Tensor<(Dyn,), E, D>>, Option<Tensor<(Dyn,), E, D>>) =
+                match shape.bias {
+                    true => (Some(ws[2].to()?), Some(ws[3].to()?)),
+                    false => (None, None),
+                };
+            let features = input.size(2);
+            let flat = input.try_reshape_to((Dyn(b * t), Dyn(features)))?;
+            let mut xp = flat.try_matmul(&w_ih.t())?;
+            // As nn's layers: an LSTM's two biases meet in one sum; a GRU
+            // adds `b_hh` inside its reset gate's product.
+            let bias = match (&b_ih, &b_hh) {
+                (Some(bi), Some(bh)) if shape.lstm => Some(bi + bh),
+                (bi, _) => bi.clone(),
+            };
+            if let Some(bias) = &bias {
+                xp = &xp + bias;
+            }
+            let gates = mode.gates() * h;
+            let xp = xp.try_reshape_to((Dyn(b), Dyn(t), Dyn(gates)))?;
+            let h0 = Tensor::zeros_on((Dyn(b), Dyn(h)), device);
+            let c0 = shape
+                .lstm
+                .then(|| Tensor::zeros_on((Dyn(b), Dyn(h)), device));
+            let b_hh = if shape.lstm { None } else { b_hh.as_ref() };
+            let y = xp.try_rnn_layer(mode, &w_hh, b_hh, &h0, c0.as_ref(), dir == 1)?;
+            outs.push(y.try_narrow::<2>(0, h)?);
+        }
+        input = if shape.dirs == 1 {
+            outs.pop().expect("one direction")
+        } else {
+            crate::ops::cat::try_cat::<2, _, _>(&outs)?
+        };
+    }
+    Ok(input)
 }
 
 /// Unary row `name` on `t`.
