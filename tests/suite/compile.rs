@@ -436,7 +436,9 @@ fn compiled_lstm_and_gru_stacks_give_the_eager_outputs_and_gradients() {
             );
         }
     }
-    check("lstm", || Lstm::<6, 5>::new(2, &Cpu, &mut Rng::seed_from(30)));
+    check("lstm", || {
+        Lstm::<6, 5>::new(2, &Cpu, &mut Rng::seed_from(30))
+    });
     check("bidirectional gru", || {
         Gru::<6, 4, true>::new(2, &Cpu, &mut Rng::seed_from(31))
     });
