@@ -886,10 +886,17 @@ unsafe fn block<K: Kernel>(
     // faster, 256^3 4.5%, 512^3 1.7%, 64x784x512 3.7%, the encoder's
     // projections 4-5% (the whole encoder, batch 8, 4%). Not when the row
     // stride is a multiple of 4 KiB: the panel's rows then share L1 sets,
-    // and 2048^3 read in place was 2-3% slower.
+    // and 2048^3 read in place was 2-3% slower. Not on Intel either: on a
+    // Xeon with AVX-512 and AMX the packed panel was faster on every
+    // product measured that reads in place (2 threads, alternating runs:
+    // 64x576x3136 and 64x147x12544 4-6%, 512x4608x784 1-4%,
+    // 128x1152x784 2-8%, 64x784x512 4-8%; ResNet-18 b16 inference 3%):
+    // the in-place panel's eight row pointers cost an address add per
+    // broadcast, on the ports the FMAs need.
+    let in_place_pays = K::A_IN_PLACE && !crate::simd::is_intel();
     let pack_a = pack_a
         && !(a_outer
-            && K::A_IN_PLACE
+            && in_place_pays
             && a.cs == 1
             && !a.rs.is_multiple_of(1024)
             && !matches!(shared, Shared::A(_)));
@@ -1578,7 +1585,7 @@ microkernel!(
     /// the left operand are packed at once (1.5 MiB), once for every column
     /// block rather than once per column block: 2048^3 a further 3-10%
     /// faster, 1024^3 0-5%. A left operand with contiguous rows is read in
-    /// place instead (see `block`).
+    /// place instead on AMD's cores (see `block`).
     Avx512,
     has_avx512,
     384,
