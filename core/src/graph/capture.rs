@@ -14,7 +14,7 @@ use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 thread_local! {
     static ON: Cell<bool> = const { Cell::new(false) };
@@ -196,7 +196,11 @@ struct Recorder {
     ids: HashMap<Key, ValueId>,
     storages: HashSet<usize>,
     born: HashMap<Key, ()>,
-    keep: Vec<Arc<dyn Any + Send + Sync>>,
+    /// Every storage seen, weakly: a storage's memory goes when the
+    /// forward drops its tensor (the capture's peak is the forward's), but
+    /// its allocation stays while a weak reference does, so no later
+    /// storage takes its address (the key of every value seen).
+    keep: Vec<Weak<dyn Any + Send + Sync>>,
     /// Whether each value depends on an input.
     dynamic: Vec<bool>,
     env: HashMap<String, usize>,
@@ -234,7 +238,7 @@ impl Recorder {
         self.ids.insert(v.key, id);
         self.storages.insert(v.key.0);
         self.born.remove(&v.key);
-        self.keep.push(v.keep.clone());
+        self.keep.push(Arc::downgrade(&v.keep));
         self.dynamic.push(false);
         id
     }
@@ -480,7 +484,7 @@ pub(crate) fn born(v: &Val) {
     with(|r| {
         if !r.ids.contains_key(&v.key) {
             r.born.insert(v.key, ());
-            r.keep.push(v.keep.clone());
+            r.keep.push(Arc::downgrade(&v.keep));
         }
     });
 }
@@ -528,7 +532,7 @@ pub(crate) fn alias(x: &Val, out: &Val) {
             r.ids.insert(out.key, id);
             r.storages.insert(out.key.0);
             r.born.remove(&out.key);
-            r.keep.push(out.keep.clone());
+            r.keep.push(Arc::downgrade(&out.keep));
         }
     });
 }
