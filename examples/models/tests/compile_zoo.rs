@@ -6,6 +6,7 @@
 //! still gives the eager values.
 
 use forma::core::{Backend, Dtype, Shape};
+use forma::nn::compile::Compiled;
 use forma::nn::module::{Cx, Role, Visitor};
 use forma::nn::Module;
 use forma::prelude::*;
@@ -33,6 +34,27 @@ fn grads<M: Module>(model: &M) -> Vec<(String, Option<TensorData>)> {
     let mut g = Grads(Vec::new());
     model.visit(&mut Cx::new(), &mut g);
     g.0
+}
+
+/// Asserts that every parameter of `compiled` got the gradient it got in
+/// `eager`, bit for bit, then clears both.
+fn same_gradients<M: Module>(eager: &M, compiled: &M, what: &str) {
+    let (gw, gg) = (grads(eager), grads(compiled));
+    assert!(gw.iter().all(|(_, g)| g.is_some()), "every weight learns");
+    assert_eq!(gg, gw, "gradients, {what}");
+    eager.zero_grad();
+    compiled.zero_grad();
+}
+
+/// Asserts that two calls of one signature captured once and replayed.
+fn captured_once<M>(compiled: &Compiled<M>, what: &str) {
+    let s = compiled.stats();
+    assert_eq!(
+        (s.compiles, s.cache_hits, s.fallbacks),
+        (1, 1, 0),
+        "{what}: {:?}",
+        compiled.explain()
+    );
 }
 
 fn ids(batch: usize, len: usize, vocab: i64) -> Tensor<(Dyn, Dyn), i64> {
@@ -76,19 +98,13 @@ fn a_compiled_bert_gives_the_eager_outputs_and_gradients() {
             );
             bert_loss(&want).backward();
             bert_loss(&got).backward();
-            let (gw, gg) = (grads(&eager), grads(compiled.eager()));
-            assert!(gw.iter().all(|(_, g)| g.is_some()), "every weight learns");
-            assert_eq!(gg, gw, "gradients, training {training}, [{b}, {len}]");
-            eager.zero_grad();
-            compiled.eager().zero_grad();
+            same_gradients(
+                &eager,
+                compiled.eager(),
+                &format!("training {training}, [{b}, {len}]"),
+            );
         }
-        let s = compiled.stats();
-        assert_eq!(
-            (s.compiles, s.cache_hits, s.fallbacks),
-            (1, 1, 0),
-            "training {training}: {:?}",
-            compiled.explain()
-        );
+        captured_once(&compiled, &format!("training {training}"));
     }
 }
 
@@ -135,18 +151,12 @@ fn a_compiled_gpt2_gives_the_eager_logits_and_gradients() {
             );
             want.log_softmax::<-1>().mean_all().backward();
             got.log_softmax::<-1>().mean_all().backward();
-            let (gw, gg) = (grads(&eager), grads(compiled.eager()));
-            assert!(gw.iter().all(|(_, g)| g.is_some()), "every weight learns");
-            assert_eq!(gg, gw, "gradients, training {training}, [{b}, {len}]");
-            eager.zero_grad();
-            compiled.eager().zero_grad();
+            same_gradients(
+                &eager,
+                compiled.eager(),
+                &format!("training {training}, [{b}, {len}]"),
+            );
         }
-        let s = compiled.stats();
-        assert_eq!(
-            (s.compiles, s.cache_hits, s.fallbacks),
-            (1, 1, 0),
-            "training {training}: {:?}",
-            compiled.explain()
-        );
+        captured_once(&compiled, &format!("training {training}"));
     }
 }
