@@ -127,17 +127,31 @@ def matmul_bf16(n):
     return rate(timed(3, reps, lambda: a @ b), flops / 1e9)
 
 
-def lenet_step(amp=False):
-    model = torch.nn.Sequential(
+def lenet():
+    return torch.nn.Sequential(
         torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(6, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
         torch.nn.Linear(400, 120), torch.nn.ReLU(), torch.nn.Linear(120, 84), torch.nn.ReLU(),
         torch.nn.Linear(84, 10),
     )
+
+
+def lenet_step(amp=False):
+    model = lenet()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(64, 1, 28, 28)
     y = torch.arange(64) % 10
     return timed(5, 50, train_step(model, opt, x, y, amp))
+
+
+def lenet_step_compiled():
+    model = torch.compile(lenet())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(64, 1, 28, 28)
+    y = torch.arange(64) % 10
+    step = train_step(model, opt, x, y)
+    first_call("lenet step", step)
+    return timed(5, 50, step)
 
 
 def rnn_step(cls):
@@ -263,20 +277,28 @@ def gpt2_generate():
     return rate(timed(1, 3, run), 32.0)
 
 
-def bert_infer():
+def bert_model():
     import transformers
 
     transformers.logging.set_verbosity_error()
     config = transformers.BertConfig(
         vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
     )
-    model = transformers.BertModel(config).eval()
+    return transformers.BertModel(config).eval()
+
+
+def bert_infer(compiled=False):
+    model = bert_model()
+    if compiled:
+        model = torch.compile(model)
     ids = (torch.arange(32 * 128) * 7919 % 30522).reshape(32, 128)
 
     def run():
         with torch.inference_mode():
             model(input_ids=ids)
 
+    if compiled:
+        first_call("bert b32 s128", run)
     return timed(1, 5, run)
 
 
@@ -297,8 +319,8 @@ def rnn_trainer(cls):
 
 
 def rss_child(kind):
-    """The training process whose peak RSS is compared (as suite.rs's
-    `rss_child`): `mlp`, `mlp-bf16`, `resnet` or `lstm`."""
+    """The process whose peak RSS is compared (as suite.rs's `rss_child`):
+    `mlp`, `mlp-bf16`, `resnet`, `lstm`, `encoder` or `encoder-compiled`."""
     torch.manual_seed(0)
     if kind in ("mlp", "mlp-bf16"):
         model = mlp()
@@ -310,8 +332,19 @@ def rss_child(kind):
         steps, step = 6, resnet_trainer()
     elif kind == "lstm":
         steps, step = 4, rnn_trainer(torch.nn.LSTM)
+    elif kind in ("encoder", "encoder-compiled"):
+        model = encoder_model()
+        if kind == "encoder-compiled":
+            model = torch.compile(model)
+        x = torch.randn(8, 128, 384)
+
+        def step():
+            with torch.inference_mode():
+                model(x)
+
+        steps = 4
     else:
-        raise SystemExit(f"no training process named {kind}")
+        raise SystemExit(f"no process named {kind}")
     for _ in range(steps):
         step()
     print(peak_rss_mb())
@@ -339,9 +372,13 @@ WORKLOADS = {
     "encoder b32 s128": lambda t: encoder(32, 128),
     "encoder b1 s16": lambda t: encoder(1, 16),
     "compiled mlp step": lambda t: mlp_step_compiled(),
+    "compiled lenet step": lambda t: lenet_step_compiled(),
     "compiled encoder b1 s16": lambda t: encoder_compiled(1, 16),
     "compiled encoder b8 s128": lambda t: encoder_compiled(8, 128),
+    "rss encoder b8": lambda t: rss_train(t, "encoder"),
+    "rss compiled encoder b8": lambda t: rss_train(t, "encoder-compiled"),
     "compiled resnet18 b16": lambda t: resnet_infer_compiled(16),
+    "compiled bert b32 s128": lambda t: bert_infer(compiled=True),
     "gelu chain": lambda t: gelu_chain(),
     "export encoder": lambda t: export_encoder(),
     "rss export": rss_export,

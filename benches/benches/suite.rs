@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench -p forma-benches --bench suite              # 3 rounds
-//! cargo bench -p forma-benches --bench suite -- --rounds 1 --only matmul
+//! cargo bench -p forma-benches --bench suite -- --rounds 1 --only matmul,mlp
 //! ```
 //!
 //! PyTorch's side is `benches/suite.py`, one child process for the whole run
@@ -363,6 +363,23 @@ fn lenet_step(rng: &mut Rng, amp: Option<DType>) -> Sample {
     Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y, amp))
 }
 
+/// The LeNet step through `forma::compile`; the first call (the capture)
+/// is timed apart and printed.
+fn lenet_step_compiled(rng: &mut Rng) -> Sample {
+    let model = forma::compile(LeNet5::new(rng));
+    let mut opt: Sgd = Sgd::new(SgdOptions::default().lr(0.01).momentum(0.9));
+    let batch = 64;
+    let x = Tensor::<(Dyn, C<1>, C<28>, C<28>)>::randn((Dyn(batch), C, C, C), rng);
+    let y = labels(batch);
+    let start = Instant::now();
+    train_step(&model, &mut opt, &x, &y, None);
+    eprintln!(
+        "forma compile, lenet step: first call (capture) {:.1} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    Sample::time(5, 50, || train_step(&model, &mut opt, &x, &y, None))
+}
+
 /// A 2-layer recurrent net, input 128, hidden 256, batch 32, 64 steps,
 /// Adam (issue 36's held-out shape): one training step on the mean square
 /// of the last layer's outputs (`$step` returns it as a closure).
@@ -480,6 +497,32 @@ fn bert_infer(rng: &mut Rng) -> Sample {
         let out = model.run(&ids, None, None).expect("run BERT");
         std::hint::black_box(out);
     })
+}
+
+/// The BERT of [`bert_infer`] through `forma::compile`; the first call
+/// (the capture) is timed apart and printed.
+fn bert_infer_compiled(rng: &mut Rng) -> Sample {
+    let mut model = MiniLmL6::new(&BertConfig::minilm_l6(), &Cpu, rng);
+    model.eval();
+    let model = forma::compile(model);
+    let (batch, len) = (32, 128);
+    let ids: Vec<i64> = (0..batch * len)
+        .map(|i| (i as i64 * 7919) % 30522)
+        .collect();
+    let ids = Tensor::<(Dyn, Dyn), i64>::from_vec(ids, (Dyn(batch), Dyn(len))).unwrap();
+    let run = || {
+        let _guard = no_grad();
+        let out = model.forward(ids.clone());
+        std::hint::black_box(out);
+    };
+    let start = Instant::now();
+    run();
+    eprintln!(
+        "forma compile, bert b{batch} s{len}: first call (capture) {:.1} ms; {:?}",
+        start.elapsed().as_secs_f64() * 1e3,
+        model.stats()
+    );
+    Sample::time(1, 5, run)
 }
 
 type EncoderLayer = TransformerEncoderLayer<384, 12, 1536>;
@@ -608,7 +651,9 @@ fn gelu_chain(rng: &mut Rng) -> Sample {
 /// A training process whose peak resident memory is compared, run in a
 /// child process (`--rss KIND`) so nothing else counts: `mlp` (the MLP
 /// step), `mlp-bf16` (the same under bf16 autocast), `resnet` (the
-/// ResNet-18 step) and `lstm` (the LSTM step). The peak after `steps`
+/// ResNet-18 step), `lstm` (the LSTM step), and the inference processes
+/// `encoder` and `encoder-compiled` (the encoder on b8 s128, eager or
+/// through `forma::compile`). The peak after `steps`
 /// steps is printed, with the minor page faults per step of the second
 /// half (fresh pages: 0 when every buffer was reused).
 fn rss_child(kind: &str) {
@@ -626,7 +671,23 @@ fn rss_child(kind: &str) {
         }
         "resnet" => (6, Box::new(resnet_trainer(&mut rng))),
         "lstm" => (4, Box::new(lstm_trainer(&mut rng))),
-        other => panic!("no training process named {other}"),
+        "encoder" | "encoder-compiled" => {
+            let model = forma::compile(eval_encoder(&mut rng));
+            let x = Tensor::<(Dyn, Dyn, C<384>)>::randn((Dyn(8), Dyn(128), C), &mut rng);
+            let compiled = kind == "encoder-compiled";
+            (
+                4,
+                Box::new(move || {
+                    let _guard = no_grad();
+                    let y = match compiled {
+                        true => model.forward(x.clone()),
+                        false => model.eager().forward(x.clone()),
+                    };
+                    std::hint::black_box(y);
+                }),
+            )
+        }
+        other => panic!("no process named {other}"),
     };
     let mut faults = 0;
     for i in 0..steps {
@@ -658,7 +719,7 @@ fn rss_train(kind: &str) -> Sample {
         fields.next().unwrap_or(f64::NAN),
     );
     eprintln!(
-        "forma {kind} step, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)",
+        "forma {kind}, steady state: {faults:.0} minor page faults per step ({:.2} MB of fresh pages)",
         faults * 4096.0 / 1e6
     );
     Sample::value(mb)
@@ -739,6 +800,13 @@ fn workloads() -> Vec<Workload> {
         Box::new(mlp_step_compiled),
     ));
     w.push(Workload::new(
+        "compiled lenet step",
+        "LeNet step, forma::compile vs torch.compile",
+        Unit::Millis,
+        1.0,
+        Box::new(lenet_step_compiled),
+    ));
+    w.push(Workload::new(
         "compiled encoder b1 s16",
         "encoder b1 s16, forma::compile vs torch.compile",
         Unit::Millis,
@@ -758,6 +826,27 @@ fn workloads() -> Vec<Workload> {
         Unit::Millis,
         1.0,
         Box::new(|rng| resnet_infer_compiled(16, rng)),
+    ));
+    w.push(Workload::new(
+        "compiled bert b32 s128",
+        "MiniLM-shaped BERT b32 s128, forma::compile vs torch.compile",
+        Unit::Millis,
+        1.0,
+        Box::new(bert_infer_compiled),
+    ));
+    w.push(Workload::new(
+        "rss encoder b8",
+        "peak RSS, encoder b8 s128 inference process",
+        Unit::Megabytes,
+        1.0,
+        Box::new(|_| rss_train("encoder")),
+    ));
+    w.push(Workload::new(
+        "rss compiled encoder b8",
+        "peak RSS, encoder b8 s128, forma::compile vs torch.compile",
+        Unit::Megabytes,
+        1.0,
+        Box::new(|_| rss_train("encoder-compiled")),
     ));
     w.push(Workload::new(
         "gelu chain",

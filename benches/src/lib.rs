@@ -171,11 +171,12 @@ pub struct Table {
 }
 
 impl Table {
-    /// The rows whose key contains `only` (all of them without a filter).
+    /// The rows whose key contains one of `only`'s comma-separated parts
+    /// (all of them without a filter).
     pub fn new(rows: Vec<Workload>, only: Option<&str>) -> Table {
         let rows = rows
             .into_iter()
-            .filter(|w| only.is_none_or(|o| w.key.contains(o)))
+            .filter(|w| only.is_none_or(|o| o.split(',').any(|p| w.key.contains(p))))
             .collect();
         Table { rows }
     }
