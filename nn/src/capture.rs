@@ -154,7 +154,8 @@ where
             // A size of 1 in the example reads as a number where the graph
             // needs the symbol (a mask broadcast over a batch of 1), so
             // the graphs differ; then the grown examples, which have no 1,
-            // decide: if they agree, the graph of the first serves.
+            // decide: if they agree, the first grown one's graph serves
+            // (it is checked at the call's sizes when it replays).
             if !graph.symbols.iter().any(|s| s.example == 1) {
                 return Err(e);
             }

@@ -884,10 +884,11 @@ fn rnn<E: Float, D: Device<E>>(
     device: &D,
 ) -> Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
     use crate::ops::rnn::RnnMode;
-    let (mode, h) = match shape.lstm {
-        true => (RnnMode::LongShortTermMemory, shape.hidden),
-        false => (RnnMode::GatedRecurrentUnit, shape.hidden),
+    let mode = match shape.lstm {
+        true => RnnMode::LongShortTermMemory,
+        false => RnnMode::GatedRecurrentUnit,
     };
+    let h = shape.hidden;
     let per = if shape.bias { 4 } else { 2 };
     if weights.len() != shape.layers * shape.dirs * per {
         return Err(Error::invalid(
