@@ -883,7 +883,7 @@ fn rnn<E: Float, D: Device<E>>(
     weights: &[&Slot<E, D>],
     device: &D,
 ) -> Result<Tensor<(Dyn, Dyn, Dyn), E, D>> {
-    use crate::ops::rnn::RnnMode;
+    use crate::ops::rnn::{RnnLayerWeights, RnnMode};
     let mode = match shape.lstm {
         true => RnnMode::LongShortTermMemory,
         false => RnnMode::GatedRecurrentUnit,
@@ -896,7 +896,7 @@ fn rnn<E: Float, D: Device<E>>(
             format!("{} weights for a recurrent stack", weights.len()),
         ));
     }
-    let (b, t) = (x.size(0), x.size(1));
+    let b = x.size(0);
     let mut input = x;
     let mut w = weights.chunks(per);
     for _ in 0..shape.layers {
@@ -910,26 +910,17 @@ fn rnn<E: Float, D: Device<E>>(
                     true => (Some(ws[2].to()?), Some(ws[3].to()?)),
                     false => (None, None),
                 };
-            let features = input.size(2);
-            let flat = input.try_reshape_to((Dyn(b * t), Dyn(features)))?;
-            let mut xp = flat.try_matmul(&w_ih.t())?;
-            // As nn's layers: an LSTM's two biases meet in one sum; a GRU
-            // adds `b_hh` inside its reset gate's product.
-            let bias = match (&b_ih, &b_hh) {
-                (Some(bi), Some(bh)) if shape.lstm => Some(bi + bh),
-                (bi, _) => bi.clone(),
-            };
-            if let Some(bias) = &bias {
-                xp = &xp + bias;
-            }
-            let gates = mode.gates() * h;
-            let xp = xp.try_reshape_to((Dyn(b), Dyn(t), Dyn(gates)))?;
             let h0 = Tensor::zeros_on((Dyn(b), Dyn(h)), device);
             let c0 = shape
                 .lstm
                 .then(|| Tensor::zeros_on((Dyn(b), Dyn(h)), device));
-            let b_hh = if shape.lstm { None } else { b_hh.as_ref() };
-            let y = xp.try_rnn_layer(mode, &w_hh, b_hh, &h0, c0.as_ref(), dir == 1)?;
+            let weights = RnnLayerWeights {
+                weight_ih: &w_ih,
+                weight_hh: &w_hh,
+                bias_ih: b_ih.as_ref(),
+                bias_hh: b_hh.as_ref(),
+            };
+            let y = input.try_rnn_from_input(mode, weights, &h0, c0.as_ref(), dir == 1)?;
             outs.push(y.try_narrow::<2>(0, h)?);
         }
         input = if shape.dirs == 1 {

@@ -345,7 +345,58 @@ fn gru_step_backward<E: Float, D: Device<E>>(
     Ok([dxp, dhg, &dh * &z])
 }
 
+/// One layer's weights in one direction, under PyTorch's names:
+/// `weight_ih` `[G * H, features]`, `weight_hh` `[G * H, H]`, the biases
+/// `[G * H]` (both or neither).
+#[derive(Debug)]
+pub struct RnnLayerWeights<'a, E: Float, D: Device<E>> {
+    /// `weight_ih_l{k}`.
+    pub weight_ih: &'a Tensor<(Dyn, Dyn), E, D>,
+    /// `weight_hh_l{k}`.
+    pub weight_hh: &'a Tensor<(Dyn, Dyn), E, D>,
+    /// `bias_ih_l{k}`.
+    pub bias_ih: Option<&'a Tensor<(Dyn,), E, D>>,
+    /// `bias_hh_l{k}`.
+    pub bias_hh: Option<&'a Tensor<(Dyn,), E, D>>,
+}
+
 impl<E: Float, D: Device<E>> Tensor<(Dyn, Dyn, Dyn), E, D> {
+    /// One recurrent layer in one direction from its input `self`
+    /// (`[batch, T, features]`): every step's input projection as one
+    /// product, the biases added (an LSTM's two as one sum; a GRU's
+    /// `b_hh` goes inside its reset gate's product), then the recurrence
+    /// ([`Tensor::try_rnn_layer`], whose output it returns). nn's LSTM and
+    /// GRU run this, and so does a compiled graph's replay, so the two
+    /// tapes are the same ops in the same order.
+    ///
+    /// # Errors
+    /// As [`Tensor::try_rnn_layer`], and a shape error when `weight_ih`
+    /// does not take `features`.
+    pub fn try_rnn_from_input(
+        &self,
+        mode: RnnMode,
+        w: RnnLayerWeights<'_, E, D>,
+        h0: &Tensor<(Dyn, Dyn), E, D>,
+        c0: Option<&Tensor<(Dyn, Dyn), E, D>>,
+        reverse: bool,
+    ) -> Result<Self> {
+        let [b, t, features] = [self.size(0), self.size(1), self.size(2)];
+        let lstm = mode == RnnMode::LongShortTermMemory;
+        let flat = self.try_reshape_to((Dyn(b * t), Dyn(features)))?;
+        let mut xp = flat.try_matmul(&w.weight_ih.t())?;
+        let bias = match (w.bias_ih, w.bias_hh) {
+            (Some(bi), Some(bh)) if lstm => Some(bi.try_zip(crate::ops::binary::Add, bh)?),
+            (bi, _) => bi.cloned(),
+        };
+        if let Some(bias) = &bias {
+            xp = xp.try_zip(crate::ops::binary::Add, bias)?;
+        }
+        let gates = w.weight_ih.size(0);
+        let xp = xp.try_reshape_to((Dyn(b), Dyn(t), Dyn(gates)))?;
+        let b_hh = if lstm { None } else { w.bias_hh };
+        xp.try_rnn_layer(mode, w.weight_hh, b_hh, h0, c0, reverse)
+    }
+
     /// Runs one recurrent layer (one direction) over time: `self` holds
     /// the input projections of every step, `[batch, T, G * H]`
     /// (`x W_ih^T + b_ih`; an LSTM may fold `b_hh` in too), `w_hh` is `[G * H, H]`,

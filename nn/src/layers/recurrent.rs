@@ -11,7 +11,7 @@ use crate::module::Phase;
 use crate::{Cx, Forward, Module, Role, Training, Visitor, VisitorMut};
 use forma_core::device::Device;
 use forma_core::ops::cat::{cat, stack, try_cat};
-use forma_core::ops::rnn::RnnMode;
+use forma_core::ops::rnn::{RnnLayerWeights, RnnMode};
 use forma_core::shape::check::ConstMsg;
 use forma_core::{Dim, Dyn, Error, Float, Result, Rng, Tensor, C};
 use forma_cpu::Cpu;
@@ -616,28 +616,13 @@ where
                 .pop()
                 .expect("one initial state per layer and direction");
             let (h0, c0) = K::parts(&state);
-            let features = input.size(2);
-            let flat = input.try_reshape_to((Dyn(b * t), Dyn(features)))?;
-            let mut xp = flat.try_matmul(&w.weight_ih.t())?;
-            // An LSTM's two biases meet in one sum; a GRU's `b_hn` sits
-            // inside the reset gate's product, so the op adds `b_hh`.
-            let bias = match (&w.bias_ih, &w.bias_hh) {
-                (Some(bi), Some(bh)) if lstm => Some(bi + bh),
-                (bi, _) => bi.clone(),
+            let weights = RnnLayerWeights {
+                weight_ih: &w.weight_ih,
+                weight_hh: &w.weight_hh.into_dyn(),
+                bias_ih: w.bias_ih.as_ref(),
+                bias_hh: w.bias_hh.as_ref(),
             };
-            if let Some(bias) = &bias {
-                xp = &xp + bias;
-            }
-            let xp = xp.try_reshape_to((Dyn(b), Dyn(t), Dyn(K::GATES * H)))?;
-            let b_hh = if lstm { None } else { w.bias_hh.as_ref() };
-            let y = xp.try_rnn_layer(
-                K::MODE,
-                &w.weight_hh.into_dyn(),
-                b_hh,
-                &h0,
-                c0.as_ref(),
-                dir == 1,
-            )?;
+            let y = input.try_rnn_from_input(K::MODE, weights, &h0, c0.as_ref(), dir == 1)?;
             // The final state: the last step taken (the first position
             // for the reverse direction), or the initial one when `t` is 0.
             if t == 0 {
