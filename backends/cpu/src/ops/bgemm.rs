@@ -21,10 +21,10 @@
 //! On a CPU with AVX-512 BF16 but no tiles (AMD Zen 4, Intel Cooper Lake)
 //! the same packed operands can feed `vdpbf16ps` instead ([`block_dp`]):
 //! each instruction multiplies a broadcast pair of one left row's depths by
-//! a packed pair row of 16 right columns, 32 multiply-adds. It runs only
-//! when `FORMA_BF16_DOT=1` asks: measured on an Intel Xeon (where the
-//! instruction has an f32 FMA pair's throughput) it is slower than the f32
-//! kernel, and Zen 4, whose throughput tables say twice, was not measured.
+//! a packed pair row of 16 right columns, 32 multiply-adds. It runs by
+//! default on AMD's CPUs (on Zen 4 twice the f32 kernel's rate), and on
+//! Intel's only when `FORMA_BF16_DOT=1` asks: there (the instruction has
+//! an f32 FMA pair's throughput) it is slower than the f32 kernel.
 //!
 //! Linux hands the tile state to a process only when asked
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), which [`available`] does once; each
@@ -72,8 +72,8 @@ pub(crate) enum Isa {
 }
 
 /// The bf16 instructions this process runs products on (the tile state
-/// asked for once; `FORMA_AMX=0` leaves the tiles out; AVX-512 BF16 only
-/// with `FORMA_BF16_DOT=1`), or `None`: products widen to f32.
+/// asked for once; `FORMA_AMX=0` leaves the tiles out; AVX-512 BF16 as
+/// [`dot_wanted`] says), or `None`: products widen to f32.
 pub(crate) fn isa() -> Option<Isa> {
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
     // Every CPU with either has AVX-512, which packing uses.
@@ -84,17 +84,27 @@ pub(crate) fn isa() -> Option<Isa> {
         let amx_allowed = std::env::var("FORMA_AMX").map_or(true, |v| v != "0");
         if amx_allowed && detect() {
             Some(Isa::Amx)
-        } else if std::env::var("FORMA_BF16_DOT").is_ok_and(|v| v == "1")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-        {
-            // Only when asked: on the one CPU measured (an Intel Xeon, run
-            // with the tiles left out) it reached 150-165 GFLOP/s against
-            // the f32 kernel's 246-274, so products widen to f32 there.
+        } else if dot_wanted() && std::arch::is_x86_feature_detected!("avx512bf16") {
             Some(Isa::Avx512Bf16)
         } else {
             None
         }
     })
+}
+
+/// Whether products run on `vdpbf16ps` where the CPU has it and no tiles:
+/// `FORMA_BF16_DOT=1` or `0` says; unset, on AMD's CPUs and not on
+/// Intel's. On Zen 4 (two threads, the f32 kernel at 183-199 GFLOP/s) it
+/// ran bf16 products at 284 / 366 / 386 GFLOP/s (512 / 1024 / 2048
+/// square, twice the f32 rate at the larger two); on an Intel Xeon with
+/// the tiles left out it reached 150-165 against the f32 kernel's
+/// 246-274, so products widen to f32 there.
+fn dot_wanted() -> bool {
+    match std::env::var("FORMA_BF16_DOT").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => !crate::simd::is_intel(),
+    }
 }
 
 /// Whether [`bgemm`] runs on this CPU.
@@ -663,7 +673,7 @@ unsafe fn block_dp<const NR: usize>(
 ) {
     use std::arch::x86_64::{
         __m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_set1_epi32,
-        _mm512_setzero_ps, _mm512_storeu_ps,
+        _mm512_setzero_ps,
     };
     /// 32 bf16 bit patterns as the vector type `vdpbf16ps` takes.
     #[inline(always)]
@@ -672,8 +682,15 @@ unsafe fn block_dp<const NR: usize>(
         unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
     }
     const H: usize = T / 2;
-    let mut tmp = [0f32; T * 2 * T];
+    // Each row's sums go straight to the output (clipped by masks): with
+    // a copy through an array of the block's own, 512-square products ran
+    // at 284 GFLOP/s on Zen 4 (2 threads), without it at 402.
+    let cols = (NR * T).min(out.n - c0);
+    let rows = T.min(out.m - r0);
     for half in 0..2 {
+        if half * H >= rows {
+            break;
+        }
         let mut acc: [[__m512; 2]; H] = [[_mm512_setzero_ps(); 2]; H];
         for c in 0..chunks {
             let at = c * TILE;
@@ -703,21 +720,18 @@ unsafe fn block_dp<const NR: usize>(
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
+        for (r, acc) in acc.iter().enumerate().take(rows - half * H) {
+            // SAFETY: a row inside `out` (clipped).
+            let row = unsafe { out.ptr.add((r0 + half * H + r) * out.ld + c0) };
             for (j, &v) in acc.iter().enumerate().take(NR) {
-                // SAFETY: inside `tmp` (rows of 32 floats).
-                unsafe {
-                    _mm512_storeu_ps(tmp.as_mut_ptr().add((half * H + r) * 2 * T + j * T), v)
-                };
+                if j * T >= cols {
+                    break;
+                }
+                let keep = mask(T.min(cols - j * T)) as u16;
+                // SAFETY: the lanes kept are inside `out` (clipped), a
+                // block no other thread writes.
+                unsafe { _mm512_mask_storeu_ps(row.add(j * T), keep, v) };
             }
-        }
-    }
-    let cols = (NR * T).min(out.n - c0);
-    for i in 0..T.min(out.m - r0) {
-        // SAFETY: inside `out` (clipped), a block no other thread writes.
-        unsafe {
-            let row = out.ptr.add((r0 + i) * out.ld + c0);
-            std::ptr::copy_nonoverlapping(tmp.as_ptr().add(i * 2 * T), row, cols);
         }
     }
 }
