@@ -123,3 +123,54 @@ fn dropout_scales_in_training_and_is_identity_in_eval() {
     drop.eval();
     assert_eq!(drop.forward(x.clone()).to_vec(), x.to_vec());
 }
+
+/// Eval-mode batch norm runs as one fused pass (outside a capture): the
+/// bits of the composed ops `(x - mean) * (rsqrt(var + eps) * w) + b`, and
+/// its gradients theirs too.
+#[test]
+fn batch_norm_eval_is_the_composed_ops_in_one_pass() {
+    use forma::nn::functional::batch_norm;
+    let mut rng = Rng::seed_from(5);
+    let x = Tensor::<(Dyn, Dyn, Dyn, Dyn)>::randn((Dyn(3), Dyn(4), Dyn(5), Dyn(6)), &mut rng);
+    let mean = Tensor::<(C<4>,)>::randn((C,), &mut rng);
+    let var = Tensor::<(C<4>,)>::randn((C,), &mut rng).abs();
+    let (w, b) = (
+        Tensor::<(C<4>,)>::randn((C,), &mut rng).requires_grad(),
+        Tensor::<(C<4>,)>::randn((C,), &mut rng).requires_grad(),
+    );
+    let x = x.requires_grad();
+    let y = batch_norm(
+        x.clone(),
+        Some(&mean),
+        Some(&var),
+        Some(&w),
+        Some(&b),
+        false,
+        0.1,
+        1e-5,
+    )
+    .unwrap();
+    let ch = |t: &Tensor<(C<4>,)>| t.into_dyn().unsqueeze::<1>().unsqueeze::<2>();
+    let inv_std = ch(&var).add_scalar(1e-5).rsqrt();
+    let want = &(&(&x - &ch(&mean)) * &(&inv_std * &ch(&w))) + &ch(&b);
+    let bits = |v: Vec<f32>| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert!(bits(y.to_vec()) == bits(want.to_vec()), "outputs differ");
+    let g = Tensor::<(Dyn, Dyn, Dyn, Dyn)>::randn((Dyn(3), Dyn(4), Dyn(5), Dyn(6)), &mut rng);
+    let grads = |y: &Tensor<(Dyn, Dyn, Dyn, Dyn)>| {
+        (x.zero_grad(), w.zero_grad(), b.zero_grad());
+        (y * &g).sum_all().backward();
+        (
+            bits(x.grad().unwrap().to_vec()),
+            bits(w.grad().unwrap().to_vec()),
+            bits(b.grad().unwrap().to_vec()),
+        )
+    };
+    let (gy, gw) = (grads(&y), grads(&want));
+    assert!(gy.0 == gw.0, "input gradients differ");
+    crate::common::assert_close(&f32s(&gy.1), &f32s(&gw.1), 1e-6, 1e-6);
+    crate::common::assert_close(&f32s(&gy.2), &f32s(&gw.2), 1e-6, 1e-6);
+}
+
+fn f32s(bits: &[u32]) -> Vec<f32> {
+    bits.iter().map(|&b| f32::from_bits(b)).collect()
+}

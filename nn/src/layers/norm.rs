@@ -281,6 +281,16 @@ pub fn batch_norm<Ch: Dim, E: Float, D: Device<E>>(
         }
     };
     let inv_std = var.add_scalar(eps).rsqrt();
+    if let (Some(w), Some(b), false) = (weight, bias, forma_core::graph::capturing()) {
+        // One pass over `x` instead of three (the same bits in f32 and
+        // f64; rounded once in f16 and bf16, as PyTorch's kernel does). A
+        // capture records the composed ops, which the compile passes fold.
+        let scale = &inv_std * &per_channel(w);
+        let shift = per_channel(b);
+        return forma_core::ops::fused::try_fused((&x, &mean, &scale, &shift), |(x, m, s, b)| {
+            (x - m) * s + b
+        });
+    }
     let y = match weight {
         Some(w) => &(&x - &mean) * &(&inv_std * &per_channel(w)),
         None => &(&x - &mean) * &inv_std,
