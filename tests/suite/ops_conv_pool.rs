@@ -223,3 +223,49 @@ device_tests! {
         assert!(x1.try_avg_pool1d(5, 1, 0).is_err());
     }
 }
+
+/// In inference a convolution with few output positions per image reads
+/// its weight packed once, kept while the weight is unwritten: the outputs
+/// are a taped call's bits (which packs nothing), over runs of stacked
+/// images and strides, and a weight written in place is packed again.
+#[test]
+fn inference_reuses_a_packed_conv_weight_until_it_is_written() {
+    use forma::core::ops::packed_weights::holds_packed;
+    use forma::core::tape::no_grad;
+    type T<S> = forma::core::Tensor<S, f32, forma::Cpu>;
+    let mut rng = forma::Rng::seed_from(43);
+    let bits =
+        |t: T<(Dyn, C<40>, Dyn, Dyn)>| t.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    // 13 images of 10x20 positions: two stacked runs (11 and 2 images).
+    let x = T::<(Dyn, C<8>, C<10>, C<20>)>::randn((Dyn(13), C, C, C), &mut rng);
+    let w2 = T::<(C<40>, C<8>, C<3>, C<3>)>::randn((C, C, C, C), &mut rng);
+    for p in [
+        conv([1, 1], [1, 1], [1, 1], 1),
+        conv([2, 1], [0, 2], [1, 2], 1),
+    ] {
+        let w = T::<(C<40>, C<8>, C<3>, C<3>)>::randn((C, C, C, C), &mut rng);
+        let taped =
+            |w: &T<(C<40>, C<8>, C<3>, C<3>)>| bits(x.conv2d(&w.detach().requires_grad(), p));
+        let inference = |w: &T<(C<40>, C<8>, C<3>, C<3>)>| {
+            let _g = no_grad();
+            bits(x.conv2d(w, p))
+        };
+        let want = taped(&w);
+        assert!(inference(&w) == want, "{p:?}: first inference call");
+        assert!(holds_packed(&w), "{p:?}: packed on the first call");
+        assert!(inference(&w) == want, "{p:?}: on the packed weight");
+        w.assign(&w2);
+        assert!(!holds_packed(&w), "{p:?}: a written weight's copy is stale");
+        let want2 = taped(&w2);
+        assert!(want2 != want);
+        assert!(
+            inference(&w) == want2,
+            "{p:?}: after the weight was written"
+        );
+    }
+    // Many positions per image: the weight is read as it is, not kept.
+    let big = T::<(Dyn, C<8>, C<20>, C<20>)>::randn((Dyn(2), C, C, C), &mut rng);
+    let _g = no_grad();
+    let _ = big.conv2d(&w2, conv([1, 1], [0, 0], [1, 1], 1));
+    assert!(!holds_packed(&w2));
+}

@@ -7,6 +7,7 @@ use crate::device::Backend;
 use crate::dtype::{DType, Float};
 use crate::error::{fmt_dims, Error, Result};
 use crate::layout::Layout;
+use crate::ops::matmul::PackedRhs;
 use crate::shape::op::{self, ImageInput, SequenceInput};
 use crate::shape::window::{transposed_window_out, window_out};
 use crate::shape::{Dim, Dyn, Shape};
@@ -65,6 +66,39 @@ pub trait ConvKernel<E: Float>: Backend {
         p: &Conv2dParams,
         need: [bool; 2],
     ) -> Result<(Option<Self::Storage<E>>, Option<Self::Storage<E>>)>;
+
+    /// The weight `w` packed once for [`ConvKernel::conv2d_packed`] on
+    /// inputs of `x_dims`, where this backend reads a weight that way:
+    /// eager convolutions without a tape keep the packed copy while the
+    /// weight's storage is unchanged (see [`crate::ops::packed_weights`]).
+    /// `Ok(None)` (the default) when the backend would not pack it for this
+    /// convolution.
+    fn pack_conv_weight(
+        &self,
+        w: &Self::Storage<E>,
+        lw: &Layout,
+        x_dims: &[usize],
+        p: &Conv2dParams,
+    ) -> Result<Option<PackedRhs>> {
+        let _ = (w, lw, x_dims, p);
+        Ok(None)
+    }
+
+    /// [`ConvKernel::conv2d`] reading the weight (of layout `lw`) through
+    /// its copy packed by [`ConvKernel::pack_conv_weight`]: the same values.
+    /// `Ok(None)` (the default) when the backend cannot run it for these
+    /// operands; the caller then runs `conv2d`.
+    fn conv2d_packed(
+        &self,
+        x: &Self::Storage<E>,
+        lx: &Layout,
+        w: &PackedRhs,
+        lw: &Layout,
+        p: &Conv2dParams,
+    ) -> Result<Option<Self::Storage<E>>> {
+        let _ = (x, lx, w, lw, p);
+        Ok(None)
+    }
 
     /// Whether [`ConvKernel::conv2d_low`] and
     /// [`ConvKernel::conv2d_backward_low`] run for this dtype and `low`
@@ -258,7 +292,10 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
         let (lx, lw) = (&self.layout, &weight.layout);
         let s = match low {
             Some(low) => self.device.conv2d_low(sx, lx, sw, lw, &p, low)?,
-            None => self.device.conv2d(sx, lx, sw, lw, &p)?,
+            None => match self.packed_conv2d(weight, &p)? {
+                Some(s) => s,
+                None => self.device.conv2d(sx, lx, sw, lw, &p)?,
+            },
         };
         let (xr, wr) = (self.raw(), weight.raw());
         let need = [self.var.is_some(), weight.var.is_some()];
@@ -283,6 +320,31 @@ impl<N: Dim, Ci: Dim, H: Dim, W: Dim, E: Float, D: crate::device::Device<E>>
                 ])
             },
         ))
+    }
+
+    /// The convolution on the weight's packed copy, kept from one call to
+    /// the next, where nothing is taped and the backend packs weights for
+    /// this convolution (`None` otherwise).
+    fn packed_conv2d<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(
+        &self,
+        weight: &Tensor<(Co, Cg, Kh, Kw), E, D>,
+        p: &Conv2dParams,
+    ) -> Result<Option<D::Storage<E>>> {
+        let taped = crate::tape::is_grad_enabled() && (self.var.is_some() || weight.var.is_some());
+        if taped {
+            return Ok(None);
+        }
+        let lw = &weight.layout;
+        let packed = crate::ops::packed_weights::packed(&weight.storage, lw, E::DTYPE, || {
+            self.device
+                .pack_conv_weight(&weight.storage(), lw, &self.layout.dims, p)
+        })?;
+        match packed {
+            Some(w) => self
+                .device
+                .conv2d_packed(&self.storage(), &self.layout, &w, lw, p),
+            None => Ok(None),
+        }
     }
 
     fn try_conv2d_at<Co: Dim, Cg: Dim, Kh: Dim, Kw: Dim>(

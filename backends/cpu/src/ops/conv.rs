@@ -23,6 +23,9 @@
 //! images * oh * ow]`, so each group takes one wide gemm per run (threaded
 //! inside), below 1024 positions backward and below 64 forward.
 
+#[cfg(target_arch = "x86_64")]
+mod packed;
+
 use super::matmul::{
     batch_parallel, dense_acc, from_acc_vec, gemm_into, solo_parallelism, Operand, Parallelism,
 };
@@ -30,7 +33,7 @@ use crate::{Cpu, PAR_CHUNK};
 use forma_core::dtype::Real;
 use forma_core::error::fmt_dims;
 use forma_core::ops::conv::{Conv2dGeometry, Conv2dParams, ConvKernel};
-use forma_core::ops::matmul::MatmulKernel;
+use forma_core::ops::matmul::{MatmulKernel, PackedRhs};
 use forma_core::{DType, Error, Float, Layout, Result};
 
 /// The sizes of a convolution, validated by core's one set of checks.
@@ -1144,6 +1147,39 @@ impl<E: Float> ConvKernel<E> for Cpu {
         need: [bool; 2],
     ) -> Result<(Option<Vec<E>>, Option<Vec<E>>)> {
         backward((x, lx), (w, lw), (gy, lg), p, need, Products::Plain)
+    }
+
+    fn pack_conv_weight(
+        &self,
+        w: &Vec<E>,
+        lw: &Layout,
+        x_dims: &[usize],
+        p: &Conv2dParams,
+    ) -> Result<Option<PackedRhs>> {
+        #[cfg(target_arch = "x86_64")]
+        return packed::pack(w, lw, x_dims, p);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (w, lw, x_dims, p);
+            Ok(None)
+        }
+    }
+
+    fn conv2d_packed(
+        &self,
+        x: &Vec<E>,
+        lx: &Layout,
+        w: &PackedRhs,
+        lw: &Layout,
+        p: &Conv2dParams,
+    ) -> Result<Option<Vec<E>>> {
+        #[cfg(target_arch = "x86_64")]
+        return packed::conv2d(x, lx, w, lw, p);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (x, lx, w, lw, p);
+            Ok(None)
+        }
     }
 
     /// bf16 for f32 tensors on a CPU with AMX tiles: the products of the
