@@ -157,7 +157,9 @@ fn batch_norm_eval_is_the_composed_ops_in_one_pass() {
     assert!(bits(y.to_vec()) == bits(want.to_vec()), "outputs differ");
     let g = Tensor::<(Dyn, Dyn, Dyn, Dyn)>::randn((Dyn(3), Dyn(4), Dyn(5), Dyn(6)), &mut rng);
     let grads = |y: &Tensor<(Dyn, Dyn, Dyn, Dyn)>| {
-        (x.zero_grad(), w.zero_grad(), b.zero_grad());
+        x.zero_grad();
+        w.zero_grad();
+        b.zero_grad();
         (y * &g).sum_all().backward();
         (
             bits(x.grad().unwrap().to_vec()),
